@@ -1,0 +1,34 @@
+# The two commands README promises, from a fresh clone:
+#   make run     train on real RoyaleGym battles, every service local (Ctrl-C stops cleanly;
+#                the next `make run` resumes). `make run ITERATIONS=2` stops after two iterations.
+#   make test    the test suite.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3 2>/dev/null)
+VENV := .venv
+ITERATIONS ?= 0
+ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: run test bench config clean-venv
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "royalefleet needs Python >= 3.12 (RoyaleGym does); found " + sys.version.split()[0] + " at $(PYTHON). Install 3.12 (pyenv install 3.12) or run: make PYTHON=/path/to/python3.12 ...")'
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+run: $(VENV)/.installed
+	$(VENV)/bin/royalefleet up --iterations $(ITERATIONS) $(ARGS)
+
+test: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/royalefleet bench $(ARGS)
+
+config: $(VENV)/.installed
+	$(VENV)/bin/royalefleet config $(ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

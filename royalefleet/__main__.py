@@ -1,0 +1,5 @@
+import sys
+
+from royalefleet.cli import main
+
+sys.exit(main())

@@ -1,0 +1,283 @@
+"""``royalefleet up``: the whole stack as local processes on loopback.
+
+Each service runs as ``python -m services.<name>`` configured ONLY through ``ROYALEFLEET_*``
+environment variables (``service_environments``), exactly as Compose runs them: one code
+path. Children get their own session (a terminal's Ctrl-C reaches only this launcher, which
+then stops them in order) and die with the launcher if it is killed (PR_SET_PDEATHSIG).
+
+Stop order matters: the learner first (it writes its checkpoint through the checkpoint
+service), then the rollouts, the ladder and the checkpoint service. A second Ctrl-C kills
+everything at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from shared.config import RunConfig, config_differences, dump_config
+from shared.transport import tcp
+
+SERVICE_ORDER = ("checkpoint", "ladder", "learner")
+LEARNER_STOP_GRACE_S = 180.0
+OTHERS_STOP_GRACE_S = 10.0
+
+
+def service_environments(cfg: RunConfig, config_path: str, runs_dir: str, iterations: int = 0,
+                         rollouts: int | None = None) -> dict[str, dict[str, str]]:
+    """The environment variables of every local service: name -> {var: value}.
+
+    Rollout k is named ``rollout-k``. Thread counts are pinned before numpy or torch load
+    (a fixed count is part of run-exactness; a rollout needs one thread).
+    """
+    s = cfg.services
+    host = s.host
+    common = {"ROYALEFLEET_METRICS_HOST": host, "ROYALEFLEET_MAX_MESSAGE_MB": str(s.max_message_mb),
+              "PYTHONUNBUFFERED": "1"}
+    one = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    threads = str(cfg.determinism.torch_threads)
+    envs = {
+        "checkpoint": common | one | {
+            "ROYALEFLEET_CHECKPOINT_BIND": tcp(host, s.checkpoint_port),
+            "ROYALEFLEET_RUNS_DIR": runs_dir,
+            "ROYALEFLEET_CHECKPOINT_KEEP": str(cfg.checkpoint.keep),
+            "ROYALEFLEET_METRICS_PORT": str(s.checkpoint_metrics_port),
+        },
+        "ladder": common | one | {
+            "ROYALEFLEET_LADDER_BIND": tcp(host, s.ladder_port),
+            "ROYALEFLEET_RUNS_DIR": runs_dir,
+            "ROYALEFLEET_CONFIG": config_path,
+            "ROYALEFLEET_METRICS_PORT": str(s.ladder_metrics_port),
+        },
+        "learner": common | {
+            "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+            "ROYALEFLEET_CONFIG": config_path,
+            "ROYALEFLEET_LEARNER_BIND": tcp(host, s.learner_port),
+            "ROYALEFLEET_LADDER": tcp(host, s.ladder_port),
+            "ROYALEFLEET_CHECKPOINT": tcp(host, s.checkpoint_port),
+            "ROYALEFLEET_RUNS_DIR": runs_dir,
+            "ROYALEFLEET_METRICS_PORT": str(s.learner_metrics_port),
+            "ROYALEFLEET_ITERATIONS": str(iterations),
+            "ROYALEFLEET_MIN_ROLLOUTS": str(cfg.local.rollouts if rollouts is None else rollouts),
+        },
+    }
+    for k in range(cfg.local.rollouts if rollouts is None else rollouts):
+        envs[f"rollout-{k}"] = common | one | {
+            "ROYALEFLEET_LEARNER": tcp(host, s.learner_port),
+            "ROYALEFLEET_BATTLES": str(cfg.rollout.battles),
+            "ROYALEFLEET_SHARDS": str(cfg.rollout.shards),
+            "ROYALEFLEET_METRICS_PORT": str(s.rollout_metrics_port + k if s.rollout_metrics_port else 0),
+        }
+    return envs
+
+
+def module_of(name: str) -> str:
+    return "services." + name.split("-")[0]
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM if the launcher dies (Linux prctl)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class Child:
+    name: str
+    env: dict
+    log_path: str
+    echo: bool
+    proc: subprocess.Popen | None = None
+    restarts: int = 0
+    threads: list = field(default_factory=list)
+
+    def start(self, say) -> None:
+        log = open(self.log_path, "ab", buffering=0)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module_of(self.name)],
+            env=os.environ | self.env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )
+        t = threading.Thread(target=self._pump, args=(self.proc, log, say), daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def _pump(self, proc, log, say) -> None:
+        for line in iter(proc.stdout.readline, b""):
+            log.write(line)
+            if self.echo:
+                say(line.decode(errors="replace").rstrip("\n"))
+        log.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig) -> None:
+        if self.alive():
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    def tail(self, n: int = 12) -> str:
+        try:
+            with open(self.log_path, "rb") as fh:
+                return "\n".join(fh.read().decode(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+def ports_in_use(cfg: RunConfig, rollouts: int) -> list[str]:
+    s = cfg.services
+    wanted = {"learner": s.learner_port, "ladder": s.ladder_port, "checkpoint": s.checkpoint_port,
+              "learner metrics": s.learner_metrics_port, "ladder metrics": s.ladder_metrics_port,
+              "checkpoint metrics": s.checkpoint_metrics_port}
+    if s.rollout_metrics_port:
+        wanted |= {f"rollout-{k} metrics": s.rollout_metrics_port + k for k in range(rollouts)}
+    busy = []
+    for name, port in wanted.items():
+        if not port:
+            continue
+        with socket.socket() as sk:
+            sk.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sk.bind((s.host, port))
+            except OSError:
+                busy.append(f"{name} port {port} on {s.host}")
+    return busy
+
+
+class Stack:
+    def __init__(self, cfg: RunConfig, *, iterations: int = 0, rollouts: int | None = None, say=print,
+                 echo_all: bool = False):
+        self.cfg, self.say = cfg, say
+        self.run_dir = os.path.join(cfg.runs_dir, cfg.run_name)
+        self.log_dir = os.path.join(self.run_dir, "logs")
+        os.makedirs(self.log_dir, exist_ok=True)
+        self.config_path = os.path.abspath(os.path.join(self.run_dir, "config.json"))
+        self.n_rollouts = cfg.local.rollouts if rollouts is None else rollouts
+        self._write_config()
+        envs = service_environments(cfg, self.config_path, os.path.abspath(cfg.runs_dir), iterations, self.n_rollouts)
+        self.children = {name: Child(name, env, os.path.join(self.log_dir, f"{name}.log"),
+                                     echo=echo_all or name == "learner")
+                         for name, env in envs.items()}
+        self.interrupts = 0
+
+    def _write_config(self) -> None:
+        new = dump_config(self.cfg)
+        if os.path.exists(self.config_path):
+            import json
+
+            with open(self.config_path, "rb") as fh:
+                try:
+                    old = json.loads(fh.read())
+                except ValueError:
+                    old = {}
+            import msgspec
+
+            for path, (a, b) in config_differences(old, msgspec.json.decode(new)).items():
+                self.say(f"config changed since the last start: {path}: {a!r} -> {b!r}")
+        tmp = self.config_path + ".tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(new)
+        os.replace(tmp, self.config_path)
+
+    def _on_signal(self, *_):
+        self.interrupts += 1
+        if self.interrupts == 1:
+            self.say("stopping: the learner writes a checkpoint first (Ctrl-C again to kill everything now)")
+            self.children["learner"].signal(signal.SIGTERM)
+        else:
+            self.say("killing every service now")
+            for c in self.children.values():
+                c.signal(signal.SIGKILL)
+
+    def run(self) -> int:
+        busy = ports_in_use(self.cfg, self.n_rollouts)
+        if busy:
+            self.say("cannot start: " + "; ".join(busy) + " already in use (another `royalefleet up`?). "
+                     "Stop it, or change the ports under \"services\" in the config.")
+            return 2
+        old_int = signal.signal(signal.SIGINT, self._on_signal)
+        old_term = signal.signal(signal.SIGTERM, self._on_signal)
+        self.say(f"run folder {self.run_dir}; service logs in {self.log_dir}")
+        try:
+            for name in SERVICE_ORDER:
+                self.children[name].start(self.say)
+            for name, c in self.children.items():
+                if name.startswith("rollout-"):
+                    c.start(self.say)
+            self.say(f"started checkpoint, ladder, learner and {self.n_rollouts} rollout(s); Ctrl-C stops them cleanly")
+            return self._watch()
+        finally:
+            self._stop_all()
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+
+    def _watch(self) -> int:
+        learner = self.children["learner"]
+        while True:
+            time.sleep(0.3)
+            if not learner.alive():
+                learner.proc.wait()
+                for t in learner.threads:
+                    t.join(timeout=2)
+                code = learner.proc.returncode
+                if code != 0 and self.interrupts == 0:
+                    self.say(f"the learner exited with code {code}; last lines of {learner.log_path}:\n{learner.tail()}")
+                return 0 if (self.interrupts and code in (0, -signal.SIGTERM)) else code
+            if self.interrupts:
+                continue
+            for name in ("checkpoint", "ladder"):
+                c = self.children[name]
+                if not c.alive():
+                    self.say(f"the {name} service exited (code {c.proc.returncode}); last lines of {c.log_path}:\n{c.tail()}")
+                    self.say("stopping the stack")
+                    self.interrupts = 1
+                    learner.signal(signal.SIGTERM)
+            for name, c in self.children.items():
+                if name.startswith("rollout-") and not c.alive() and not self.interrupts:
+                    code = c.proc.returncode
+                    if self.cfg.local.restart_rollouts and code != 2:
+                        c.restarts += 1
+                        self.say(f"{name} exited (code {code}); restarting it (restart {c.restarts}); "
+                                 "it rejoins at the next iteration")
+                        c.start(self.say)
+                    elif code == 2:
+                        self.say(f"{name} was refused and is not restarted; last lines:\n{c.tail()}")
+                        self.interrupts = 1
+                        learner.signal(signal.SIGTERM)
+
+    def _stop_all(self) -> None:
+        learner = self.children["learner"]
+        if learner.alive():
+            learner.signal(signal.SIGTERM)
+            deadline = time.monotonic() + LEARNER_STOP_GRACE_S
+            while learner.alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        others = [c for n, c in self.children.items() if n != "learner"]
+        rollouts_first = sorted(others, key=lambda c: (not c.name.startswith("rollout"), c.name == "checkpoint"))
+        for c in rollouts_first:
+            c.signal(signal.SIGTERM)
+        deadline = time.monotonic() + OTHERS_STOP_GRACE_S
+        for c in rollouts_first + [learner]:
+            while c.alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if c.alive():
+                self.say(f"{c.name} did not stop within {OTHERS_STOP_GRACE_S:.0f} s; killing it")
+                c.signal(signal.SIGKILL)
+            if c.proc is not None:
+                c.proc.wait()
+            for t in c.threads:
+                t.join(timeout=2)

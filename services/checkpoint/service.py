@@ -1,0 +1,398 @@
+"""The checkpoint service: a ROUTER that writes and reads checkpoints for the learner.
+
+Requests (``shared.messages.ToCheckpoint``) and replies:
+
+* ``SaveCheckpoint`` (arrays: one 1-D uint8 array per file, named as in ``names``) ->
+  write atomically under ``<runs_dir>/<run_name>/checkpoints/``, prune to ``keep`` ->
+  ``Saved(request_id, path, bytes_written)`` (``bytes_written``: the sum of the file sizes).
+* ``LoadLatest`` -> ``Loaded(request_id, path, iteration, names, meta)`` with the files as
+  arrays (the newest checkpoint that verifies), or ``NotFound(request_id, reason)``.
+* Anything refused -> ``Error(request_id, reason)``; ``request_id`` is read from the raw
+  message where possible so the client's pending request fails fast instead of timing out,
+  and is -1 when it cannot be. Each refusal is counted in
+  ``royalefleet_checkpoint_messages_refused_total{reason}``.
+
+A message larger than ``max_message_mb`` is dropped by ZeroMQ (MAXMSGSIZE) before it is read:
+no reply is possible, the client times out.
+
+Nothing a peer sends and no disk error ends the loop; only SIGTERM/SIGINT do (within one
+poll interval, 0.2 s). Run: ``python -m services.checkpoint --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import prometheus_client
+import zmq
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from services.checkpoint.store import (
+    CheckpointCorrupt,
+    CheckpointStore,
+    check_file_names,
+    check_folder_name,
+    checkpoint_name,
+)
+from shared.messages import (
+    Decoder,
+    Error,
+    LoadLatest,
+    Loaded,
+    NotFound,
+    ProtocolError,
+    SaveCheckpoint,
+    Saved,
+    ToCheckpoint,
+)
+from shared.transport import bind_router, send
+
+MIB = 1 << 20
+POLL_MS = 200
+
+REFUSAL_REASONS = (
+    # from shared.messages.ProtocolError
+    "undecodable", "version", "unknown_kind", "schema", "frames", "arrays", "oversized",
+    # from this service
+    "run_name", "iteration", "file_name", "names", "meta", "corrupt_index", "write_failed",
+    "read_failed", "internal",
+)
+"""Every ``reason`` label of the refusal counter, created at zero so dashboards see them."""
+
+
+class Refusal(Exception):
+    """A request this service will not carry out: ``reason`` is the metric label, the text
+    goes back to the client in ``Error.reason``."""
+
+    def __init__(self, reason: str, text: str):
+        self.reason = reason
+        super().__init__(text)
+
+
+class Metrics:
+    """The service's Prometheus metrics, registered in ``registry`` (tests pass a fresh
+    CollectorRegistry; ``main`` the process-wide default, which adds process_* metrics)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        r = registry if registry is not None else CollectorRegistry()
+        p = "royalefleet_checkpoint_"
+        self.writes = Counter(p + "writes", "Checkpoints written", registry=r)
+        self.bytes_written = Counter(p + "bytes_written", "Bytes of checkpoint files written", registry=r)
+        self.write_seconds = Histogram(
+            p + "write_seconds", "Wall time of one checkpoint write, fsyncs included (seconds)",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60), registry=r,
+        )
+        self.loads = Counter(p + "loads", "LoadLatest requests answered with a checkpoint", registry=r)
+        self.verify_failures = Counter(
+            p + "verify_failures", "Checkpoints skipped because a file did not match its manifest", registry=r
+        )
+        self.housekeeping_failures = Counter(
+            p + "housekeeping_failures", "Folders that could not be removed (retried by the next prune)", registry=r
+        )
+        self.refused = Counter(p + "messages_refused", "Requests answered with Error, by reason", ["reason"], registry=r)
+        for reason in REFUSAL_REASONS:
+            self.refused.labels(reason)
+
+
+class _LooseEnvelope(msgspec.Struct):
+    body: msgspec.Raw = msgspec.Raw(b"\xc0")
+
+
+class _LooseBody(msgspec.Struct):
+    request_id: int = -1
+
+
+def _request_id_of(frames: list) -> int:
+    """Best-effort ``request_id`` of a message the decoder refused; -1 if there is none."""
+    try:
+        env = msgspec.msgpack.decode(bytes(frames[0]), type=_LooseEnvelope)
+        return msgspec.msgpack.decode(env.body, type=_LooseBody).request_id
+    except Exception:  # noqa: BLE001 - anything unreadable simply has no id
+        return -1
+
+
+class CheckpointService:
+    """Serves one bound ROUTER socket. ``out`` receives one line per event (stdout in
+    ``main``); ``runs_dir`` holds one folder per run."""
+
+    def __init__(self, sock: zmq.Socket, runs_dir: Path | str, *, keep: int, metrics: Metrics,
+                 max_message_bytes: int = 64 * MIB, out: Callable[[str], None] | None = None):
+        self.sock = sock
+        self.runs_dir = Path(runs_dir)
+        self.keep = keep
+        self.metrics = metrics
+        self.decoder = Decoder(ToCheckpoint, max_array_bytes=max_message_bytes)
+        self.out = out or (lambda text: print(text, flush=True))
+
+    # ------------------------------------------------------------------ loop
+
+    def serve(self, should_stop: Callable[[], bool], poll_ms: int = POLL_MS) -> None:
+        """Answer requests until ``should_stop()`` is true (checked every ``poll_ms``)."""
+        while not should_stop():
+            if self.sock.poll(poll_ms, zmq.POLLIN):
+                self.handle_one()
+
+    def handle_one(self) -> None:
+        """Receive one message and answer it. Never raises for anything the peer sent or
+        the disk did; only a broken socket (ZMQError) escapes."""
+        frames = self.sock.recv_multipart(copy=False)
+        identity, frames = bytes(frames[0]), frames[1:]
+        request_id = -1
+        try:
+            try:
+                body, arrays = self.decoder.decode(frames)
+            except ProtocolError as exc:
+                request_id = _request_id_of(frames) if frames else -1
+                raise Refusal(exc.reason, str(exc)) from None
+            request_id = body.request_id
+            reply, reply_arrays = self.handle(body, arrays)
+        except Refusal as exc:
+            self.metrics.refused.labels(exc.reason).inc()
+            self.out(f"refused request {request_id} ({exc.reason}): {exc}")
+            reply, reply_arrays = Error(request_id=request_id, reason=str(exc)), None
+        except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the service
+            self.metrics.refused.labels("internal").inc()
+            self.out(f"internal error on request {request_id}: {exc!r}\n{traceback.format_exc()}")
+            reply, reply_arrays = Error(request_id=request_id, reason=f"internal error: {exc!r}"), None
+        if not send(self.sock, reply, reply_arrays, identity=identity):
+            self.out(f"could not reply to request {request_id}: the client is gone or not reading")
+
+    def handle(self, body, arrays: Mapping[str, np.ndarray]):
+        """(reply, reply_arrays) for one decoded request. Raises Refusal."""
+        if isinstance(body, SaveCheckpoint):
+            return self.save(body, arrays)
+        if isinstance(body, LoadLatest):
+            return self.load_latest(body)
+        raise Refusal("unknown_kind", f"the checkpoint service does not take {type(body).__name__}")
+
+    # ------------------------------------------------------------------ requests
+
+    def _store(self, run_name: str) -> CheckpointStore:
+        try:
+            check_folder_name(run_name, "run_name")
+        except ValueError as exc:
+            raise Refusal("run_name", str(exc)) from None
+        return CheckpointStore(self.runs_dir / run_name / "checkpoints", say=self.out)
+
+    def _count_housekeeping(self, store: CheckpointStore) -> None:
+        if store.housekeeping_failures:
+            self.metrics.housekeeping_failures.inc(store.housekeeping_failures)
+
+    def save(self, msg: SaveCheckpoint, arrays: Mapping[str, np.ndarray]):
+        store = self._store(msg.run_name)
+        try:
+            checkpoint_name(msg.iteration)
+        except ValueError as exc:
+            raise Refusal("iteration", str(exc)) from None
+        try:
+            names = check_file_names(msg.names)
+        except ValueError as exc:
+            raise Refusal("file_name", str(exc)) from None
+        if set(names) != set(arrays):
+            raise Refusal(
+                "names",
+                f"names lists {sorted(set(names) - set(arrays))} without an array and arrays "
+                f"{sorted(set(arrays) - set(names))} are not in names; send one array per name",
+            )
+        try:
+            msgspec.json.decode(msg.meta)
+        except msgspec.DecodeError as exc:
+            raise Refusal("meta", f"meta is not a JSON document ({exc})") from None
+        files = {name: arrays[name] for name in names}
+        started = time.perf_counter()
+        try:
+            path = store.write(msg.iteration, files, msg.meta)
+        except CheckpointCorrupt as exc:
+            raise Refusal("corrupt_index", str(exc)) from None
+        except ValueError as exc:
+            raise Refusal("file_name", str(exc)) from None
+        except OSError as exc:
+            self._count_housekeeping(store)
+            raise Refusal("write_failed", f"writing iteration {msg.iteration} of run {msg.run_name!r} failed: {exc}") from None
+        seconds = time.perf_counter() - started
+        total = sum(int(a.nbytes) for a in files.values())
+        self.metrics.writes.inc()
+        self.metrics.bytes_written.inc(total)
+        self.metrics.write_seconds.observe(seconds)
+        removed = store.prune(self.keep)
+        self._count_housekeeping(store)
+        self.out(
+            f"checkpoint {path} {total / MIB:.2f} MB {seconds:.2f} s"
+            + (f" (pruned {', '.join(removed)})" if removed else "")
+        )
+        return Saved(request_id=msg.request_id, path=str(path), bytes_written=total), None
+
+    def load_latest(self, msg: LoadLatest):
+        store = self._store(msg.run_name)
+        problems: list[str] = []
+        try:
+            found = store.latest(problems)
+        except CheckpointCorrupt as exc:
+            raise Refusal("corrupt_index", str(exc)) from None
+        except OSError as exc:
+            raise Refusal("read_failed", f"reading checkpoints of run {msg.run_name!r} failed: {exc}") from None
+        finally:
+            if problems:
+                self.metrics.verify_failures.inc(len(problems))
+        if found is None:
+            why = (
+                f"no checkpoint of run {msg.run_name!r} verifies ({len(problems)} skipped: {'; '.join(problems)})"
+                if problems
+                else f"no checkpoint of run {msg.run_name!r} in {store.root}"
+            )
+            return NotFound(request_id=msg.request_id, reason=why), None
+        manifest, files = found
+        self.metrics.loads.inc()
+        path = store.root / checkpoint_name(manifest.iteration)
+        self.out(f"loaded {path} for run {msg.run_name!r}")
+        reply = Loaded(
+            request_id=msg.request_id, path=str(path), iteration=manifest.iteration,
+            names=list(files), meta=bytes(manifest.meta),
+        )
+        return reply, {name: np.frombuffer(data, dtype=np.uint8) for name, data in files.items()}
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+class Settings(msgspec.Struct, kw_only=True):
+    bind: str = "tcp://127.0.0.1:5557"
+    runs_dir: str = "runs"
+    keep: int = 10
+    max_message_mb: int = 64
+    metrics_port: int = 9102
+    metrics_host: str = "127.0.0.1"
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("not a whole number") from None
+
+
+def _positive(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise ValueError(f"{value} is not >= 1")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError(f"{value} is not a port (0..65535)")
+    return value
+
+
+# setting -> (flag, environment variable, parse, help)
+_OPTIONS: dict[str, tuple[str, str, Callable[[str], object], str]] = {
+    "bind": ("--bind", "ROYALEFLEET_CHECKPOINT_BIND", str, "ZeroMQ address the ROUTER binds"),
+    "runs_dir": ("--runs-dir", "ROYALEFLEET_RUNS_DIR", str,
+                 "folder of runs; checkpoints go to <runs-dir>/<run_name>/checkpoints"),
+    "keep": ("--keep", "ROYALEFLEET_CHECKPOINT_KEEP", _positive, "checkpoints kept per run; older ones are pruned"),
+    "max_message_mb": ("--max-message-mb", "ROYALEFLEET_MAX_MESSAGE_MB", _positive,
+                       "largest request accepted, in MiB (bigger ones are dropped unanswered)"),
+    "metrics_port": ("--metrics-port", "ROYALEFLEET_METRICS_PORT", _port, "port of the Prometheus /metrics page; 0 = off"),
+    "metrics_host": ("--metrics-host", "ROYALEFLEET_METRICS_HOST", str, "address the /metrics page listens on"),
+}
+
+
+def parse_settings(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from flags, else environment variables, else defaults. A bad value exits
+    with argparse's usage error naming the flag or the variable."""
+    environ = os.environ if environ is None else environ
+    defaults = Settings()
+    parser = argparse.ArgumentParser(
+        prog="python -m services.checkpoint",
+        description="royalefleet checkpoint service: writes the learner's checkpoints atomically, "
+        "verifies them on load, prunes old ones. Every setting is a flag or an environment "
+        "variable; the flag wins.",
+    )
+    for field, (flag, env, parse, text) in _OPTIONS.items():
+        parser.add_argument(
+            flag, dest=field, default=None,
+            type=_argtype(parse, flag),
+            help=f"{text} (env {env}; default {getattr(defaults, field)})",
+        )
+    args = parser.parse_args(argv)
+    values = {}
+    for field, (flag, env, parse, _) in _OPTIONS.items():
+        value = getattr(args, field)
+        if value is None and env in environ:
+            try:
+                value = parse(environ[env])
+            except ValueError as exc:
+                parser.error(f"environment variable {env}={environ[env]!r}: {exc}")
+        if value is not None:
+            values[field] = value
+    return Settings(**values)
+
+
+def _argtype(parse: Callable[[str], object], flag: str) -> Callable[[str], object]:
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+    convert.__name__ = flag
+    return convert
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the service until SIGTERM or SIGINT; 0 on a clean stop, 2 if it cannot start."""
+    settings = parse_settings(argv)
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    max_bytes = settings.max_message_mb * MIB
+    try:
+        sock = bind_router(settings.bind, max_bytes=max_bytes)
+    except OSError as exc:
+        print(f"checkpoint service: {exc}", file=sys.stderr, flush=True)
+        return 2
+    metrics_url = "off"
+    if settings.metrics_port:
+        try:
+            prometheus_client.start_http_server(settings.metrics_port, addr=settings.metrics_host)
+        except OSError as exc:
+            print(
+                f"checkpoint service: cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+                f"{exc} (set --metrics-port 0 to run without)", file=sys.stderr, flush=True,
+            )
+            sock.close(0)
+            return 2
+        metrics_url = f"http://{settings.metrics_host}:{settings.metrics_port}/metrics"
+    service = CheckpointService(
+        sock, settings.runs_dir, keep=settings.keep, metrics=Metrics(prometheus_client.REGISTRY),
+        max_message_bytes=max_bytes,
+    )
+    print(
+        f"checkpoint service on {settings.bind}, runs in {Path(settings.runs_dir).resolve()}, "
+        f"keep {settings.keep}, max message {settings.max_message_mb} MiB, metrics {metrics_url}",
+        flush=True,
+    )
+    try:
+        service.serve(stop.is_set)
+    finally:
+        sock.close()  # LINGER is short (shared.transport): never blocks the stop
+    print("checkpoint service stopped", flush=True)
+    return 0

@@ -1,0 +1,111 @@
+"""``python -m services.ladder``: run the ladder service until SIGTERM or SIGINT.
+
+Every setting is a flag, an environment variable, or its default, in that order of precedence
+(the flag wins), so ``make run`` on loopback and Compose share one code path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+from prometheus_client import start_http_server
+
+from shared.config import ConfigError, load_config, profile
+from services.ladder.service import LadderService, Metrics
+
+DEFAULTS = {
+    "bind": ("ROYALEFLEET_LADDER_BIND", "tcp://127.0.0.1:5556"),
+    "runs_dir": ("ROYALEFLEET_RUNS_DIR", "runs"),
+    "config": ("ROYALEFLEET_CONFIG", None),
+    "metrics_port": ("ROYALEFLEET_METRICS_PORT", "9101"),
+    "metrics_host": ("ROYALEFLEET_METRICS_HOST", "127.0.0.1"),
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m services.ladder",
+        description="The royalefleet ladder: tells the learner who plays whom (mirror / pool / scripted "
+        "mixture, per-episode opponents and seats) and keeps each run's durable result log "
+        "<runs-dir>/<run_name>/ladder/results.jsonl. Stops cleanly on SIGTERM or Ctrl-C.",
+        epilog="Each flag falls back to its environment variable, then to the default shown.",
+    )
+
+    def add(flag: str, key: str, help_: str, type_=str):
+        env, default = DEFAULTS[key]
+        parser.add_argument(flag, dest=key, type=type_, default=None,
+                            help=f"{help_} [env {env}; default {default if default is not None else 'none'}]")
+
+    add("--bind", "bind", "ZeroMQ address the ROUTER binds, e.g. tcp://0.0.0.0:5556")
+    add("--runs-dir", "runs_dir", "folder holding one sub-folder per run")
+    add("--config", "config", "run config JSON (master_seed, run_name and the ladder section); "
+        "without one the cpu profile's defaults are used")
+    add("--metrics-port", "metrics_port", "Prometheus /metrics port; 0 turns it off", int)
+    add("--metrics-host", "metrics_host", "address the /metrics server listens on")
+    args = parser.parse_args(argv)
+    for key, (env, default) in DEFAULTS.items():
+        if getattr(args, key) is None:
+            value = os.environ.get(env, default)
+            if key == "metrics_port" and value is not None:
+                try:
+                    value = int(value)
+                except ValueError:
+                    parser.error(f"{env}={value!r} is not a port number")
+            setattr(args, key, value)
+    if not 0 <= args.metrics_port <= 65535:
+        parser.error(f"metrics port {args.metrics_port} is outside 0..65535")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        # profile_name="cpu": a document that names no profile gets the cpu one rather than
+        # load_config's default, which imports torch only to look for a GPU. The ladder reads
+        # master_seed, run_name and the ladder section, which no shipped profile changes.
+        config = load_config(args.config, profile_name="cpu") if args.config else profile("cpu")
+    except ConfigError as exc:
+        print(f"ladder: {exc}", file=sys.stderr)
+        return 2
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    metrics = Metrics()
+    try:
+        service = LadderService(config, bind=args.bind, runs_dir=args.runs_dir, metrics=metrics,
+                                say=lambda text: print(text, flush=True))
+    except OSError as exc:
+        print(f"ladder: {exc}", file=sys.stderr)
+        return 1
+    server = None
+    if args.metrics_port:
+        try:
+            server, _ = start_http_server(args.metrics_port, addr=args.metrics_host, registry=metrics.registry)
+        except OSError as exc:
+            service.close()
+            print(f"ladder: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}", file=sys.stderr)
+            return 1
+    print(
+        f"ladder: serving {service.address} (run {config.run_name!r}, master seed {config.master_seed}, "
+        f"mix {tuple(config.ladder.mix)}), metrics "
+        + (f"http://{args.metrics_host}:{args.metrics_port}/metrics" if server else "off"),
+        flush=True,
+    )
+    try:
+        service.serve(stop)
+    finally:
+        service.close()
+        if server is not None:
+            server.shutdown()
+    print("ladder: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The durable, append-only result log: ``<runs_dir>/<run_name>/ladder/results.jsonl``.
+
+One msgspec-JSON line per finished episode seat (``ResultLine``: the EpisodeRecord plus the
+run name and the UTC wall time of the batch). Written append + flush + fsync per batch, so an
+Ack from the ladder means the records are on disk (royalelearn-facts 6.5).
+
+Nothing is ever rewritten. A crash mid-write leaves at most a torn LAST line; ``read`` sets
+any line that does not decode aside (with its line number) instead of failing, and ``append``
+first ends an unterminated last line with a newline so the next record starts on a line of
+its own. A newline rather than a truncation because the cut may fall exactly before the
+newline: then the "torn" line is a whole record, and the newline restores it, whereas
+truncating would throw it away. A genuinely torn fragment stays in the file as evidence and
+is reported by every later ``read``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import msgspec
+
+from shared.messages import EpisodeRecord
+
+RESULTS_FILE = "results.jsonl"
+
+
+class ResultLine(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One line of the log."""
+
+    run_name: str
+    wall: str
+    """UTC ISO-8601 time the batch was written, e.g. ``2026-10-02T14:03:11.532+00:00``."""
+    record: EpisodeRecord
+
+
+@dataclass
+class LogRead:
+    """What ``ResultLog.read`` found: the decoded lines in file order, and every line set aside
+    as ``(line_number, why)`` with 1-based line numbers."""
+
+    lines: list[ResultLine] = field(default_factory=list)
+    set_aside: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[EpisodeRecord]:
+        return [line.record for line in self.lines]
+
+    @property
+    def n_set_aside(self) -> int:
+        return len(self.set_aside)
+
+
+def check_run_name(run_name: str) -> str | None:
+    """Why ``run_name`` cannot name a run folder (None when it can): it is one path component,
+    so no slash, backslash or NUL, and not empty, ``.`` or ``..`` (the rule of
+    ``shared.config.check_consistency``)."""
+    if not run_name or run_name in (".", "..") or any(c in run_name for c in "/\\\0"):
+        return f"run_name {run_name!r} is not a usable folder name (one path component, no slash)"
+    return None
+
+
+def result_log_path(runs_dir: str | os.PathLike, run_name: str) -> Path:
+    """``<runs_dir>/<run_name>/ladder/results.jsonl``. Raises ValueError for an unusable run_name."""
+    problem = check_run_name(run_name)
+    if problem:
+        raise ValueError(problem)
+    return Path(runs_dir) / run_name / "ladder" / RESULTS_FILE
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(ResultLine)
+
+
+class ResultLog:
+    """The result log of one run. Only one process (the ladder) may append to it.
+
+    ``run_name`` defaults to the run folder the path sits in (``<run_name>/ladder/results.jsonl``).
+    """
+
+    def __init__(self, path: str | os.PathLike, run_name: str | None = None):
+        self.path = Path(path)
+        self.run_name = run_name if run_name is not None else self.path.parent.parent.name
+
+    @classmethod
+    def for_run(cls, runs_dir: str | os.PathLike, run_name: str) -> ResultLog:
+        return cls(result_log_path(runs_dir, run_name), run_name)
+
+    def append(self, records: list[EpisodeRecord]) -> int:
+        """Append one line per record, then flush and fsync. Returns the number written (0 for
+        an empty batch, which touches nothing). Raises OSError if the disk refuses; lines of
+        earlier batches are never touched."""
+        if not records:
+            return 0
+        wall = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        data = b"".join(
+            _encoder.encode(ResultLine(run_name=self.run_name, wall=wall, record=r)) + b"\n" for r in records
+        )
+        created = not self.path.exists()
+        if created:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        # "a+b": every write goes to the end whatever the read position; reading lets us look
+        # at the last byte first.
+        with open(self.path, "a+b") as fh:
+            # Checked on every batch, not once: a write that failed half-way earlier in this
+            # process (disk full) leaves the same unterminated line a crash does.
+            if _ends_unterminated(fh):
+                data = b"\n" + data
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if created:
+            # The new file's directory entry must be durable too, or a crash could lose the file.
+            _fsync_dir(self.path.parent)
+        return len(records)
+
+    def read(self) -> LogRead:
+        """Every line that decodes, and every one that does not set aside with its number and
+        why. A missing file reads as empty. Never raises for the file's contents (OSError for
+        an unreadable file only)."""
+        out = LogRead()
+        if not self.path.exists():
+            return out
+        with open(self.path, "rb") as fh:
+            for number, raw in enumerate(fh, start=1):
+                text = raw.rstrip(b"\n")
+                try:
+                    out.lines.append(_decoder.decode(text))
+                except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+                    torn = "" if raw.endswith(b"\n") else " (unterminated: torn last line)"
+                    out.set_aside.append((number, f"{exc}{torn}"))
+        return out
+
+
+def _ends_unterminated(fh) -> bool:
+    """True when the file is non-empty and its last byte is not a newline."""
+    size = fh.seek(0, os.SEEK_END)
+    if size == 0:
+        return False
+    fh.seek(size - 1)
+    return fh.read(1) != b"\n"
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # not supported on this platform/filesystem; the data itself is synced
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

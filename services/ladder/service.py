@@ -1,0 +1,207 @@
+"""The ladder service: answers the learner's PlanRequest and ReportEpisodes over a ROUTER.
+
+* PlanRequest -> PlanReply: ``shared.matchmaking.plan_assignments`` for the request's
+  battles, with the role counts of an iteration of ``n_battles`` battles.
+* ReportEpisodes -> Ack(count) once the records are fsynced to that run's result log.
+* Anything refused -> Error(request_id, reason naming the bad value): a malformed message
+  (ProtocolError, request_id -1), a bad request, a log that cannot be written. Counted in
+  ``royalefleet_ladder_messages_refused_total{reason}``; never a crash.
+
+The master seed, mix and scripted opponents come from the run config the service was started
+with: the learner must be started with the same config (PlanRequest carries neither).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import zmq
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from shared.config import RunConfig
+from shared.matchmaking import ROLES, is_pool_fallback, plan_assignments, role_counts
+from shared.messages import Ack, Decoder, Error, PlanReply, PlanRequest, ProtocolError, ReportEpisodes, ToLadder
+from shared.transport import bind_router, recv, send
+
+from services.ladder.results import ResultLog, check_run_name
+
+MAX_BATTLES = 1_000_000
+"""Largest ``n_battles`` a PlanRequest may name: the role permutation is built over all of them."""
+MAX_LOOKAHEAD = 10_000
+MAX_PLAN_ASSIGNMENTS = 100_000
+"""Assignments one PlanRequest may ask for (len(battles) * lookahead). Each costs ~70 us to
+draw, so this bounds one reply at ~7 s of ladder time and a few MB on the wire."""
+MAX_ORDINAL = 2**31 - 1
+"""Ordinals travel as int32 in a Round's ``ordinal`` array."""
+
+
+class BadRequest(ValueError):
+    """A well-formed message asking for something the ladder will not do."""
+
+
+class Metrics:
+    """The ladder's Prometheus metrics, in their own registry (one per service instance, so
+    tests can run several in one process)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        p, r = "royalefleet_ladder_", self.registry
+        self.episodes_recorded = Counter(p + "episodes_recorded", "Episode records appended to result logs", registry=r)
+        self.plans_served = Counter(p + "plans_served", "PlanRequests answered with a PlanReply", registry=r)
+        self.refused = Counter(
+            p + "messages_refused", "Messages answered with Error, by short reason", ["reason"], registry=r
+        )
+        self.replies_unsent = Counter(
+            p + "replies_unsent", "Replies that could not be queued (peer gone or its queue full)", registry=r
+        )
+        self.torn_lines = Gauge(
+            p + "result_log_torn_lines", "Lines of the run's result log set aside at start-up (torn or invalid)",
+            registry=r,
+        )
+        self.role_battles = Gauge(p + "role_battles", "Battles of each role in the last plan", ["role"], registry=r)
+        self.pool_fallback_battles = Gauge(
+            p + "pool_fallback_battles", "Pool battles of the last plan playing a scripted opponent (empty pool)",
+            registry=r,
+        )
+        self.pool_fallback_assignments = Counter(
+            p + "pool_fallback_assignments", "Pool-role assignments served with a scripted opponent (empty pool)",
+            registry=r,
+        )
+
+
+class LadderService:
+    """One ladder: a bound ROUTER and the run config; result logs are per run_name of a report.
+
+    ``handle`` maps one decoded request to its reply (no sockets involved);
+    ``serve`` is the poll loop. ``address`` is the bound endpoint (``tcp://127.0.0.1:*`` picks a
+    free port; read the real one here).
+    """
+
+    def __init__(self, config: RunConfig, *, bind: str, runs_dir: str | Path, metrics: Metrics | None = None,
+                 ctx: zmq.Context | None = None, say: Callable[[str], None] = print):
+        self.config = config
+        self.runs_dir = Path(runs_dir)
+        self.metrics = metrics or Metrics()
+        self.say = say
+        self._decoder = Decoder(ToLadder, max_array_bytes=0)
+        max_bytes = config.services.max_message_mb << 20
+        self.sock = bind_router(bind, max_bytes=max_bytes, ctx=ctx)
+        self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._read_existing_log()
+
+    # ----------------------------------------------------------------- start-up
+
+    def _read_existing_log(self) -> None:
+        """Read the configured run's log once: say what it holds, publish its torn lines."""
+        log = ResultLog.for_run(self.runs_dir, self.config.run_name)
+        found = log.read()
+        self.metrics.torn_lines.set(found.n_set_aside)
+        held = f"holds {len(found.lines)} records" if log.path.exists() else "does not exist yet (0 records)"
+        self.say(f"ladder: result log {log.path} {held}")
+        for number, why in found.set_aside:
+            self.say(f"ladder: set aside line {number} of {log.path}: {why}")
+
+    # ----------------------------------------------------------------- requests
+
+    def handle(self, body) -> PlanReply | Ack | Error:
+        """The reply to one decoded ToLadder message. Never raises for a request's content."""
+        try:
+            if isinstance(body, PlanRequest):
+                return self._plan(body)
+            if isinstance(body, ReportEpisodes):
+                return self._report(body)
+            raise BadRequest(f"the ladder does not serve {type(body).__name__}")
+        except BadRequest as exc:
+            self.metrics.refused.labels("bad_request").inc()
+            return Error(request_id=body.request_id, reason=str(exc))
+        except OSError as exc:
+            self.metrics.refused.labels("io").inc()
+            return Error(request_id=body.request_id, reason=f"result log not written: {exc}")
+
+    def _plan(self, req: PlanRequest) -> PlanReply:
+        _check_plan(req)
+        ladder, pool = self.config.ladder, self._pool_members()
+        try:
+            counts = role_counts(ladder.mix, req.n_battles)
+            assignments = plan_assignments(
+                self.config.master_seed, req.n_battles, req.battles, req.next_ordinals, req.lookahead,
+                ladder.mix, ladder.scripted_opponents, pool_members=pool,
+            )
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        for role, count in zip(ROLES, counts):
+            self.metrics.role_battles.labels(role).set(count)
+        self.metrics.pool_fallback_battles.set(0 if pool else counts[1])
+        self.metrics.pool_fallback_assignments.inc(sum(map(is_pool_fallback, assignments)))
+        self.metrics.plans_served.inc()
+        return PlanReply(request_id=req.request_id, assignments=assignments, role_counts=counts)
+
+    def _pool_members(self) -> tuple[str, ...]:
+        return ()  # the pool (snapshots admitted by the gate) is a later issue
+
+    def _report(self, req: ReportEpisodes) -> Ack:
+        problem = check_run_name(req.run_name)
+        if problem:
+            raise BadRequest(problem)
+        for i, ep in enumerate(req.episodes):
+            if ep.battle < 0 or ep.ordinal < 0 or ep.outcome not in (-1, 0, 1):
+                raise BadRequest(
+                    f"episodes[{i}]: battle {ep.battle}, ordinal {ep.ordinal}, outcome {ep.outcome}: "
+                    "battle and ordinal must be >= 0 and outcome one of -1, 0, 1"
+                )
+        written = ResultLog.for_run(self.runs_dir, req.run_name).append(req.episodes)
+        self.metrics.episodes_recorded.inc(written)
+        return Ack(request_id=req.request_id, count=written)
+
+    # ----------------------------------------------------------------- loop
+
+    def serve(self, stop: threading.Event, *, poll_ms: int = 200) -> None:
+        """Answer requests until ``stop`` is set (checked at least every ``poll_ms``)."""
+        while not stop.is_set():
+            if self.sock.poll(poll_ms, zmq.POLLIN):
+                self.serve_one()
+
+    def serve_one(self) -> None:
+        """Receive one message (the caller has polled) and reply to it."""
+        try:
+            identity, body, _ = recv(self.sock, self._decoder, router=True)
+        except ProtocolError as exc:
+            self.metrics.refused.labels(exc.reason).inc()
+            identity = getattr(exc, "identity", None)
+            if identity:
+                self._reply(identity, Error(request_id=-1, reason=f"{exc.reason}: {exc}"))
+            return
+        self._reply(identity, self.handle(body))
+
+    def _reply(self, identity: bytes, reply) -> None:
+        if not send(self.sock, reply, identity=identity):
+            self.metrics.replies_unsent.inc()
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+def _check_plan(req: PlanRequest) -> None:
+    """Raise BadRequest naming the first thing wrong with a PlanRequest's shape."""
+    if not 1 <= req.n_battles <= MAX_BATTLES:
+        raise BadRequest(f"n_battles {req.n_battles}: must be 1..{MAX_BATTLES}")
+    if not 1 <= req.lookahead <= MAX_LOOKAHEAD:
+        raise BadRequest(f"lookahead {req.lookahead}: must be 1..{MAX_LOOKAHEAD}")
+    if len(req.battles) != len(req.next_ordinals):
+        raise BadRequest(f"{len(req.battles)} battles but {len(req.next_ordinals)} next_ordinals; one each")
+    if len(req.battles) * req.lookahead > MAX_PLAN_ASSIGNMENTS:
+        raise BadRequest(
+            f"{len(req.battles)} battles x lookahead {req.lookahead} = {len(req.battles) * req.lookahead} "
+            f"assignments; at most {MAX_PLAN_ASSIGNMENTS} per request"
+        )
+    if len(set(req.battles)) != len(req.battles):
+        raise BadRequest(f"battles {req.battles}: a battle is listed twice")
+    for battle, first in zip(req.battles, req.next_ordinals):
+        if not 0 <= battle < req.n_battles:
+            raise BadRequest(f"battle {battle}: outside 0..{req.n_battles - 1} of an iteration of {req.n_battles}")
+        if first < 0:
+            raise BadRequest(f"next_ordinals: battle {battle} has ordinal {first}; ordinals start at 0")
+        if first + req.lookahead - 1 > MAX_ORDINAL:
+            raise BadRequest(f"next_ordinals: battle {battle} ordinal {first} + lookahead passes int32")

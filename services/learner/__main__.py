@@ -1,0 +1,5 @@
+import sys
+
+from services.learner.service import main
+
+sys.exit(main())

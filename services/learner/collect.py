@@ -1,0 +1,234 @@
+"""Collecting one iteration's rectangle from the rollouts, with central inference.
+
+The learner talks to every rollout over one ROUTER socket. Each shard of each active rollout
+goes through cycles 0..T: the learner receives the shard's round for cycle t, files it by
+(cycle, slot), infers for the learner-held slots and sends Step(t); the rollout steps and
+answers with cycle t + 1. The round for cycle T closes row T - 1 and is kept: it is the next
+iteration's cycle 0, answered after the update with the new policy.
+
+A shard whose next round is later than ``round_timeout_s`` loses its rollout for the rest of
+the iteration: its cells stay invalid (never trained, never crossed by GAE), the loss is
+counted, and everything else carries on. Hellos, heartbeats and failures are handled here too,
+whenever they arrive.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import zmq
+
+from services.learner.fleet import Fleet, Member, SlotMap
+from services.learner.rectangle import Rectangle
+from shared import transport
+from shared.messages import (
+    GROUP_LEARNER, Failure, Heartbeat, Hello, ProtocolError, Refused, Rejoin, Round, Step, Welcome,
+)
+from shared.seeding import stream
+
+
+@dataclass
+class CollectStats:
+    rounds: int = 0
+    inference_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    wire_bytes: int = 0
+    rows_received: int = 0
+    episodes: list = field(default_factory=list)
+    lost: list = field(default_factory=list)
+    refused: int = 0
+    env_steps: int = 0
+    illegal: int = 0
+
+
+class Collector:
+    def __init__(self, sock: zmq.Socket, decoder, fleet: Fleet, welcome_for, engine, say, refused_counter=None):
+        self.sock, self.decoder, self.fleet = sock, decoder, fleet
+        self.welcome_for = welcome_for  # () -> Welcome
+        self.engine = engine
+        self.say = say
+        self.refused_counter = refused_counter
+        self.stop_requested = False
+
+    # ------------------------------------------------------------------ messages
+
+    def _send(self, identity: bytes, body, arrays=None) -> bool:
+        return transport.send(self.sock, body, arrays, identity=identity)
+
+    def poll(self, timeout_ms: int, on_round) -> int:
+        """Handle every message that arrives within ``timeout_ms`` (then drains without
+        waiting). Rounds go to ``on_round(member, round, arrays)``. Returns messages handled."""
+        handled = 0
+        wait = timeout_ms
+        while self.sock.poll(wait, zmq.POLLIN):
+            wait = 0
+            handled += 1
+            try:
+                identity, msg, arrays = transport.recv(self.sock, self.decoder, router=True)
+            except ProtocolError as exc:
+                self._refused(exc.reason, f"refused a message: {exc}")
+                continue
+            if isinstance(msg, Hello):
+                self._on_hello(identity, msg)
+                continue
+            member = self.fleet.get(msg.instance)
+            if member is None or member.identity != identity or member.lost:
+                if not isinstance(msg, Failure):
+                    self._send(identity, Rejoin(reason="this learner does not know instance " + msg.instance))
+                continue
+            member.last_seen = time.monotonic()
+            if isinstance(msg, Round):
+                on_round(member, msg, arrays)
+            elif isinstance(msg, Failure):
+                self.say(f"rollout {member.label()} failed ({msg.kind}): {msg.message.strip().splitlines()[-1] if msg.message.strip() else ''}")
+                self.fleet.mark_lost(member)
+            elif isinstance(msg, Heartbeat):
+                pass
+        return handled
+
+    def _refused(self, reason: str, text: str) -> None:
+        if self.refused_counter is not None:
+            self.refused_counter.labels(reason).inc()
+        self.say(text)
+        self.stats_refused = getattr(self, "stats_refused", 0) + 1
+
+    def _on_hello(self, identity: bytes, msg: Hello) -> None:
+        if msg.engine != self.engine:
+            reason = (f"engine build differs: the rollout runs {msg.engine.describe()}, "
+                      f"the learner runs {self.engine.describe()}; install the same royalegym/royalesim on both")
+            self.say(f"refused rollout {msg.instance}@{msg.host}: {reason}")
+            self._send(identity, Refused(reason=reason))
+            return
+        if msg.battles < 1 or msg.shards < 1 or msg.battles % msg.shards:
+            self._send(identity, Refused(reason=f"battles={msg.battles} must be a positive multiple of shards={msg.shards}"))
+            return
+        existing = self.fleet.get(msg.instance)
+        if existing is not None and existing.identity == identity and not existing.lost:
+            self._send(identity, self.welcome_for())  # a repeated Hello (learner was silent): re-welcome
+            return
+        self.fleet.add(Member(msg.instance, identity, msg.battles, msg.shards, msg.host, msg.pid))
+        self._send(identity, self.welcome_for())
+        self.say(f"rollout {msg.instance}@{msg.host}:{msg.pid} registered: {msg.battles} battles in "
+                 f"{msg.shards} shards; joins at the next iteration")
+
+    # ------------------------------------------------------------------ one iteration
+
+    def collect(self, iteration: int, members: list[Member], slot_map: SlotMap, rect: Rectangle, policy,
+                master_seed: int, round_timeout_s: float) -> CollectStats:
+        """Fill ``rect``; returns what happened. Rollouts that are not ``fresh`` have their
+        cycle-0 round held from the previous iteration."""
+        T = rect.T
+        stats = CollectStats()
+        self.stats_refused = 0
+        expected: dict[tuple[str, int], int] = {}
+        deadline: dict[tuple[str, int], float] = {}
+        uniforms: dict[int, np.ndarray] = {}
+        by_instance = {m.instance: m for m in members}
+        pending: list[tuple[Member, Round, dict]] = []
+        held: list[tuple[Member, Round, dict]] = []
+
+        def u_for(cycle: int) -> np.ndarray:
+            if cycle not in uniforms:
+                uniforms[cycle] = stream(master_seed, "act/iteration/{iteration}/cycle/{cycle}",
+                                         iteration=iteration, cycle=cycle).random(rect.R, dtype=np.float64)
+            return uniforms[cycle]
+
+        now = time.monotonic()
+        for m in members:
+            for s in range(m.shards):
+                expected[(m.instance, s)] = 0
+                deadline[(m.instance, s)] = now + round_timeout_s
+                if not m.fresh:
+                    held.append((m, *m.held[s]))
+            m.held = {}
+
+        def on_round(member: Member, body: Round, arrays: dict) -> None:
+            if member.instance not in by_instance:
+                return  # registered during this iteration: its rounds come after its Plan
+            pending.append((member, body, arrays))
+
+        def file_round(member: Member, body: Round, arrays: dict, label_iteration: int) -> None:
+            key = (member.instance, body.shard)
+            if key not in expected or expected[key] > T:
+                self._refused("unexpected", f"unexpected round {body.iteration}/{body.cycle} shard {body.shard} from {member.label()}")
+                return
+            c = expected[key]
+            if body.cycle != c or label_iteration != iteration:
+                self._refused("out_of_order", f"round {body.iteration}/{body.cycle} from {member.label()} shard {body.shard}; expected {iteration}/{c}")
+                return
+            slots = slot_map.slots[key]
+            try:
+                group = arrays["group"]
+                if group.shape != slots.shape:
+                    raise ValueError(f"group has {group.shape[0]} slots, the shard has {len(slots)}")
+                learner = rect.store_obs(c, slots, group, arrays["tick"], arrays["rows"])
+                if c > 0:
+                    fs = arrays["final_slots"]
+                    if len(fs) and (fs.min() < 0 or fs.max() >= len(slots)):
+                        raise ValueError("final_slots out of range")
+                    rect.store_step(c - 1, slots, arrays["reward"], arrays["terminated"], arrays["truncated"],
+                                    arrays["deploy_status"], fs, arrays["final_rows"])
+                    stats.env_steps += len(slots) // 2
+                    stats.illegal += int(np.count_nonzero((arrays["deploy_status"] > 0) & (rect.group[c - 1, slots] == GROUP_LEARNER)))
+            except (KeyError, ValueError) as exc:
+                self._refused("arrays", f"malformed round from {member.label()}: {exc}")
+                return
+            for ep in body.episodes:
+                ep.iteration = iteration
+            stats.episodes.extend(body.episodes)
+            stats.rounds += 1
+            stats.wire_bytes += sum(a.nbytes for a in arrays.values())
+            stats.rows_received += len(learner) + len(arrays["final_rows"])
+            expected[key] = c + 1
+            deadline[key] = time.monotonic() + round_timeout_s
+            if c == T:
+                member.held[body.shard] = (body, arrays)
+                return
+            t0 = time.perf_counter()
+            rows = rect.rows[c, learner]
+            actions, log_probs = policy.act(rows, rect.n_legal[c, learner], u_for(c)[learner])
+            stats.inference_seconds += time.perf_counter() - t0
+            rect.actions[c, learner] = actions
+            rect.log_probs[c, learner] = log_probs
+            rect.acted[c, learner] = True
+            out = np.zeros(len(slots), np.int16)
+            out[group == GROUP_LEARNER] = actions
+            if not self._send(member.identity, Step(iteration=iteration, cycle=c, shard=body.shard), {"actions": out}):
+                self.say(f"could not send a step to {member.label()}")
+
+        # A held cycle-T round is this iteration's cycle 0: the battles did not move since.
+        for m, body, arrays in held:
+            file_round(m, Round(instance=body.instance, iteration=iteration, cycle=0, shard=body.shard),
+                       _cycle0_arrays(arrays), iteration)
+
+        while any(expected[k] <= T for k in expected if not by_instance[k[0]].lost):
+            if self.stop_requested:
+                break
+            t0 = time.perf_counter()
+            self.poll(50, on_round)
+            stats.wait_seconds += time.perf_counter() - t0
+            for m, body, arrays in pending:
+                if not m.lost:
+                    file_round(m, body, arrays, body.iteration)
+            pending.clear()
+            now = time.monotonic()
+            for key, c in expected.items():
+                m = by_instance[key[0]]
+                if c <= T and not m.lost and now > deadline[key]:
+                    self.say(f"rollout {m.label()} missed the round deadline ({round_timeout_s:.0f} s) at "
+                             f"cycle {c} of shard {key[1]}; its slots are invalid for the rest of iteration {iteration}")
+                    self.fleet.mark_lost(m)
+                if m.lost and m.instance not in stats.lost:
+                    stats.lost.append(m.instance)
+        stats.refused = self.stats_refused
+        stats.wait_seconds -= stats.inference_seconds
+        return stats
+
+
+def _cycle0_arrays(arrays: dict) -> dict:
+    """A held cycle-T round's observation half, as a cycle-0 round (the step half was filed in
+    the previous iteration)."""
+    return {k: arrays[k] for k in ("group", "tick", "ordinal", "rows")} | {
+        "final_slots": arrays["final_slots"][:0], "final_rows": arrays["final_rows"][:0]}

@@ -1,0 +1,115 @@
+"""The rollouts the learner knows, the battles each runs, and the iteration's slot map.
+
+Battle ids are global and stable: a rollout keeps its battles for as long as it lives; a
+newcomer takes the lowest free ids (those of a rollout that was lost, first). Membership changes
+only at an iteration boundary (``arrange``), so the rectangle of one iteration is fixed: R
+slots = 2 x the battles of the active rollouts, ordered by battle id, slot ``2 * b_index + seat``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Member:
+    instance: str
+    identity: bytes
+    battles: int
+    shards: int
+    host: str
+    pid: int
+    battle_ids: list[int] = field(default_factory=list)
+    active: bool = False
+    lost: bool = False
+    fresh: bool = True
+    last_seen: float = field(default_factory=time.monotonic)
+    held: dict = field(default_factory=dict)
+    """shard -> (Round, arrays): the cycle-T round of the previous iteration, which is this
+    iteration's cycle 0 (the battles did not move in between)."""
+
+    @property
+    def per_shard(self) -> int:
+        return self.battles // self.shards
+
+    def label(self) -> str:
+        return f"{self.instance}@{self.host}:{self.pid}"
+
+
+@dataclass
+class SlotMap:
+    """Where every (member, shard) lands in the rectangle."""
+
+    n_battles: int
+    battle_ids: np.ndarray  # (n_battles,) global ids in slot order
+    slots: dict[tuple[str, int], np.ndarray]  # (instance, shard) -> global slots of its local slots
+
+    @property
+    def n_slots(self) -> int:
+        return 2 * self.n_battles
+
+
+class Fleet:
+    def __init__(self):
+        self.members: dict[str, Member] = {}
+        self.by_identity: dict[bytes, str] = {}
+        self.next_ordinal: dict[int, int] = {}
+        self.lost_total = 0
+
+    def add(self, member: Member) -> None:
+        old = self.by_identity.get(member.identity)
+        if old and old in self.members and old != member.instance:
+            # The same socket said Hello again with a new instance: its old self is gone.
+            self.mark_lost(self.members[old])
+        self.members[member.instance] = member
+        self.by_identity[member.identity] = member.instance
+
+    def get(self, instance: str) -> Member | None:
+        return self.members.get(instance)
+
+    def mark_lost(self, member: Member) -> None:
+        if not member.lost:
+            member.lost = True
+            self.lost_total += 1
+
+    def active(self) -> list[Member]:
+        return sorted((m for m in self.members.values() if m.active and not m.lost), key=lambda m: m.battle_ids[0])
+
+    def arrange(self) -> list[Member]:
+        """Apply membership changes at an iteration boundary; returns the active members.
+
+        Lost members are dropped and their battles freed; waiting members get the lowest
+        free battle ids and start fresh (their battles restart at each battle's next ordinal).
+        """
+        for inst in [i for i, m in self.members.items() if m.lost]:
+            m = self.members.pop(inst)
+            if self.by_identity.get(m.identity) == inst:
+                del self.by_identity[m.identity]
+        taken = {b for m in self.members.values() if m.active for b in m.battle_ids}
+        for m in sorted(self.members.values(), key=lambda m: m.last_seen):
+            if m.active:
+                m.fresh = m.fresh or len(m.held) != m.shards
+                continue
+            free, b = [], 0
+            while len(free) < m.battles:
+                if b not in taken:
+                    free.append(b)
+                b += 1
+            taken.update(free)
+            m.battle_ids, m.active, m.fresh = free, True, True
+        return self.active()
+
+    def slot_map(self, members: list[Member]) -> SlotMap:
+        order = sorted(((b, m.instance, i) for m in members for i, b in enumerate(m.battle_ids)))
+        position = {(inst, i): k for k, (_, inst, i) in enumerate(order)}
+        slots = {}
+        for m in members:
+            per = m.per_shard
+            for s in range(m.shards):
+                base = [2 * position[(m.instance, s * per + j)] for j in range(per)]
+                slots[(m.instance, s)] = np.array([x + seat for x in base for seat in (0, 1)], dtype=np.int64)
+        ids = np.array([b for b, _, _ in order], dtype=np.int64)
+        return SlotMap(len(order), ids, slots)

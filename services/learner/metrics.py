@@ -1,0 +1,54 @@
+"""The learner's Prometheus metrics: the metric row as gauges, plus service counters.
+
+Gauges are created on first sight of a row key, named by ``shared.metric_schema.prometheus_name``
+(base units as in the schema, family keys as one gauge with a label). A key absent from a row
+leaves its gauge untouched at the previous value... except that it would then lie, so a key
+missing from this row is removed from the exposition instead.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from shared.metric_schema import SCHEMA, prometheus_name, schema_key
+
+
+class LearnerMetrics:
+    def __init__(self, port: int | None, host: str = "127.0.0.1"):
+        self.registry = r = CollectorRegistry()
+        self.refused = Counter("royalefleet_learner_messages_refused", "Messages refused by the learner",
+                               ["reason"], registry=r)
+        self.checkpoint_failures = Counter("royalefleet_learner_checkpoint_failures",
+                                           "Checkpoints that could not be written after retries", registry=r)
+        self.iterations = Counter("royalefleet_learner_iterations", "Iterations finished by this process", registry=r)
+        self._gauges: dict[str, Gauge] = {}
+        self._present: set[tuple[str, tuple]] = set()
+        if port:
+            start_http_server(port, addr=host, registry=r)
+
+    def _gauge(self, name: str, labels: dict, key: str) -> Gauge:
+        g = self._gauges.get(name)
+        if g is None:
+            unit, doc = SCHEMA[schema_key(key)]
+            g = Gauge(name, f"{doc} [{unit}]", list(labels), registry=self.registry)
+            self._gauges[name] = g
+        return g
+
+    def export(self, row: dict) -> None:
+        present = set()
+        for key, value in row.items():
+            if schema_key(key) is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            name, labels = prometheus_name(key)
+            g = self._gauge(name, labels, key)
+            (g.labels(**labels) if labels else g).set(float(value))
+            present.add((name, tuple(labels.values())))
+        for name, values in self._present - present:
+            g = self._gauges[name]
+            if values:
+                try:
+                    g.remove(*values)
+                except KeyError:
+                    pass
+        self._present = present
+        self.iterations.inc()

@@ -1,0 +1,255 @@
+"""One PPO update over one iteration's trainable cells (clipped PPO, Schulman et al. 2017,
+"Proximal Policy Optimization Algorithms"; dual clip from Ye et al. 2020, "Mastering Complex
+Control in MOBA Games with Deep Reinforcement Learning").
+
+Reads top to bottom like CleanRL's ``ppo.py``; the differences from it, each one line below:
+
+* Advantages are standardised once per iteration over the CHOICE rows (rows with more than one
+  legal action), before any batching.
+* Dual clip: for A < 0 the objective is also bounded below by ``DUAL_CLIP * A``, so a rarely
+  sampled action whose ratio explodes in the 2,305-way space cannot dominate a batch.
+* Forced rows (only the no-op legal; ~90 % of rows) have log-prob exactly 0 and ratio exactly 1
+  under every parameter: their objective is the constant A and their actor gradient is zero, so
+  they are never forwarded through the actor (saves ~90 % of actor compute). The critic trains
+  on every row.
+* An epoch is cut into ``max(1, N // batch_size)`` nearly equal batches (none dropped, no short
+  remainder); one optimizer step per batch; each minibatch's loss is divided by the BATCH's row
+  count, so the gradients accumulated over minibatches equal the full-batch gradient and
+  ``minibatch_size`` is a memory knob only.
+* Separate actor and critic (disjoint parameters): one summed loss, one backward, two Adams,
+  and the grad-norm clip applied to each network on its own.
+* Diagnostics (KL, clip fractions, entropies) are means over choice rows: averaged over the
+  forced rows' structural zeros a healthy run reads as dead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from shared.config import PPOConfig
+from services.learner.distribution import NOOP, MaskedCategorical
+
+DUAL_CLIP = 3.0
+"""c of the dual clip (the reference's ``dual_clip_c``; not a PPOConfig field yet)."""
+ADV_EPS = 1e-8
+"""Added to the advantage std: a single choice row standardises to 0, not NaN."""
+
+
+@dataclass
+class UpdateData:
+    """The N trainable cells of one iteration, flattened, in any fixed order.
+
+    ``fetch(cells)`` takes sorted int64 indices into these N rows and returns the obs batch
+    (``spatial``, ``vector``, ``mask`` tensors on the device, rows in the order of ``cells``).
+    """
+
+    actions: np.ndarray  # (N,) int64
+    old_log_probs: np.ndarray  # (N,) float32, from the rollout-time forward
+    advantages: np.ndarray  # (N,) float32, raw GAE
+    returns: np.ndarray  # (N,) float32
+    old_values: np.ndarray  # (N,) float32, the critic pass that GAE used
+    n_legal: np.ndarray  # (N,) int32; choice row = n_legal > 1, forced row = 1
+    fetch: Callable[[np.ndarray], dict]
+
+
+def make_optimizers(model, ppo: PPOConfig) -> tuple[torch.optim.Adam, torch.optim.Adam]:
+    """One Adam per network. eps 1e-5 is the PPO paper's (torch's default is 1e-8)."""
+    opt_actor = torch.optim.Adam(model.actor.parameters(), lr=ppo.lr_actor, eps=ppo.adam_eps)
+    opt_critic = torch.optim.Adam(model.critic.parameters(), lr=ppo.lr_critic, eps=ppo.adam_eps)
+    return opt_actor, opt_critic
+
+
+def standardize_advantages(advantages: np.ndarray, choice: np.ndarray) -> np.ndarray:
+    """(A - mean) / (std + 1e-8), mean and population std over the choice rows. (N,) float32.
+
+    Forced rows get 0: their objective is a constant whatever A is, and leaving their raw value
+    in would put huge numbers in the array when the choice rows' std is ~0."""
+    out = np.zeros(advantages.shape, dtype=np.float32)
+    if choice.any():
+        population = advantages[choice].astype(np.float64)
+        out[choice] = (population - population.mean()) / (population.std() + ADV_EPS)
+    return out
+
+
+def clipped_objective(ratio: torch.Tensor, adv: torch.Tensor, clip: float, dual_clip: float = DUAL_CLIP) -> torch.Tensor:
+    """Per-row PPO objective (to be MAXIMISED), with the dual clip for negative advantages:
+    A >= 0: min(r A, clip(r, 1-e, 1+e) A);  A < 0: max(min(r A, clip(r, 1-e, 1+e) A), c A)."""
+    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv)
+    return torch.where(adv < 0, torch.maximum(surrogate, dual_clip * adv), surrogate)
+
+
+def explained_variance(predicted: np.ndarray, target: np.ndarray) -> float | None:
+    """1 - Var(G - V) / Var(G); None when Var(G) == 0 (undefined, not 0 or 1)."""
+    target = target.astype(np.float64)
+    var_target = target.var()
+    if target.size < 2 or var_target == 0.0:
+        return None
+    return float(1.0 - (target - predicted.astype(np.float64)).var() / var_target)
+
+
+def _check_data(data: UpdateData) -> int:
+    n = len(data.actions)
+    if n == 0:
+        raise ValueError("ppo_update got no trainable rows")
+    for name in ("old_log_probs", "advantages", "returns", "old_values", "n_legal"):
+        if len(getattr(data, name)) != n:
+            raise ValueError(f"UpdateData.{name} has {len(getattr(data, name))} rows, actions has {n}")
+    forced = data.n_legal <= 1
+    bad = forced & ((data.actions != NOOP) | (data.old_log_probs != 0.0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{int(bad.sum())} forced rows (n_legal 1) do not hold action 0 with log-prob 0.0; first: "
+            f"row {i}, action {int(data.actions[i])}, log-prob {float(data.old_log_probs[i])}"
+        )
+    return n
+
+
+def ppo_update(
+    model,
+    opt_actor: torch.optim.Optimizer,
+    opt_critic: torch.optim.Optimizer,
+    data: UpdateData,
+    ppo: PPOConfig,
+    epoch_generator: Callable[[int], np.random.Generator],
+    device,
+) -> dict[str, float]:
+    """Train ``model.actor`` and ``model.critic`` on one iteration's rows for ``ppo.n_epochs``.
+
+    Loss of a batch of n rows (C = its choice rows; every sum below is divided by n, all rows):
+        policy  = -(1/n) sum_C clipped_objective(r, A)        r = exp(logp_new - logp_old)
+        entropy = -ent_coef (1/n) sum_C H(pi)                 H over the legal set
+        value   = vf_coef (1/n) sum_all (V - G)^2             no value clipping
+
+    ``epoch_generator(e)`` gives epoch e's permutation stream
+    (``ppo/minibatch/iteration/{i}/epoch/{e}``). Returns a flat dict of ``ppo/...`` metrics;
+    actor metrics are absent (not 0) when there is no choice row.
+
+    ``ppo/ratio_max_abs_dev`` is max |r - 1| over the choice rows forwarded before the first
+    optimizer step (the first minibatch of epoch 0 and the rest of its batch, which accumulate
+    gradients under unchanged weights): anything but ~0 means the update's forward computes a
+    different function from the rollout's.
+    """
+    n_rows = _check_data(data)
+    choice = data.n_legal > 1
+    n_choice = int(choice.sum())
+    n_batches = max(1, n_rows // ppo.batch_size)
+
+    # Standardise once per iteration, over the rows the actor trains on.
+    advantages = standardize_advantages(data.advantages, choice)
+
+    def on_device(array, dtype):
+        return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
+
+    actions_t = on_device(data.actions, torch.int64)
+    old_log_probs_t = on_device(data.old_log_probs, torch.float32)
+    advantages_t = on_device(advantages, torch.float32)
+    returns_t = on_device(data.returns, torch.float32)
+
+    zero = lambda: torch.zeros((), dtype=torch.float64, device=device)  # noqa: E731
+    kl_sum = [zero() for _ in range(ppo.n_epochs)]
+    clipped_sum = [zero() for _ in range(ppo.n_epochs)]
+    choice_seen = [0] * ppo.n_epochs
+    dual_sum, entropy_sum, noop_entropy_sum, sq_err_sum = zero(), zero(), zero(), zero()
+    ratio_dev = zero()
+    policy_losses: list[torch.Tensor] = []
+    grad_norms_actor: list[torch.Tensor] = []
+    grad_norms_critic: list[torch.Tensor] = []
+    actor_steps = critic_steps = 0
+
+    for epoch in range(ppo.n_epochs):
+        permutation = epoch_generator(epoch).permutation(n_rows)
+        for batch in np.array_split(permutation, n_batches):
+            batch_rows = len(batch)  # every loss sum below is divided by this, never by a minibatch's size
+            opt_actor.zero_grad(set_to_none=True)
+            opt_critic.zero_grad(set_to_none=True)
+            batch_policy_loss = zero()
+            batch_has_choice = False
+
+            for start in range(0, batch_rows, ppo.minibatch_size):
+                cells = np.sort(batch[start : start + ppo.minibatch_size])
+                obs = data.fetch(cells)
+                idx = torch.as_tensor(cells, device=device)
+
+                # Critic: every row, forced ones included.
+                values = model.value(obs)
+                sq_err = (values - returns_t[idx]).pow(2)
+                loss = ppo.vf_coef * sq_err.sum() / batch_rows
+                sq_err_sum += sq_err.detach().sum()
+
+                # Actor: choice rows only (a forced row's ratio is exactly 1 and its gradient 0).
+                rows = np.flatnonzero(choice[cells])
+                if rows.size:
+                    batch_has_choice = True
+                    rows_t = torch.as_tensor(rows, device=device)
+                    actor_obs = {key: tensor[rows_t] for key, tensor in obs.items()}
+                    chosen = idx[rows_t]
+                    dist = MaskedCategorical(model.actor_logits(actor_obs), actor_obs["mask"])
+                    log_ratio = dist.log_prob(actions_t[chosen]) - old_log_probs_t[chosen]
+                    ratio = log_ratio.exp()
+                    adv = advantages_t[chosen]
+                    objective = clipped_objective(ratio, adv, ppo.clip_range)
+                    entropy = dist.entropy()
+                    policy_loss = -objective.sum() / batch_rows
+                    entropy_loss = -ppo.ent_coef * entropy.sum() / batch_rows
+                    loss = loss + policy_loss + entropy_loss
+
+                    with torch.no_grad():
+                        surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - ppo.clip_range, 1 + ppo.clip_range) * adv)
+                        kl_sum[epoch] += ((ratio - 1.0) - log_ratio).sum()  # Schulman's k3, >= 0
+                        clipped_sum[epoch] += ((ratio - 1.0).abs() > ppo.clip_range).sum()
+                        dual_sum += ((adv < 0) & (surrogate < DUAL_CLIP * adv)).sum()
+                        entropy_sum += entropy.sum()
+                        noop_entropy_sum += dist.noop_entropy().sum()
+                        batch_policy_loss += policy_loss.detach()
+                        choice_seen[epoch] += rows.size
+                        if actor_steps == 0:  # weights still those the rollout sampled with
+                            ratio_dev = torch.maximum(ratio_dev, (ratio - 1.0).abs().max().double())
+
+                loss.backward()  # accumulates: the batch's gradient is the sum over its minibatches
+
+            # Clip each network's gradient norm on its own; the returned norm is pre-clip.
+            grad_norms_critic.append(torch.nn.utils.clip_grad_norm_(model.critic.parameters(), ppo.max_grad_norm))
+            opt_critic.step()
+            critic_steps += 1
+            if batch_has_choice:
+                grad_norms_actor.append(torch.nn.utils.clip_grad_norm_(model.actor.parameters(), ppo.max_grad_norm))
+                opt_actor.step()
+                actor_steps += 1
+                policy_losses.append(batch_policy_loss)
+
+    metrics: dict[str, float] = {
+        "ppo/value_loss": float(sq_err_sum) / (n_rows * ppo.n_epochs),
+        "ppo/grad_norm_critic": float(torch.stack(grad_norms_critic).double().mean()),
+        "ppo/forced_frac": 1.0 - n_choice / n_rows,
+        "ppo/choice_rows": float(n_choice),
+        "ppo/optimizer_steps": float(critic_steps),
+        "ppo/actor_optimizer_steps": float(actor_steps),
+    }
+    ev = explained_variance(data.old_values, data.returns)
+    if ev is not None:
+        metrics["ppo/explained_variance"] = ev
+    if n_choice:
+        for epoch in range(ppo.n_epochs):
+            metrics[f"ppo/kl_epoch{epoch}"] = float(kl_sum[epoch]) / choice_seen[epoch]
+            metrics[f"ppo/clip_fraction_epoch{epoch}"] = float(clipped_sum[epoch]) / choice_seen[epoch]
+        last = ppo.n_epochs - 1
+        forwarded = sum(choice_seen)
+        metrics.update({
+            "ppo/kl": metrics[f"ppo/kl_epoch{last}"],
+            "ppo/clip_fraction": metrics[f"ppo/clip_fraction_epoch{last}"],
+            "ppo/dual_clip_fraction": float(dual_sum) / forwarded,
+            "ppo/entropy": float(entropy_sum) / forwarded,
+            "ppo/noop_entropy": float(noop_entropy_sum) / forwarded,
+            "ppo/policy_loss": float(torch.stack(policy_losses).mean()),
+            "ppo/grad_norm_actor": float(torch.stack(grad_norms_actor).double().mean()),
+            "ppo/ratio_max_abs_dev": float(ratio_dev),
+        })
+        ev_choice = explained_variance(data.old_values[choice], data.returns[choice])
+        if ev_choice is not None:
+            metrics["ppo/explained_variance_choice"] = ev_choice
+    return metrics

@@ -1,0 +1,71 @@
+"""One iteration's experience: a rectangle of T cycles x R slots, assembled by (cycle, slot).
+
+Rows 0..T-1 are the collected cycles; row T is the bootstrap row (the observation after the
+last step, whose value closes GAE). A round for cycle ``t`` fills row ``t``'s observation half
+and row ``t - 1``'s step half (shared.messages.Round says which array is which). Nothing is
+placed by arrival order: the learner computes each round's slots from the slot map.
+
+Packed observation rows are kept as they arrived (``shared.codec``) and unpacked per
+minibatch, so the rectangle costs ``(T + 1) * R * row_bytes`` bytes plus a few scalar columns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shared.messages import GROUP_LEARNER
+
+POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int32)
+
+
+class Rectangle:
+    def __init__(self, cycles: int, n_slots: int, row_bytes: int, mask_offset: int):
+        T, R = cycles, n_slots
+        self.T, self.R, self.row_bytes, self.mask_offset = T, R, row_bytes, mask_offset
+        self.rows = np.zeros((T + 1, R, row_bytes), np.uint8)
+        self.obs_valid = np.zeros((T + 1, R), bool)
+        self.group = np.full((T + 1, R), -1, np.int8)
+        self.tick = np.zeros((T + 1, R), np.int32)
+        self.n_legal = np.zeros((T + 1, R), np.int32)
+        self.actions = np.zeros((T, R), np.int64)
+        self.log_probs = np.zeros((T, R), np.float32)
+        self.acted = np.zeros((T, R), bool)
+        self.reward = np.zeros((T, R), np.float32)
+        self.terminated = np.zeros((T, R), bool)
+        self.truncated = np.zeros((T, R), bool)
+        self.deploy_status = np.full((T, R), -1, np.int8)
+        self.step_valid = np.zeros((T, R), bool)
+        self.final_rows: dict[tuple[int, int], np.ndarray] = {}
+
+    def store_obs(self, t: int, slots: np.ndarray, group: np.ndarray, tick: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Row ``t``'s observation half for ``slots``; ``rows`` holds the learner slots' packed
+        rows in slot order. Returns the global slots the learner holds."""
+        learner = slots[group == GROUP_LEARNER]
+        if rows.shape != (len(learner), self.row_bytes):
+            raise ValueError(f"round carries rows of shape {rows.shape}, expected ({len(learner)}, {self.row_bytes})")
+        self.group[t, slots] = group
+        self.tick[t, slots] = tick
+        self.obs_valid[t, slots] = True
+        if len(learner):
+            self.rows[t, learner] = rows
+            self.n_legal[t, learner] = POPCOUNT[rows[:, self.mask_offset :]].sum(axis=1)
+        return learner
+
+    def store_step(self, t: int, slots: np.ndarray, reward, terminated, truncated, deploy_status,
+                   final_slots: np.ndarray, final_rows: np.ndarray) -> None:
+        """Row ``t``'s step half: what the action taken at row ``t`` led to."""
+        self.reward[t, slots] = reward
+        self.terminated[t, slots] = terminated.astype(bool)
+        self.truncated[t, slots] = truncated.astype(bool)
+        self.deploy_status[t, slots] = deploy_status
+        self.step_valid[t, slots] = True
+        for local, row in zip(final_slots, final_rows):
+            self.final_rows[(t, int(slots[local]))] = row
+
+    def learner_cells(self) -> np.ndarray:
+        """(T+1, R) bool: cells whose observation the learner holds (value needed)."""
+        return self.obs_valid & (self.group == GROUP_LEARNER)
+
+    def trainable(self) -> np.ndarray:
+        """(T, R) bool: learner cells whose whole transition arrived."""
+        return self.learner_cells()[:-1] & self.step_valid & self.acted

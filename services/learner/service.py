@@ -1,0 +1,521 @@
+"""The learner service: owns the policy, collects, trains, reports.
+
+One iteration (docs/iteration.md):
+
+1. boundary: take the rollouts registered now (``Fleet.arrange``), derive the rectangle
+   (R slots, T cycles) once, ask the ladder for the episodes' assignments, send each rollout
+   its Plan;
+2. collect T cycles with central inference (``collect.Collector``);
+3. value pass over the rectangle and the truncated episodes' final observations, GAE;
+4. PPO update;
+5. the metric row: appended to ``runs/<run>/metrics.jsonl``, exported on ``/metrics``, one
+   progress line printed;
+6. finished episodes to the ladder's result log; a checkpoint when due.
+
+SIGINT/SIGTERM stop it at the next safe point: a checkpoint of the state the last metric row
+describes is written (never weights an unwritten row would have to describe), then it exits.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import time
+
+import msgspec
+import numpy as np
+
+from services.learner.fleet import Fleet
+from services.learner.rectangle import Rectangle
+from shared import transport
+from shared.config import ConfigError, RunConfig, load_config
+from shared.matchmaking import role_counts
+from shared.messages import (
+    Ack, Decoder, Error, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan, PlanReply,
+    PlanRequest, ReportEpisodes, SaveCheckpoint, Saved, ToLearner, Welcome,
+)
+from shared.seeding import stream
+
+STARTUP_WAIT_S = 120.0
+"""How long the first iteration waits for ``min_rollouts`` before starting with fewer."""
+
+MIN_EPISODE_DECISIONS = 10
+"""No episode ends sooner: RoyaleGym allows only the no-op for a seat's first 9 decisions."""
+
+
+class StopRequested(Exception):
+    pass
+
+
+class CheckpointState(msgspec.Struct, forbid_unknown_fields=True):
+    """What a checkpoint's meta holds besides the tensors."""
+
+    iteration: int
+    timesteps: int
+    env_steps: int
+    episodes: int
+    next_ordinals: dict[int, int]
+    config: RunConfig
+    codec_digest: str
+    engine: str
+
+
+def _apply_threads(cfg: RunConfig) -> None:
+    import torch
+
+    torch.set_num_threads(cfg.determinism.torch_threads)
+    if cfg.determinism.tier == "run_exact":
+        torch.use_deterministic_algorithms(True, warn_only=False)
+
+
+class Learner:
+    def __init__(self, cfg: RunConfig, *, bind: str, ladder: str, checkpoint: str, runs_dir: str,
+                 metrics_port: int | None, metrics_host: str, iterations: int, min_rollouts: int = 1, say=print):
+        import torch
+
+        from services.learner.collect import Collector
+        from services.learner.metrics import LearnerMetrics
+        from services.learner.model import ActorCritic
+        from services.learner.policy import Policy
+        from services.learner.ppo import make_optimizers
+        from services.learner.preflight import run_preflight
+        from shared.codec import describe_table, table_digest
+
+        self.cfg, self.say, self.iterations_limit = cfg, say, iterations
+        self.min_rollouts, self.first_iteration = max(1, min_rollouts), True
+        self.t_start = time.monotonic()
+        _apply_threads(cfg)
+        device = cfg.net.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.run_dir = os.path.join(runs_dir, cfg.run_name)
+        os.makedirs(self.run_dir, exist_ok=True)
+
+        self.pf = run_preflight(cfg.env, cfg.master_seed)
+        say(f"learner: {describe_table(self.pf.table)}; {self.pf.codec.row_bytes} B a row (preflight {self.pf.seconds:.1f} s)")
+        say(f"learner: engine {self.pf.engine.describe()}")
+        self.codec_digest = table_digest(self.pf.table)
+        self.model = ActorCritic(self.pf.spec, cfg.net, seed=int(stream(cfg.master_seed, "torch/init").integers(2**62))).to(self.device)
+        self.opt_actor, self.opt_critic = make_optimizers(self.model, cfg.ppo)
+        counts = self.model.parameter_count()
+        say(f"learner: actor {counts['actor']:,} parameters, critic {counts['critic']:,}; device {self.device}, "
+            f"{cfg.determinism.torch_threads} threads, tier {cfg.determinism.tier}")
+        self.policy = Policy(self.model, self.pf.codec, self.device)
+
+        self.metrics = LearnerMetrics(metrics_port, metrics_host)
+        self.sock = transport.bind_router(bind, max_bytes=cfg.services.max_message_mb << 20)
+        self.ladder = transport.Client(ladder, Decoder(FromLadder), name="ladder",
+                                       timeout_s=cfg.services.request_timeout_s)
+        self.ckpt = transport.Client(checkpoint, Decoder(FromCheckpoint), name="checkpoint service",
+                                     max_bytes=cfg.services.max_message_mb << 20,
+                                     timeout_s=cfg.services.request_timeout_s)
+        self.fleet = Fleet()
+        self.collector = Collector(self.sock, Decoder(ToLearner), self.fleet, self._welcome, self.pf.engine, say,
+                                   self.metrics.refused)
+        self.iteration = 0
+        self.timesteps = 0
+        self.env_steps = 0
+        self.episodes = 0
+        self.saved_iteration = -1
+        self.snapshot: tuple[int, dict[str, bytes], bytes] | None = None
+        self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
+        say(f"learner: listening for rollouts on {bind}; run folder {self.run_dir}")
+
+    # ------------------------------------------------------------------ helpers
+
+    def _welcome(self) -> Welcome:
+        return Welcome(env=self.cfg.env, master_seed=self.cfg.master_seed, codec=self.pf.table, engine=self.pf.engine,
+                       random_legal_noop_prob=self.cfg.ladder.random_legal_noop_prob, rollout=self.cfg.rollout)
+
+    def request_stop(self, *_):
+        if self.collector.stop_requested:
+            return
+        self.collector.stop_requested = True
+        self.say("learner: stop requested; finishing at the next safe point")
+
+    @property
+    def stopping(self) -> bool:
+        return self.collector.stop_requested
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _capture(self) -> tuple[int, dict[str, bytes], bytes]:
+        from services.learner.statefiles import module_to_bytes, optimizer_to_bytes
+
+        files = {"actor/model.safetensors": module_to_bytes(self.model.actor),
+                 "critic/model.safetensors": module_to_bytes(self.model.critic)}
+        for name, opt in (("actor", self.opt_actor), ("critic", self.opt_critic)):
+            tensors, meta = optimizer_to_bytes(opt)
+            files[f"optimizers/{name}.safetensors"] = tensors
+            files[f"optimizers/{name}.json"] = meta
+        state = CheckpointState(iteration=self.iteration, timesteps=self.timesteps, env_steps=self.env_steps,
+                                episodes=self.episodes, next_ordinals=dict(self.fleet.next_ordinal),
+                                config=self.cfg, codec_digest=self.codec_digest, engine=self.pf.engine.describe())
+        return self.iteration, files, msgspec.json.encode(state)
+
+    def _save(self, snapshot, attempts: int = 3) -> bool:
+        iteration, files, meta = snapshot
+        names = list(files)
+        for attempt in range(1, attempts + 1):
+            try:
+                req = SaveCheckpoint(request_id=self.ckpt.next_id(), run_name=self.cfg.run_name, iteration=iteration,
+                                     names=names, meta=meta)
+                reply, _ = self.ckpt.request(req, {n: np.frombuffer(files[n], np.uint8) for n in names})
+                if isinstance(reply, Saved):
+                    self.saved_iteration = iteration
+                    self.say(f"learner: checkpoint of iteration {iteration} written to {reply.path}")
+                    return True
+                self.say(f"learner: checkpoint service refused the save ({getattr(reply, 'reason', reply)}); attempt {attempt}/{attempts}")
+            except transport.ServiceTimeout as exc:
+                self.say(f"learner: checkpoint save failed ({exc}); attempt {attempt}/{attempts}, state kept in memory")
+            time.sleep(min(2.0 * attempt, 5.0))
+        self.metrics.checkpoint_failures.inc()
+        return False
+
+    def resume(self) -> None:
+        from services.learner.statefiles import bytes_to_module, bytes_to_optimizer
+        from shared.config import config_differences
+
+        try:
+            reply, arrays = self.ckpt.request(LoadLatest(request_id=self.ckpt.next_id(), run_name=self.cfg.run_name))
+        except transport.ServiceTimeout as exc:
+            raise SystemExit(f"learner: cannot reach the checkpoint service to look for a checkpoint to resume: {exc}")
+        if isinstance(reply, NotFound):
+            self.say(f"learner: no checkpoint for run {self.cfg.run_name!r}; starting fresh")
+            return
+        if not isinstance(reply, Loaded):
+            raise SystemExit(f"learner: the checkpoint service could not load the latest checkpoint: {getattr(reply, 'reason', reply)}")
+        state = msgspec.json.decode(reply.meta, type=CheckpointState)
+        if state.codec_digest != self.codec_digest:
+            raise SystemExit(f"learner: checkpoint {reply.path} was written with codec table {state.codec_digest}, "
+                             f"this run's is {self.codec_digest}: the observation layout changed; start a new run_name")
+        files = {n: bytes(arrays[n]) for n in reply.names}
+        bytes_to_module(self.model.actor, files["actor/model.safetensors"])
+        bytes_to_module(self.model.critic, files["critic/model.safetensors"])
+        bytes_to_optimizer(self.opt_actor, files["optimizers/actor.safetensors"], files["optimizers/actor.json"])
+        bytes_to_optimizer(self.opt_critic, files["optimizers/critic.safetensors"], files["optimizers/critic.json"])
+        # Learning rates come from this config (an lr change on resume takes effect).
+        for opt, lr in ((self.opt_actor, self.cfg.ppo.lr_actor), (self.opt_critic, self.cfg.ppo.lr_critic)):
+            for group in opt.param_groups:
+                group["lr"] = lr
+        self.iteration, self.timesteps, self.env_steps, self.episodes = (
+            state.iteration, state.timesteps, state.env_steps, state.episodes)
+        self.fleet.next_ordinal = {int(k): v for k, v in state.next_ordinals.items()}
+        self.saved_iteration = state.iteration
+        diffs = config_differences(state.config, self.cfg)
+        for path, (a, b) in diffs.items():
+            self.say(f"learner: config differs from the checkpoint's: {path} {a!r} -> {b!r}")
+        self.say(f"learner: resumed iteration {state.iteration} at {state.timesteps:,} timesteps from {reply.path}")
+
+    # ------------------------------------------------------------------ one iteration
+
+    def _plan(self, members, slot_map) -> tuple[int, int, list]:
+        cfg = self.cfg
+        n = slot_map.n_battles
+        mirror, pool, scripted = role_counts(tuple(cfg.ladder.mix), n)
+        learner_rows = n + mirror
+        T = max(1, math.ceil(cfg.ppo.timesteps_per_iteration / learner_rows))
+        shortest = min(MIN_EPISODE_DECISIONS, cfg.env.max_steps or MIN_EPISODE_DECISIONS)
+        lookahead = math.ceil((T + 1) / shortest) + 2
+        battles = [int(b) for b in slot_map.battle_ids]
+        ordinals = [self.fleet.next_ordinal.get(b, 0) for b in battles]
+        reply, _ = self.ladder.request(PlanRequest(
+            request_id=self.ladder.next_id(), iteration=self.iteration + 1, n_battles=n, battles=battles,
+            next_ordinals=ordinals, lookahead=lookahead))
+        if not isinstance(reply, PlanReply):
+            raise RuntimeError(f"the ladder refused the plan request: {getattr(reply, 'reason', reply)}")
+        by_battle: dict[int, list] = {}
+        for a in reply.assignments:
+            by_battle.setdefault(a.battle, []).append(a)
+        for m in members:
+            restart = [self.fleet.next_ordinal.get(b, 0) if m.fresh else -1 for b in m.battle_ids]
+            plan = Plan(iteration=self.iteration + 1, battles=m.battle_ids, restart_ordinals=restart,
+                        assignments=[a for b in m.battle_ids for a in by_battle.get(b, [])], fresh=m.fresh)
+            transport.send(self.sock, plan, identity=m.identity)
+            if m.fresh:
+                for b in m.battle_ids:
+                    # The episode started now is this ordinal; the next one to hand out follows it.
+                    self.fleet.next_ordinal[b] = self.fleet.next_ordinal.get(b, 0) + 1
+        return T, learner_rows, list(reply.role_counts)
+
+    def wait_for_rollouts(self) -> list:
+        """Block (handling messages) until a rollout is registered; before the first iteration,
+        until ``min_rollouts`` are or ``startup_wait_s`` has passed (so a local stack does not
+        start its first iteration with whichever rollout built its battles first)."""
+        announced = False
+        deadline = time.monotonic() + (STARTUP_WAIT_S if self.first_iteration else 0.0)
+        while not self.stopping:
+            waiting = sum(1 for m in self.fleet.members.values() if not m.lost)
+            if waiting >= self.min_rollouts or (waiting and time.monotonic() >= deadline):
+                self.first_iteration = False
+                return self.fleet.arrange()
+            if not announced:
+                self.say(f"learner: waiting for {self.min_rollouts - waiting} more rollout(s) to register")
+                announced = True
+            self.collector.poll(200, lambda *a: None)
+        raise StopRequested
+
+    def run_iteration(self) -> dict:
+        from services.learner.gae import compute_gae, credit_horizon_seconds
+        from services.learner.ppo import UpdateData, ppo_update
+
+        cfg = self.cfg
+        t_iter = time.perf_counter()
+        members = self.wait_for_rollouts()
+        slot_map = self.fleet.slot_map(members)
+        T, learner_rows, roles = self._plan(members, slot_map)
+        rect = Rectangle(T, slot_map.n_slots, self.pf.codec.row_bytes, self.pf.codec.omask)
+        it = self.iteration + 1
+
+        t0 = time.perf_counter()
+        stats = self.collector.collect(it, members, slot_map, rect, self.policy, cfg.master_seed, cfg.rollout.round_timeout_s)
+        t_collect = time.perf_counter() - t0
+        if self.stopping:
+            raise StopRequested
+        for m in members:
+            m.fresh = False
+        # Episode ordinals move on: whatever each battle is in now, the next start follows it.
+        for m in members:
+            for s, (body, arrays) in m.held.items():
+                for b, o in zip(m.battle_ids[s * m.per_shard:(s + 1) * m.per_shard], arrays["ordinal"][::2]):
+                    self.fleet.next_ordinal[b] = int(o) + 1
+
+        # Values for every learner cell, and for the truncated episodes' final observations.
+        t0 = time.perf_counter()
+        cells = rect.learner_cells()
+        values = np.zeros((T + 1, rect.R), np.float32)
+        values[cells] = self.policy.values(rect.rows[cells])
+        final_values = np.zeros((T, rect.R), np.float32)
+        if rect.final_rows:
+            keys = list(rect.final_rows)
+            fv = self.policy.values(np.stack([rect.final_rows[k] for k in keys]))
+            for (t, r), v in zip(keys, fv):
+                final_values[t, r] = v
+        t_critic = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        trainable = rect.trainable()
+        gamma, lam = cfg.advantage.gamma, cfg.advantage.gae_lambda
+        adv, ret = compute_gae(rect.reward, values, final_values, rect.terminated, rect.truncated, trainable, gamma, lam)
+        t_gae = time.perf_counter() - t0
+
+        t_idx, r_idx = np.nonzero(trainable)
+        n_train = len(t_idx)
+        update_stats: dict = {}
+        t0 = time.perf_counter()
+        if n_train:
+            def fetch(idx):
+                # Called once per minibatch: the point where a stop request abandons the
+                # update (the checkpoint written is then the last row's state, not this one).
+                if self.stopping:
+                    raise StopRequested
+                return self.policy.obs_batch(rect.rows[t_idx[idx], r_idx[idx]])
+
+            data = UpdateData(
+                actions=rect.actions[t_idx, r_idx], old_log_probs=rect.log_probs[t_idx, r_idx],
+                advantages=adv[t_idx, r_idx], returns=ret[t_idx, r_idx], old_values=values[t_idx, r_idx],
+                n_legal=rect.n_legal[t_idx, r_idx],
+                fetch=fetch,
+            )
+
+            def epoch_rng(e: int):
+                return stream(cfg.master_seed, "ppo/minibatch/iteration/{iteration}/epoch/{epoch}", iteration=it, epoch=e)
+
+            update_stats = ppo_update(self.model, self.opt_actor, self.opt_critic, data, cfg.ppo, epoch_rng, self.device)
+        t_update = time.perf_counter() - t0
+
+        # Counters and the row.
+        self.iteration = it
+        self.timesteps += n_train
+        self.env_steps += stats.env_steps
+        learner_eps = [e for e in stats.episodes if e.player == "learner"]
+        self.episodes += len(learner_eps)
+        lost_cells = _lost_cells(rect, T)
+        row = {
+            "run/iteration": it, "run/timesteps": self.timesteps, "run/env_steps": self.env_steps,
+            "run/episodes": self.episodes, "run/wall_seconds": time.monotonic() - self.t_start,
+            "run/gamma": gamma, "run/credit_horizon_seconds": credit_horizon_seconds(gamma, lam, self.pf.spec.decision_ms),
+            "run/cycles": T, "run/slots": rect.R, "run/battles": slot_map.n_battles, "run/learner_rows_per_cycle": learner_rows,
+            "throughput/collected_steps_per_second": n_train / t_collect if t_collect > 0 else 0.0,
+            "throughput/env_steps_per_second": stats.env_steps / t_collect if t_collect > 0 else 0.0,
+            "throughput/inference_ms_per_round": 1000 * stats.inference_seconds / max(stats.rounds, 1),
+            "throughput/parent_wait_frac": stats.wait_seconds / t_collect if t_collect > 0 else 0.0,
+            "time/collection": t_collect, "time/inference": stats.inference_seconds, "time/critic_pass": t_critic,
+            "time/gae": t_gae, "time/update": t_update,
+            "health/rollouts": len(members), "health/rollouts_lost": len(stats.lost),
+            "health/rows_invalid": lost_cells, "health/rows_invalid_frac": lost_cells / max(1, learner_rows * T),
+            "health/trainable_rows": n_train, "health/messages_refused": stats.refused,
+            "health/illegal_action_rate": stats.illegal / max(1, n_train),
+        }
+        if stats.rows_received:
+            row["throughput/wire_bytes_per_row"] = stats.wire_bytes / stats.rows_received
+        if n_train:
+            row["ppo/advantage_mean"] = float(adv[trainable].mean())
+            row["ppo/return_mean"] = float(ret[trainable].mean())
+        row.update(update_stats)
+        row.update(_episode_metrics(learner_eps, cfg.env.max_steps))
+
+        # Episodes to the ladder's result log; the checkpoint snapshot of this row's state.
+        t0 = time.perf_counter()
+        if stats.episodes:
+            try:
+                reply, _ = self.ladder.request(ReportEpisodes(request_id=self.ladder.next_id(), run_name=cfg.run_name,
+                                                              episodes=stats.episodes))
+                if not isinstance(reply, Ack):
+                    self.say(f"learner: the ladder refused the episode report: {getattr(reply, 'reason', reply)}")
+            except transport.ServiceTimeout as exc:
+                self.say(f"learner: episode report not delivered: {exc}")
+        self.snapshot = self._capture()
+        if it % cfg.checkpoint.every_iterations == 0:
+            self._save(self.snapshot)
+        row["time/checkpoint"] = time.perf_counter() - t0
+        row["time/iteration"] = time.perf_counter() - t_iter
+        row["throughput/overall_steps_per_second"] = n_train / row["time/iteration"]
+        self._write_row(row)
+        return row
+
+    def _write_row(self, row: dict) -> None:
+        row = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
+        with open(self.metrics_path, "ab") as fh:
+            fh.write(msgspec.json.encode(row) + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.metrics.export(row)
+        self.say(progress_line(row))
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self) -> int:
+        self.resume()
+        done = 0
+        try:
+            while not self.stopping and (self.iterations_limit <= 0 or done < self.iterations_limit):
+                self.run_iteration()
+                done += 1
+        except StopRequested:
+            pass
+        finally:
+            self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        if self.snapshot is not None and self.saved_iteration < self.snapshot[0]:
+            self._save(self.snapshot)
+        elif self.snapshot is None and self.saved_iteration < 0:
+            self.say("learner: no iteration finished; nothing to checkpoint")
+        self.ladder.close()
+        self.ckpt.close()
+        self.sock.close(linger=transport.LINGER_MS)
+
+
+def _lost_cells(rect: Rectangle, T: int) -> int:
+    """Learner cells whose transition never arrived: for each slot, the cycles after its last
+    received step, counted while the slot's last known holder was the learner."""
+    lost = 0
+    for r in range(rect.R):
+        got = np.flatnonzero(rect.step_valid[:, r])
+        first_missing = (got[-1] + 1) if len(got) else 0
+        if first_missing < T:
+            seen = np.flatnonzero(rect.obs_valid[:, r])
+            last_group = rect.group[seen[-1], r] if len(seen) else 0
+            if last_group == 0:
+                lost += T - first_missing
+    return lost
+
+
+def _episode_metrics(episodes: list, max_steps: int) -> dict:
+    if not episodes:
+        return {}
+    out: dict = {"env/episodes": len(episodes)}
+    steps = np.array([e.episode_steps for e in episodes], float)
+    out["env/episode_steps_p50"] = float(np.percentile(steps, 50))
+    out["env/episode_steps_p95"] = float(np.percentile(steps, 95))
+    out["env/episode_steps_at_cap_frac"] = float(np.mean([e.truncated for e in episodes]))
+    out["env/draw_rate"] = float(np.mean([e.outcome == 0 for e in episodes]))
+    out["env/return_mean"] = float(np.mean([e.undiscounted_return for e in episodes]))
+    out["policy/cards_per_match"] = float(np.mean([e.cards_played for e in episodes]))
+    scripted = [e for e in episodes if e.opponent.startswith("scripted:")]
+    if scripted:
+        out["env/win_rate_scripted"] = float(np.mean([e.outcome > 0 for e in scripted]))
+        for opp in sorted({e.opponent for e in scripted}):
+            games = [e for e in scripted if e.opponent == opp]
+            out[f"env/win_rate_vs/{opp}"] = float(np.mean([e.outcome > 0 for e in games]))
+            out[f"env/episodes_vs/{opp}"] = len(games)
+    return out
+
+
+def progress_line(row: dict) -> str:
+    def f(key, fmt):
+        return format(row[key], fmt) if key in row else "-"
+
+    win = "-"
+    if "env/win_rate_scripted" in row:
+        n = sum(v for k, v in row.items() if k.startswith("env/episodes_vs/"))
+        win = f"{row['env/win_rate_scripted']:.2f} (n={n})"
+    lost = ""
+    if row.get("health/rows_invalid"):
+        lost = f" | lost {row['health/rows_invalid']} rows ({row['health/rollouts_lost']} rollouts)"
+    return (
+        f"it {row['run/iteration']:>4} | ts {row['run/timesteps']:>9,} | {f('throughput/collected_steps_per_second', ',.0f')} ts/s"
+        f" | update {f('time/update', '.1f')} s | win vs scripted {win} | kl {f('ppo/kl', '.4f')}"
+        f" | clip {f('ppo/clip_fraction', '.3f')} | entropy {f('ppo/entropy', '.3f')}{lost}"
+    )
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    env = os.environ.get
+    p = argparse.ArgumentParser(
+        prog="python -m services.learner",
+        description="The learner: central inference, GAE and PPO over rounds from the rollouts. "
+        "Every flag also reads an environment variable (shown), which is how Compose configures it.",
+    )
+    p.add_argument("--config", default=env("ROYALEFLEET_CONFIG"),
+                   help="config JSON (a profile plus overrides) [ROYALEFLEET_CONFIG]; default: the machine's profile")
+    p.add_argument("--bind", default=env("ROYALEFLEET_LEARNER_BIND"),
+                   help="address rollouts connect to [ROYALEFLEET_LEARNER_BIND] (default tcp://<services.host>:<learner_port>)")
+    p.add_argument("--ladder", default=env("ROYALEFLEET_LADDER"), help="ladder address [ROYALEFLEET_LADDER]")
+    p.add_argument("--checkpoint", default=env("ROYALEFLEET_CHECKPOINT"), help="checkpoint service address [ROYALEFLEET_CHECKPOINT]")
+    p.add_argument("--runs-dir", default=env("ROYALEFLEET_RUNS_DIR"), help="runs folder [ROYALEFLEET_RUNS_DIR] (default: config runs_dir)")
+    p.add_argument("--metrics-port", type=int, default=int(env("ROYALEFLEET_METRICS_PORT", "-1")),
+                   help="port of /metrics, 0 = off [ROYALEFLEET_METRICS_PORT] (default: services.learner_metrics_port)")
+    p.add_argument("--metrics-host", default=env("ROYALEFLEET_METRICS_HOST", "127.0.0.1"),
+                   help="address /metrics listens on [ROYALEFLEET_METRICS_HOST] (default %(default)s)")
+    p.add_argument("--iterations", type=int, default=int(env("ROYALEFLEET_ITERATIONS", "0")),
+                   help="stop after this many iterations, 0 = run until stopped [ROYALEFLEET_ITERATIONS]")
+    p.add_argument("--min-rollouts", type=int, default=int(env("ROYALEFLEET_MIN_ROLLOUTS", "1")),
+                   help="rollouts the first iteration waits for (up to 120 s) [ROYALEFLEET_MIN_ROLLOUTS] (default %(default)s)")
+    a = p.parse_args(argv)
+
+    def say(text):
+        print(text, flush=True)
+
+    try:
+        cfg = load_config(a.config)
+    except ConfigError as exc:
+        say(str(exc))
+        return 2
+    s = cfg.services
+    learner = Learner(
+        cfg,
+        bind=a.bind or transport.tcp(s.host, s.learner_port),
+        ladder=a.ladder or transport.tcp(s.host, s.ladder_port),
+        checkpoint=a.checkpoint or transport.tcp(s.host, s.checkpoint_port),
+        runs_dir=a.runs_dir or cfg.runs_dir,
+        metrics_port=(s.learner_metrics_port if a.metrics_port < 0 else a.metrics_port) or None,
+        metrics_host=a.metrics_host,
+        iterations=a.iterations,
+        min_rollouts=a.min_rollouts,
+        say=say,
+    )
+    signal.signal(signal.SIGTERM, learner.request_stop)
+    signal.signal(signal.SIGINT, learner.request_stop)
+    return learner.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

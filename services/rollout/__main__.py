@@ -1,0 +1,5 @@
+import sys
+
+from services.rollout.service import main
+
+sys.exit(main())

@@ -1,0 +1,231 @@
+"""Battles and shards: what a rollout steps.
+
+A ``Battle`` is one ``ClashParallelEnv`` with a global battle id, the episode ordinal it is
+in, and the assignment of that episode (who plays each seat). A ``Shard`` is a group of
+battles stepped together and answered for in one Round. Local slot ``2 * i + seat`` is seat
+``seat`` (0 blue, 1 red) of the shard's i-th battle.
+
+Episodes start at each battle's own boundary: the seed of episode ``k`` of battle ``b`` is
+``env/battle/{b}/ordinal/{k}`` and its opponent is the ladder's assignment for (b, k), so an
+episode is the same episode whichever rollout plays it and whenever.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shared.codec import Codec
+from shared.config import EnvConfig
+from shared.envs import build_env
+from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, SEATS, Assignment, EpisodeRecord
+from shared.seeding import derive_int, stream, stream_path
+
+EPISODE_STAT_KEYS = (
+    "episode_steps", "episode_ticks", "own_crowns", "enemy_crowns", "own_tower_hp_frac",
+    "enemy_tower_hp_frac", "elixir_leak_steps", "elixir_count_exact",
+)
+
+
+class AssignmentMissing(RuntimeError):
+    """The ladder's table has no assignment for an episode this battle is about to start."""
+
+
+def make_scripted(opponent: str, random_legal_noop_prob: float):
+    """A scripted player by its ladder id. Raises ValueError for an unknown id."""
+    from royalegym import RandomLegalOpponent
+    from royalegym.opponents import NOOP  # noqa: F401  (imported to fail loudly if it moves)
+
+    if opponent == "scripted:noop":
+        return None  # always the no-op; no object needed
+    if opponent == "scripted:random_legal":
+        return RandomLegalOpponent(random_legal_noop_prob)
+    raise ValueError(f"unknown scripted opponent {opponent!r}; known: scripted:noop, scripted:random_legal")
+
+
+@dataclass
+class Battle:
+    battle_id: int
+    env: object
+    ordinal: int = -1
+    assignment: Assignment | None = None
+    groups: list[int] = field(default_factory=lambda: [GROUP_LEARNER, GROUP_LEARNER])
+    players: list[str] = field(default_factory=lambda: ["learner", "learner"])
+    scripted: list[object] = field(default_factory=lambda: [None, None])
+    rng: np.random.Generator | None = None
+    obs: dict | None = None
+    tick: int = 0
+    cards_played: list[int] = field(default_factory=lambda: [0, 0])
+    returns: list[float] = field(default_factory=lambda: [0.0, 0.0])
+
+
+@dataclass
+class StepResult:
+    """One shard's arrays for a Round (see shared.messages.Round for which timestep each is)."""
+
+    group: np.ndarray
+    tick: np.ndarray
+    ordinal: np.ndarray
+    rows: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    deploy_status: np.ndarray
+    final_slots: np.ndarray
+    final_rows: np.ndarray
+    episodes: list[EpisodeRecord]
+    env_seconds: float
+    codec_clipped: int = 0
+    codec_rounded: int = 0
+    illegal_actions: int = 0
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "group": self.group, "tick": self.tick, "ordinal": self.ordinal, "rows": self.rows,
+            "reward": self.reward, "terminated": self.terminated, "truncated": self.truncated,
+            "deploy_status": self.deploy_status, "final_slots": self.final_slots, "final_rows": self.final_rows,
+        }
+
+
+class Shard:
+    """A group of battles answered for together."""
+
+    def __init__(self, index: int, env_cfg: EnvConfig, n_battles: int, codec: Codec, master_seed: int,
+                 random_legal_noop_prob: float, mask_only_scripted: bool):
+        self.index = index
+        self.codec = codec
+        self.master_seed = master_seed
+        self.noop_prob = random_legal_noop_prob
+        self.mask_only = mask_only_scripted
+        self.battles = [Battle(battle_id=-1, env=build_env(env_cfg)) for _ in range(n_battles)]
+        self.table: dict[tuple[int, int], Assignment] = {}
+
+    @property
+    def n_slots(self) -> int:
+        return 2 * len(self.battles)
+
+    # ------------------------------------------------------------------ episodes
+
+    def _begin_episode(self, battle: Battle, ordinal: int) -> None:
+        key = (battle.battle_id, ordinal)
+        if key not in self.table:
+            raise AssignmentMissing(f"no assignment for battle {battle.battle_id} ordinal {ordinal}")
+        a = self.table.pop(key)
+        battle.ordinal, battle.assignment = ordinal, a
+        for seat in (0, 1):
+            learner = a.learner_seat in (-1, seat)
+            battle.groups[seat] = GROUP_LEARNER if learner else GROUP_SCRIPTED
+            battle.players[seat] = "learner" if learner else a.opponent
+            battle.scripted[seat] = None if learner else make_scripted(a.opponent, self.noop_prob)
+        battle.rng = stream(self.master_seed, "scripted/battle/{battle}/ordinal/{ordinal}",
+                            battle=battle.battle_id, ordinal=ordinal)
+        seed = derive_int(self.master_seed, stream_path("env/battle/{battle}/ordinal/{ordinal}",
+                                                        battle=battle.battle_id, ordinal=ordinal))
+        mask_only = [SEATS[s] for s in (0, 1) if battle.groups[s] == GROUP_SCRIPTED] if self.mask_only else []
+        battle.obs, _ = battle.env.reset(seed=seed, options={"mask_only": mask_only} if mask_only else None)
+        battle.tick = 0
+        battle.cards_played = [0, 0]
+        battle.returns = [0.0, 0.0]
+
+    def start(self, battle_ids: list[int], ordinals: list[int]) -> None:
+        """(Re)start the listed battles at the given ordinals (-1: leave the battle running)."""
+        for battle, bid, ordinal in zip(self.battles, battle_ids, ordinals):
+            if ordinal >= 0 or battle.battle_id != bid:
+                battle.battle_id = bid
+                self._begin_episode(battle, max(ordinal, 0))
+
+    # ------------------------------------------------------------------ stepping
+
+    def observe(self) -> StepResult:
+        """The round for the current state with no step behind it (cycle 0 after a start)."""
+        n = self.n_slots
+        return self._result(np.zeros(n, np.float32), np.zeros(n, np.uint8), np.zeros(n, np.uint8),
+                            np.full(n, -1, np.int8), [], [], [], 0.0, 0)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        """Advance every battle by one decision. ``actions`` (n_slots,) int: the learner's
+        action for learner-held slots (others ignored)."""
+        n = self.n_slots
+        reward = np.zeros(n, np.float32)
+        terminated = np.zeros(n, np.uint8)
+        truncated = np.zeros(n, np.uint8)
+        deploy = np.full(n, -1, np.int8)
+        final_slots, final_obs, episodes = [], [], []
+        illegal = 0
+        t0 = time.perf_counter()
+        for i, battle in enumerate(self.battles):
+            chosen = {}
+            for seat in (0, 1):
+                name, obs = SEATS[seat], battle.obs[SEATS[seat]]
+                if battle.groups[seat] == GROUP_LEARNER:
+                    a = int(actions[2 * i + seat])
+                    if not (0 <= a < obs["action_mask"].shape[0]) or not obs["action_mask"][a]:
+                        illegal += 1
+                elif battle.scripted[seat] is None:
+                    a = 0
+                else:
+                    a = int(battle.scripted[seat].act(obs, obs["action_mask"], battle.rng))
+                chosen[name] = a
+            obs, rew, term, trunc, info = battle.env.step(chosen)
+            battle.tick = int(info["blue"].get("tick", battle.tick))
+            ended = bool(term["blue"] or trunc["blue"])
+            for seat in (0, 1):
+                name, slot = SEATS[seat], 2 * i + seat
+                reward[slot] = rew[name]
+                terminated[slot] = bool(term[name])
+                truncated[slot] = bool(trunc[name]) and not bool(term[name])
+                deploy[slot] = int(info[name].get("deploy_status", -1))
+                battle.returns[seat] += float(rew[name])
+                if chosen[name] != 0 and deploy[slot] == 0:
+                    battle.cards_played[seat] += 1
+            battle.obs = obs
+            if ended:
+                for seat in (0, 1):
+                    slot = 2 * i + seat
+                    if truncated[slot] and battle.groups[seat] == GROUP_LEARNER:
+                        final_slots.append(slot)
+                        final_obs.append(obs[SEATS[seat]])
+                    episodes.append(self._record(battle, seat, info[SEATS[seat]], bool(truncated[slot])))
+                self._begin_episode(battle, battle.ordinal + 1)
+        return self._result(reward, terminated, truncated, deploy, final_slots, final_obs, episodes,
+                            time.perf_counter() - t0, illegal)
+
+    def _record(self, battle: Battle, seat: int, info: dict, truncated: bool) -> EpisodeRecord:
+        stats = {k: info.get(k, 0) for k in EPISODE_STAT_KEYS}
+        return EpisodeRecord(
+            battle=battle.battle_id, ordinal=battle.ordinal, seat=SEATS[seat],
+            role=battle.assignment.role if battle.assignment else "mirror",
+            player=battle.players[seat], opponent=battle.players[1 - seat],
+            outcome=0 if truncated else int(info.get("outcome", 0)), truncated=truncated,
+            episode_steps=int(stats["episode_steps"]), episode_ticks=int(stats["episode_ticks"]),
+            own_crowns=int(stats["own_crowns"]), enemy_crowns=int(stats["enemy_crowns"]),
+            own_tower_hp_frac=float(stats["own_tower_hp_frac"]),
+            enemy_tower_hp_frac=float(stats["enemy_tower_hp_frac"]),
+            elixir_leak_steps=int(stats["elixir_leak_steps"]),
+            elixir_count_exact=bool(stats["elixir_count_exact"]),
+            cards_played=battle.cards_played[seat], undiscounted_return=battle.returns[seat],
+        )
+
+    def _result(self, reward, terminated, truncated, deploy, final_slots, final_obs, episodes,
+                env_seconds, illegal) -> StepResult:
+        group = np.empty(self.n_slots, np.int8)
+        tick = np.empty(self.n_slots, np.int32)
+        ordinal = np.empty(self.n_slots, np.int32)
+        learner_obs = []
+        for i, battle in enumerate(self.battles):
+            for seat in (0, 1):
+                slot = 2 * i + seat
+                group[slot] = battle.groups[seat]
+                tick[slot] = battle.tick
+                ordinal[slot] = battle.ordinal
+                if battle.groups[seat] == GROUP_LEARNER:
+                    learner_obs.append(battle.obs[SEATS[seat]])
+        # Fresh arrays every round: they go to ZeroMQ without a copy and must not be written
+        # again before they have left (the next step packs into new memory).
+        rows, clipped, rounded = self.codec.pack_many(learner_obs)
+        frows, c2, r2 = self.codec.pack_many(final_obs)
+        return StepResult(group, tick, ordinal, rows, reward, terminated, truncated, deploy,
+                          np.asarray(final_slots, np.int16), frows, episodes, env_seconds,
+                          clipped + c2, rounded + r2, illegal)

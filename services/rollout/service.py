@@ -1,0 +1,253 @@
+"""The rollout service: owns battles, steps them on the learner's command.
+
+Lifecycle (docs/protocol.md): connect a DEALER to the learner, say Hello (with a fresh
+instance id and the engine build), wait for Welcome (env config, codec table) or Refused;
+build the battles; then serve Plan / Step / Close / Rejoin until told to stop. While idle it
+sends a Heartbeat every ``heartbeat_s``; after ``learner_silence_s`` without a word from the
+learner it says Hello again, so a restarted learner takes it back in. Nothing here waits
+forever, and SIGTERM/SIGINT exit within a second (sockets have a short linger).
+
+This module must import without torch (the rollout image has none; a test checks).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+import uuid
+
+import numpy as np
+import zmq
+
+from services.rollout.battles import AssignmentMissing, Shard
+from services.rollout.metrics import RolloutMetrics
+from shared import transport
+from shared.codec import Codec
+from shared.envs import build_env, engine_build
+from shared.messages import (
+    Close, Decoder, Failure, Heartbeat, Hello, Plan, ProtocolError, Refused, Rejoin, Round, Step,
+    ToRollout, Welcome,
+)
+
+
+class RolloutService:
+    def __init__(self, learner: str, battles: int, shards: int, *, metrics: RolloutMetrics | None = None,
+                 max_message_mb: int = 64, say=print):
+        if battles % shards:
+            raise ValueError(f"battles={battles} must be a multiple of shards={shards}")
+        self.learner, self.n_battles, self.n_shards = learner, battles, shards
+        self.say = say
+        self.metrics = metrics or RolloutMetrics(None)
+        self.instance = uuid.uuid4().hex[:12]
+        self.sock = transport.connect_dealer(learner, max_bytes=max_message_mb << 20)
+        self.decoder = Decoder(ToRollout)
+        self.stop_requested = False
+        self.welcome: Welcome | None = None
+        self.shards: list[Shard] = []
+        self.engine = None
+        self.last_sent = self.last_heard = time.monotonic()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _send(self, body, arrays=None) -> None:
+        if transport.send(self.sock, body, arrays):
+            self.last_sent = time.monotonic()
+            self.metrics.messages_sent.inc()
+        else:
+            self.metrics.send_failures.inc()
+
+    def _hello(self) -> None:
+        if self.engine is None:
+            # Building one env reads the engine's build; it is reused as the first battle.
+            self._probe_env = build_env(self.welcome.env if self.welcome else _default_env())
+            self.engine = engine_build(self._probe_env)
+        self._send(Hello(instance=self.instance, host=socket.gethostname(), pid=os.getpid(),
+                         battles=self.n_battles, shards=self.n_shards, engine=self.engine))
+        self.say(f"rollout {self.instance}: hello to {self.learner} ({self.n_battles} battles in {self.n_shards} shards)")
+
+    def request_stop(self, *_):
+        self.stop_requested = True
+
+    # ------------------------------------------------------------------ handlers
+
+    def _on_welcome(self, msg: Welcome) -> None:
+        if msg.engine != self.engine:
+            reason = (f"engine build differs: this rollout runs {self.engine.describe()}, "
+                      f"the learner runs {msg.engine.describe()}; install the learner's royalegym/royalesim")
+            self._send(Failure(instance=self.instance, kind="refused", message=reason))
+            raise SystemExit(f"rollout {self.instance}: {reason}")
+        first = self.welcome is None
+        self.welcome = msg
+        if first or not self.shards:
+            t0 = time.perf_counter()
+            codec = Codec(msg.codec)
+            per = self.n_battles // self.n_shards
+            self.shards = [
+                Shard(s, msg.env, per, codec, msg.master_seed, msg.random_legal_noop_prob,
+                      msg.rollout.mask_only_scripted)
+                for s in range(self.n_shards)
+            ]
+            self.say(f"rollout {self.instance}: welcomed; built {self.n_battles} battles in "
+                     f"{time.perf_counter() - t0:.1f} s; row {codec.row_bytes} B")
+
+    def _on_plan(self, msg: Plan) -> None:
+        per = self.n_battles // self.n_shards
+        if len(msg.battles) != self.n_battles or len(msg.restart_ordinals) != self.n_battles:
+            raise ProtocolError("schema", f"plan lists {len(msg.battles)} battles, this rollout runs {self.n_battles}")
+        for shard in self.shards:
+            lo = shard.index * per
+            ids = msg.battles[lo : lo + per]
+            mine = set(ids)
+            for a in msg.assignments:
+                if a.battle in mine:
+                    shard.table[(a.battle, a.ordinal)] = a
+            current = {b.battle_id: b.ordinal for b in shard.battles}
+            shard.table = {k: v for k, v in shard.table.items() if k[0] in mine and k[1] > current.get(k[0], -1) - 1}
+            shard.start(ids, msg.restart_ordinals[lo : lo + per])
+        if msg.fresh:
+            for shard in self.shards:
+                self._send_round(msg.iteration, 0, shard, shard.observe())
+
+    def _on_step(self, msg: Step, arrays) -> None:
+        if not (0 <= msg.shard < len(self.shards)):
+            raise ProtocolError("schema", f"step for shard {msg.shard}; this rollout has {len(self.shards)}")
+        shard = self.shards[msg.shard]
+        actions = arrays.get("actions")
+        if actions is None or actions.shape != (shard.n_slots,):
+            raise ProtocolError("arrays", f"step actions must be ({shard.n_slots},) int16")
+        result = shard.step(actions)
+        self._send_round(msg.iteration, msg.cycle + 1, shard, result)
+
+    def _send_round(self, iteration: int, cycle: int, shard: Shard, result) -> None:
+        body = Round(instance=self.instance, iteration=iteration, cycle=cycle, shard=shard.index,
+                     episodes=result.episodes, env_seconds=result.env_seconds)
+        arrays = result.arrays()
+        self._send(body, arrays)
+        m = self.metrics
+        m.rounds.inc()
+        m.env_seconds.inc(result.env_seconds)
+        m.decisions.inc(len(shard.battles) if cycle > 0 else 0)
+        m.episodes.inc(len(result.episodes))
+        m.wire_bytes.inc(sum(a.nbytes for a in arrays.values()))
+        m.rows.inc(int(result.rows.shape[0]))
+        m.codec_clipped.inc(result.codec_clipped)
+        m.codec_rounded.inc(result.codec_rounded)
+        m.illegal_actions.inc(result.illegal_actions)
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self) -> int:
+        self._hello()
+        hb = 2.0
+        silence = 600.0
+        while not self.stop_requested:
+            if self.welcome is not None:
+                hb, silence = self.welcome.rollout.heartbeat_s, self.welcome.rollout.learner_silence_s
+            now = time.monotonic()
+            if now - self.last_heard > silence:
+                self.say(f"rollout {self.instance}: nothing from the learner for {silence:.0f} s; saying hello again")
+                self.last_heard = now
+                self._hello()
+            elif now - self.last_sent > hb:
+                self._send(Heartbeat(instance=self.instance, state="running" if self.shards else "waiting"))
+            if not self.sock.poll(int(min(hb, 0.5) * 1000), zmq.POLLIN):
+                continue
+            try:
+                _, msg, arrays = transport.recv(self.sock, self.decoder)
+            except ProtocolError as exc:
+                self.metrics.refused.labels(exc.reason).inc()
+                self.say(f"rollout {self.instance}: refused a message from the learner: {exc}")
+                continue
+            self.last_heard = time.monotonic()
+            try:
+                if isinstance(msg, Step):
+                    self._on_step(msg, arrays)
+                elif isinstance(msg, Plan):
+                    self._on_plan(msg)
+                elif isinstance(msg, Welcome):
+                    self._on_welcome(msg)
+                elif isinstance(msg, Rejoin):
+                    self.say(f"rollout {self.instance}: learner asks to rejoin ({msg.reason})")
+                    self.instance = uuid.uuid4().hex[:12]
+                    self._hello()
+                elif isinstance(msg, Refused):
+                    self.say(f"rollout {self.instance}: refused by the learner: {msg.reason}")
+                    return 2
+                elif isinstance(msg, Close):
+                    self.say(f"rollout {self.instance}: closed by the learner ({msg.reason})")
+                    return 0
+            except ProtocolError as exc:
+                self.metrics.refused.labels(exc.reason).inc()
+                self._send(Failure(instance=self.instance, kind="protocol", message=str(exc)))
+                self.say(f"rollout {self.instance}: bad command from the learner: {exc}")
+            except AssignmentMissing as exc:
+                self._send(Failure(instance=self.instance, kind="protocol", message=str(exc)))
+                self.say(f"rollout {self.instance}: {exc}; asking to rejoin")
+                self.instance = uuid.uuid4().hex[:12]
+                self._hello()
+            except Exception:
+                text = traceback.format_exc()
+                self._send(Failure(instance=self.instance, kind="exception", message=text))
+                self.say(text)
+                return 1
+        self.say(f"rollout {self.instance}: stopping")
+        return 0
+
+    def close(self) -> None:
+        self.sock.close(linger=transport.LINGER_MS)
+
+
+def _default_env():
+    from shared.config import EnvConfig
+
+    return EnvConfig()
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    env = os.environ.get
+    p = argparse.ArgumentParser(
+        prog="python -m services.rollout",
+        description="A rollout: runs RoyaleGym battles and steps them on the learner's command. "
+        "Every flag also reads an environment variable (shown), which is how Compose configures it.",
+    )
+    p.add_argument("--learner", default=env("ROYALEFLEET_LEARNER", "tcp://127.0.0.1:5555"),
+                   help="learner address to connect to [ROYALEFLEET_LEARNER] (default %(default)s)")
+    p.add_argument("--battles", type=int, default=int(env("ROYALEFLEET_BATTLES", "16")),
+                   help="battles this rollout runs [ROYALEFLEET_BATTLES] (default %(default)s)")
+    p.add_argument("--shards", type=int, default=int(env("ROYALEFLEET_SHARDS", "2")),
+                   help="shards the battles are split into [ROYALEFLEET_SHARDS] (default %(default)s)")
+    p.add_argument("--metrics-port", type=int, default=int(env("ROYALEFLEET_METRICS_PORT", "9110")),
+                   help="port of /metrics, 0 = off [ROYALEFLEET_METRICS_PORT] (default %(default)s)")
+    p.add_argument("--metrics-host", default=env("ROYALEFLEET_METRICS_HOST", "127.0.0.1"),
+                   help="address /metrics listens on [ROYALEFLEET_METRICS_HOST] (default %(default)s)")
+    p.add_argument("--max-message-mb", type=int, default=int(env("ROYALEFLEET_MAX_MESSAGE_MB", "64")),
+                   help="largest message accepted [ROYALEFLEET_MAX_MESSAGE_MB] (default %(default)s)")
+    a = p.parse_args(argv)
+    if a.battles < 1 or a.shards < 1 or a.battles % a.shards:
+        p.error(f"--battles {a.battles} must be a positive multiple of --shards {a.shards}")
+
+    def say(text):
+        print(text, flush=True)
+
+    metrics = RolloutMetrics(a.metrics_port or None, a.metrics_host)
+    service = RolloutService(a.learner, a.battles, a.shards, metrics=metrics,
+                             max_message_mb=a.max_message_mb, say=say)
+    signal.signal(signal.SIGTERM, service.request_stop)
+    signal.signal(signal.SIGINT, service.request_stop)
+    try:
+        return service.run()
+    except SystemExit as exc:
+        say(str(exc))
+        return 2
+    finally:
+        service.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

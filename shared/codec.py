@@ -1,0 +1,199 @@
+"""The observation codec: one seat-observation packed into one row of bytes.
+
+The rule is versioned (``CODEC_VERSION``); the table it produces (``CodecTable``) is data,
+decided once by the learner from the DECLARED observation space and a sample of real
+observations, and sent to every rollout. Per key:
+
+=================  =========================================================  ===========
+key                storage                                                    exact?
+=================  =========================================================  ===========
+spatial plane      ``static`` if the builder's layout DECLARES it static:      exact
+                   not stored per row, held once (never inferred from a
+                   sample: a tower plane is constant in any sample where no
+                   tower fell)
+                   ``uint8`` if declared bounds lie in [0, 255] and every     exact
+                   sampled value is a whole number
+                   ``uint16`` scale 1000 if every sampled value is a whole    exact
+                   number of thousandths (the hit-point planes hold summed
+                   hp / 1000) and 1000 x the declared bound fits
+                   ``float16`` otherwise                                      to fp16
+vector             float16                                                    to fp16
+action_mask        bit-packed, LSB first, ceil(A / 8) bytes                   exact
+mask_planes        not stored: it is ``action_mask[1:]`` reshaped (RoyaleGym   exact
+                   hands out a view of the same memory)
+=================  =========================================================  ===========
+
+The ``uint16`` storage is where we differ from the reference codec (which stores the two
+hit-point planes as float16, which is not lossless there): the same two bytes per cell, and
+the round trip is exact. A value that breaks the table at run time (a non-integer headed for an
+integer plane, or one above its range) is rounded or clipped and COUNTED, never silently
+stored: ``health/obs_codec_rounded`` and ``health/obs_codec_clipped`` are exactly 0 on a
+healthy run.
+
+Row layout, in bytes: [uint8 planes][uint16 planes][float16 planes][vector float16][mask bits],
+``row_bytes = HW * (n8 + 2 n16 + 2 n16f) + 2 V + ceil(A / 8)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgspec
+import numpy as np
+
+from shared.envs import ObsSpec
+from shared.messages import CodecTable, PlaneCodec
+
+CODEC_VERSION = 1
+MIN_TABLE_STATES = 1000
+UINT16_SCALE = 1000.0
+
+
+class CodecError(ValueError):
+    pass
+
+
+def decide_table(spec: ObsSpec, declared_high: np.ndarray, samples: np.ndarray) -> CodecTable:
+    """Decide each plane's storage.
+
+    ``declared_high`` (C,) is the observation space's upper bound per plane; ``samples`` is
+    (N, C, H, W) float32 spatial observations from real play, N >= MIN_TABLE_STATES (a sample
+    too small to reach the states a plane varies in would decide the row size wrongly and in
+    silence). Raises CodecError otherwise.
+    """
+    if samples.shape[0] < MIN_TABLE_STATES:
+        raise CodecError(f"codec table needs at least {MIN_TABLE_STATES} sampled observations, got {samples.shape[0]}")
+    planes = []
+    for c, name in enumerate(spec.plane_names):
+        if name in spec.static_planes:
+            planes.append(PlaneCodec(name, "static", 1.0))
+            continue
+        values = samples[:, c]
+        high = float(declared_high[c])
+        if high <= 255 and np.array_equal(values, np.rint(values)):
+            planes.append(PlaneCodec(name, "uint8", 1.0))
+            continue
+        milli = np.rint(values.astype(np.float64) * UINT16_SCALE)
+        if high * UINT16_SCALE <= 65535 and np.array_equal((milli / UINT16_SCALE).astype(np.float32), values):
+            planes.append(PlaneCodec(name, "uint16", UINT16_SCALE))
+            continue
+        planes.append(PlaneCodec(name, "float16", 1.0))
+    return CodecTable(
+        version=CODEC_VERSION,
+        planes=tuple(planes),
+        height=spec.height,
+        width=spec.width,
+        vector_size=spec.vector_size,
+        n_actions=spec.n_actions,
+        hand_slots=spec.hand_slots,
+    )
+
+
+def table_digest(table: CodecTable) -> str:
+    """sha256 (16 hex) of the table's canonical JSON: two runs whose tables differ store
+    different bytes and are not comparable."""
+    return hashlib.sha256(msgspec.json.encode(table)).hexdigest()[:16]
+
+
+def describe_table(table: CodecTable) -> str:
+    """A one-paragraph summary for start-up output."""
+    groups: dict[str, list[str]] = {}
+    for p in table.planes:
+        groups.setdefault(p.storage, []).append(p.name)
+    parts = [f"{k} {len(v)} ({', '.join(v)})" for k, v in groups.items()]
+    return f"codec v{table.version}: " + "; ".join(parts) + f"; vector float16 x{table.vector_size}; mask {table.n_actions} bits"
+
+
+class Codec:
+    """Packs and unpacks rows for one CodecTable.
+
+    ``statics`` (n_static, H, W) float32 holds the static planes in table order; it is needed
+    only to unpack (the learner has it; a rollout does not)."""
+
+    def __init__(self, table: CodecTable, statics: np.ndarray | None = None):
+        if table.version != CODEC_VERSION:
+            raise CodecError(f"codec table version {table.version}; this build packs version {CODEC_VERSION}")
+        self.table = table
+        hw = table.height * table.width
+        self.hw = hw
+        kinds = [p.storage for p in table.planes]
+        self.idx = {k: np.array([i for i, s in enumerate(kinds) if s == k], dtype=np.int64) for k in
+                    ("uint8", "uint16", "float16", "static")}
+        n8, n16, nf = (len(self.idx[k]) for k in ("uint8", "uint16", "float16"))
+        self.o16 = n8 * hw + (n8 * hw) % 2
+        self.of16 = self.o16 + 2 * n16 * hw
+        self.ovec = self.of16 + 2 * nf * hw
+        self.omask = self.ovec + 2 * table.vector_size
+        self.mask_bytes = (table.n_actions + 7) // 8
+        self.row_bytes = self.omask + self.mask_bytes
+        self.scale16 = np.array([table.planes[i].scale for i in self.idx["uint16"]], dtype=np.float32)
+        if statics is not None and statics.shape != (len(self.idx["static"]), table.height, table.width):
+            raise CodecError(f"static planes of shape {statics.shape} do not match the table")
+        self.statics = statics
+
+    # ------------------------------------------------------------------ packing (rollout)
+
+    def pack(self, obs: dict, out: np.ndarray) -> tuple[int, int]:
+        """Pack one seat-observation (RoyaleGym dict: ``spatial`` (C,H,W) float32, ``vector``
+        (V,) float32, ``action_mask`` (A,) int8) into ``out`` (row_bytes,) uint8.
+        Returns (clipped, rounded): how many values broke the table."""
+        spatial, t = obs["spatial"], self.table
+        clipped = rounded = 0
+        hw = self.hw
+        if len(self.idx["uint8"]):
+            v = spatial[self.idx["uint8"]]
+            r = np.rint(v)
+            rounded += int(np.count_nonzero(r != v))
+            over = r > 255
+            clipped += int(np.count_nonzero(over) + np.count_nonzero(r < 0))
+            np.clip(r, 0, 255, out=r)
+            out[: len(self.idx["uint8"]) * hw] = r.reshape(-1)
+        if len(self.idx["uint16"]):
+            src = spatial[self.idx["uint16"]]
+            r = np.rint(src.astype(np.float64) * self.scale16[:, None, None])
+            rounded += int(np.count_nonzero((r / self.scale16[:, None, None]).astype(np.float32) != src))
+            clipped += int(np.count_nonzero(r > 65535) + np.count_nonzero(r < 0))
+            np.clip(r, 0, 65535, out=r)
+            out[self.o16 : self.of16].view("<u2")[:] = r.reshape(-1)
+        if len(self.idx["float16"]):
+            out[self.of16 : self.ovec].view("<f2")[:] = spatial[self.idx["float16"]].reshape(-1)
+        out[self.ovec : self.omask].view("<f2")[:] = obs["vector"]
+        out[self.omask :] = np.packbits(obs["action_mask"] != 0, bitorder="little")
+        return clipped, rounded
+
+    def pack_many(self, observations: list[dict]) -> tuple[np.ndarray, int, int]:
+        """A fresh (n, row_bytes) uint8 array (never reused, so it can be handed to ZeroMQ
+        without a copy), and the summed (clipped, rounded) counts."""
+        rows = np.empty((len(observations), self.row_bytes), dtype=np.uint8)
+        clipped = rounded = 0
+        for i, obs in enumerate(observations):
+            c, r = self.pack(obs, rows[i])
+            clipped += c
+            rounded += r
+        return rows, clipped, rounded
+
+    # ------------------------------------------------------------------ unpacking (learner)
+
+    def unpack(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """(B, row_bytes) uint8 -> ``spatial`` (B, C, H, W) float32, ``vector`` (B, V)
+        float32, ``mask`` (B, A) bool. Needs the static planes."""
+        if self.statics is None:
+            raise CodecError("unpacking needs the static planes; construct Codec(table, statics)")
+        t, hw, b = self.table, self.hw, rows.shape[0]
+        h, w = t.height, t.width
+        spatial = np.empty((b, len(t.planes), h, w), dtype=np.float32)
+        n8, n16, nf = (len(self.idx[k]) for k in ("uint8", "uint16", "float16"))
+        if n8:
+            spatial[:, self.idx["uint8"]] = rows[:, : n8 * hw].reshape(b, n8, h, w)
+        if n16:
+            u16 = np.ascontiguousarray(rows[:, self.o16 : self.of16]).view("<u2").reshape(b, n16, h, w)
+            # float64 then one rounding to float32: the same value the environment produced
+            spatial[:, self.idx["uint16"]] = u16 / self.scale16.astype(np.float64)[None, :, None, None]
+        if nf:
+            f16 = np.ascontiguousarray(rows[:, self.of16 : self.ovec]).view("<f2").reshape(b, nf, h, w)
+            spatial[:, self.idx["float16"]] = f16
+        if len(self.idx["static"]):
+            spatial[:, self.idx["static"]] = self.statics[None]
+        vector = np.ascontiguousarray(rows[:, self.ovec : self.omask]).view("<f2").astype(np.float32)
+        mask = np.unpackbits(rows[:, self.omask :], axis=1, count=t.n_actions, bitorder="little").astype(bool)
+        return {"spatial": spatial, "vector": vector, "mask": mask}

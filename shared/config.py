@@ -1,0 +1,417 @@
+"""The whole configuration of a run, as one tree of msgspec structs.
+
+One source of truth: every number a service reads comes from here. Every struct forbids
+unknown fields, so a typo is an error at load rather than a setting that silently does
+nothing. Profiles are functions, one per machine class, differing only in numbers; a JSON
+document names a profile and overrides what it likes on top (``load_config``). Every
+problem in a document is reported at once (``ConfigError.problems``), before any process
+starts.
+
+Defaults follow the reference harness (RoyaleLearn 0.5.20, ``python -m royalelearn config``)
+where it has the setting; where we differ the field's comment says why.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+FORMAT_VERSION = 1
+
+PosInt = Annotated[int, Meta(ge=1)]
+NonNegInt = Annotated[int, Meta(ge=0)]
+PosFloat = Annotated[float, Meta(gt=0.0)]
+NonNegFloat = Annotated[float, Meta(ge=0.0)]
+Fraction01 = Annotated[float, Meta(ge=0.0, le=1.0)]
+Port = Annotated[int, Meta(ge=0, le=65535)]
+
+
+class _Cfg(Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base of every config struct: unknown fields refused, keyword-only."""
+
+
+class EnvConfig(_Cfg):
+    """How every battle is built (RoyaleGym ``ClashParallelEnv`` on ``RustEngine``)."""
+
+    max_steps: NonNegInt = 480
+    """Truncate an episode after this many decisions (StepLimitCondition); 0 = never.
+    480 decisions is regulation plus overtime at 500 ms a decision (seed: default_env_spec)."""
+    decision_ms: Annotated[int, Meta(ge=50, le=5000)] = 500
+    """Game time per decision, in milliseconds (10 engine ticks at the default)."""
+    reward: Literal["royalegym_default"] = "royalegym_default"
+    """The reward composition. ``royalegym_default`` is RoyaleGym's ``default_reward()``."""
+
+
+class RolloutConfig(_Cfg):
+    """The shape of one rollout service and how long the learner waits for it."""
+
+    battles: PosInt = 16
+    """Battles one rollout process runs (two seats each)."""
+    shards: PosInt = 2
+    """Independent groups of battles per rollout: one steps while the learner infers for
+    another (Sample Factory's double buffering). ``battles`` must divide evenly."""
+    round_timeout_s: PosFloat = 30.0
+    """A shard whose next round is this late is declared lost for the rest of the iteration."""
+    heartbeat_s: PosFloat = 2.0
+    """How often an idle rollout tells the learner it is alive."""
+    learner_silence_s: PosFloat = 600.0
+    """An idle rollout that has heard nothing from the learner for this long says Hello again
+    (a restarted learner then takes it in); it never waits forever."""
+    mask_only_scripted: bool = True
+    """Build only the action mask for seats a scripted opponent plays (RoyaleGym
+    ``reset(options={"mask_only": [...]})``, about +30 % env speed): they read nothing else."""
+
+
+class LocalConfig(_Cfg):
+    """What ``royalefleet up`` starts on this machine."""
+
+    rollouts: PosInt = 1
+    """Rollout processes the local stack starts."""
+    restart_rollouts: bool = True
+    """Restart a rollout process that died (it rejoins at the next iteration)."""
+
+
+class NetConfig(_Cfg):
+    """The actor-critic's architecture."""
+
+    channels: PosInt = 32
+    blocks: NonNegInt = 1
+    norm_groups: PosInt = 8
+    vector_embed: PosInt = 32
+    value_hidden: PosInt = 256
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """``auto`` picks cuda when torch sees a GPU, the CPU otherwise."""
+
+
+class PPOConfig(_Cfg):
+    """The update (clipped PPO; Schulman et al. 2017)."""
+
+    n_epochs: PosInt = 3
+    timesteps_per_iteration: PosInt = 4096
+    """Learner transitions collected per iteration (at least this many: the rectangle's
+    cycle count is rounded up)."""
+    batch_size: PosInt = 1024
+    """Rows per optimizer step. An epoch is cut into ``n // batch_size`` equal batches."""
+    minibatch_size: PosInt = 256
+    """Rows per forward pass: a memory knob only (gradients accumulate over a batch)."""
+    clip_range: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.2
+    vf_coef: NonNegFloat = 1.0
+    ent_coef: NonNegFloat = 0.01
+    max_grad_norm: PosFloat = 0.5
+    lr_actor: PosFloat = 2e-4
+    lr_critic: PosFloat = 2e-4
+    adam_eps: PosFloat = 1e-5
+
+
+class AdvantageConfig(_Cfg):
+    """Discounting and GAE (Schulman et al. 2016)."""
+
+    gamma: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.997
+    gae_lambda: Fraction01 = 0.99
+
+
+class LadderConfig(_Cfg):
+    """Who the learner plays."""
+
+    mix: tuple[NonNegFloat, NonNegFloat, NonNegFloat] = (0.5, 0.35, 0.15)
+    """Shares of battles that are (mirror, pool, scripted): a COUNT of battles, rounded by
+    ``shared.matchmaking.role_counts``. Until the pool holds a snapshot, pool battles play a
+    scripted opponent."""
+    scripted_opponents: list[Literal["scripted:noop", "scripted:random_legal"]] = msgspec.field(
+        default_factory=lambda: ["scripted:noop", "scripted:random_legal"]
+    )
+    random_legal_noop_prob: Fraction01 = 0.9
+    """The no-op probability of ``scripted:random_legal`` (the reference's anchor)."""
+
+
+class CheckpointConfig(_Cfg):
+    every_iterations: PosInt = 5
+    """Write a checkpoint every this many iterations (and always at a clean stop)."""
+    keep: PosInt = 10
+    """Checkpoints kept; older ones are pruned."""
+
+
+class ServicesConfig(_Cfg):
+    """Loopback addresses of the local stack. Compose sets the same values through the
+    environment variables each service reads (``ROYALEFLEET_*``), so one code path runs both."""
+
+    host: str = "127.0.0.1"
+    learner_port: Port = 5555
+    ladder_port: Port = 5556
+    checkpoint_port: Port = 5557
+    learner_metrics_port: Port = 9100
+    ladder_metrics_port: Port = 9101
+    checkpoint_metrics_port: Port = 9102
+    rollout_metrics_port: Port = 9110
+    """The first local rollout's port; the k-th local rollout uses this + k. 0 disables."""
+    max_message_mb: PosInt = 64
+    """Largest message a service accepts (ZMQ_MAXMSGSIZE): a bigger one is dropped by ZeroMQ
+    before it is read."""
+    request_timeout_s: PosFloat = 30.0
+    """How long a request to the ladder or the checkpoint service may take before it is retried."""
+
+
+class DeterminismConfig(_Cfg):
+    tier: Literal["run_exact", "throughput"] = "run_exact"
+    torch_threads: PosInt = 2
+    """Fixed torch intra-op threads (a fixed count is part of run-exactness)."""
+
+
+class RunConfig(_Cfg):
+    """One run, completely."""
+
+    format_version: int = FORMAT_VERSION
+    profile: str = "cpu"
+    run_name: str = "default"
+    runs_dir: str = "runs"
+    master_seed: NonNegInt = 20260921
+    env: EnvConfig = msgspec.field(default_factory=EnvConfig)
+    rollout: RolloutConfig = msgspec.field(default_factory=RolloutConfig)
+    local: LocalConfig = msgspec.field(default_factory=LocalConfig)
+    net: NetConfig = msgspec.field(default_factory=NetConfig)
+    ppo: PPOConfig = msgspec.field(default_factory=PPOConfig)
+    advantage: AdvantageConfig = msgspec.field(default_factory=AdvantageConfig)
+    ladder: LadderConfig = msgspec.field(default_factory=LadderConfig)
+    checkpoint: CheckpointConfig = msgspec.field(default_factory=CheckpointConfig)
+    services: ServicesConfig = msgspec.field(default_factory=ServicesConfig)
+    determinism: DeterminismConfig = msgspec.field(default_factory=DeterminismConfig)
+
+
+# ----------------------------------------------------------------------------- profiles
+
+
+def cpu() -> RunConfig:
+    """A 2-core CPU machine, no GPU (this project's development machine): the default when
+    torch sees no GPU. Sized so an iteration finishes in about a minute (measured in
+    docs/throughput.md): a 32-channel one-block trunk, 4,096 timesteps per iteration."""
+    return RunConfig(profile="cpu")
+
+
+def laptop() -> RunConfig:
+    """8 GB RAM, a 4 GB GPU, 8 threads: the reference's laptop class."""
+    return RunConfig(
+        profile="laptop",
+        rollout=RolloutConfig(battles=32, shards=2),
+        local=LocalConfig(rollouts=3),
+        net=NetConfig(channels=64, blocks=4),
+        ppo=PPOConfig(timesteps_per_iteration=32768, batch_size=4096, minibatch_size=256),
+        determinism=DeterminismConfig(torch_threads=4),
+    )
+
+
+def workstation() -> RunConfig:
+    """32 GB RAM, a 12 GB GPU, 16 threads."""
+    return RunConfig(
+        profile="workstation",
+        rollout=RolloutConfig(battles=32, shards=2),
+        local=LocalConfig(rollouts=12),
+        net=NetConfig(channels=96, blocks=8),
+        ppo=PPOConfig(timesteps_per_iteration=131072, batch_size=16384, minibatch_size=2048),
+        determinism=DeterminismConfig(torch_threads=4),
+    )
+
+
+def many_core() -> RunConfig:
+    """64 GB RAM, a 24 GB GPU, 64 threads."""
+    return RunConfig(
+        profile="many_core",
+        rollout=RolloutConfig(battles=32, shards=2),
+        local=LocalConfig(rollouts=48),
+        net=NetConfig(channels=128, blocks=12),
+        ppo=PPOConfig(timesteps_per_iteration=262144, batch_size=32768, minibatch_size=8192),
+        determinism=DeterminismConfig(torch_threads=8),
+    )
+
+
+def tiny() -> RunConfig:
+    """The test suite's size: seconds per iteration on one core, real RoyaleGym battles."""
+    return RunConfig(
+        profile="tiny",
+        env=EnvConfig(max_steps=40),
+        rollout=RolloutConfig(battles=4, shards=2, round_timeout_s=10.0, heartbeat_s=0.5),
+        net=NetConfig(channels=8, blocks=1, norm_groups=4, vector_embed=8, value_hidden=32),
+        ppo=PPOConfig(timesteps_per_iteration=192, batch_size=64, minibatch_size=32, n_epochs=2),
+        checkpoint=CheckpointConfig(every_iterations=1, keep=3),
+        determinism=DeterminismConfig(torch_threads=1),
+    )
+
+
+PROFILES = {"cpu": cpu, "laptop": laptop, "workstation": workstation, "many_core": many_core, "tiny": tiny}
+
+
+def default_profile_name() -> str:
+    """``laptop`` when torch sees a CUDA device, ``cpu`` otherwise."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return "laptop"
+    except ImportError:
+        pass
+    return "cpu"
+
+
+def profile(name: str) -> RunConfig:
+    """The shipped config for one machine class. Raises ConfigError for an unknown name."""
+    if name not in PROFILES:
+        raise ConfigError([f"profile: unknown profile {name!r}; choose one of {', '.join(PROFILES)}"])
+    return PROFILES[name]()
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+class ConfigError(ValueError):
+    """A config that cannot run. ``problems`` lists every one, each naming its field."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("invalid config:\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+def _struct_type(tp: Any) -> type[Struct] | None:
+    return tp if isinstance(tp, type) and issubclass(tp, Struct) else None
+
+
+def _overlay(base: dict, doc: Any, struct: type[Struct], path: str, problems: list[str]) -> dict:
+    """Apply ``doc`` on top of ``base`` (a builtins dict of ``struct``), validating each leaf
+    on its own so that every problem is found in one pass."""
+    if not isinstance(doc, dict):
+        problems.append(f"{path or '<top>'}: expected an object, got {type(doc).__name__} {doc!r}")
+        return base
+    fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
+    out = dict(base)
+    for key, value in doc.items():
+        where = f"{path}.{key}" if path else key
+        if key not in fields:
+            hint = difflib.get_close_matches(str(key), list(fields), n=1)
+            problems.append(
+                f"{where}: unknown field"
+                + (f"; did you mean {hint[0]!r}?" if hint else f"; {struct.__name__} has {', '.join(fields)}")
+            )
+            continue
+        sub = _struct_type(fields[key].type)
+        if sub is not None:
+            out[key] = _overlay(base.get(key, {}), value, sub, where, problems)
+            continue
+        try:
+            converted = msgspec.convert(value, fields[key].type, strict=True)
+            out[key] = msgspec.to_builtins(converted)
+        except msgspec.ValidationError as exc:
+            problems.append(f"{where}: {exc} (got {value!r})".replace(" - at `$`", ""))
+    return out
+
+
+def check_consistency(cfg: RunConfig) -> list[str]:
+    """Every cross-field rule a config breaks, all at once (SEED RL's validate_config)."""
+    problems = []
+    if cfg.format_version != FORMAT_VERSION:
+        problems.append(f"format_version: {cfg.format_version} is not {FORMAT_VERSION}, the one this build reads")
+    if cfg.profile not in PROFILES:
+        problems.append(f"profile: unknown profile {cfg.profile!r}; choose one of {', '.join(PROFILES)}")
+    if cfg.rollout.battles % cfg.rollout.shards:
+        problems.append(
+            f"rollout.battles: {cfg.rollout.battles} battles do not split evenly into "
+            f"rollout.shards={cfg.rollout.shards}; make battles a multiple of shards"
+        )
+    if cfg.ppo.minibatch_size > cfg.ppo.batch_size:
+        problems.append(
+            f"ppo.minibatch_size: {cfg.ppo.minibatch_size} is larger than ppo.batch_size={cfg.ppo.batch_size}"
+        )
+    if cfg.ppo.batch_size > cfg.ppo.timesteps_per_iteration:
+        problems.append(
+            f"ppo.batch_size: {cfg.ppo.batch_size} is larger than ppo.timesteps_per_iteration="
+            f"{cfg.ppo.timesteps_per_iteration}; an iteration would hold no whole batch"
+        )
+    if sum(cfg.ladder.mix) <= 0:
+        problems.append(f"ladder.mix: {list(cfg.ladder.mix)} sums to zero; give at least one role a share")
+    if cfg.ladder.mix[2] > 0 and not cfg.ladder.scripted_opponents:
+        problems.append("ladder.scripted_opponents: empty while ladder.mix gives scripted battles a share")
+    if cfg.net.channels % cfg.net.norm_groups:
+        problems.append(
+            f"net.norm_groups: {cfg.net.norm_groups} does not divide net.channels={cfg.net.channels}"
+        )
+    if not cfg.run_name or any(c in cfg.run_name for c in "/\\\0") or cfg.run_name in (".", ".."):
+        problems.append(f"run_name: {cfg.run_name!r} is not a usable folder name")
+    ports = {
+        name: getattr(cfg.services, name)
+        for name in ("learner_port", "ladder_port", "checkpoint_port", "learner_metrics_port",
+                     "ladder_metrics_port", "checkpoint_metrics_port")
+    }
+    seen: dict[int, str] = {}
+    for name, port in ports.items():
+        if port and port in seen:
+            problems.append(f"services.{name}: port {port} is also services.{seen[port]}")
+        seen[port] = name
+    return problems
+
+
+def load_config(source: str | os.PathLike | dict | None = None, *, profile_name: str | None = None,
+                overrides: dict | None = None) -> RunConfig:
+    """Read a config: a path to a JSON file, a JSON string, or a decoded mapping.
+
+    The document is applied on top of the profile it names (``"profile"``; else
+    ``profile_name``; else ``default_profile_name()``), then ``overrides`` on top of that.
+    Raises ConfigError listing every problem: unknown fields (with the closest valid name),
+    wrong types, out-of-range numbers and cross-field rules.
+    """
+    problems: list[str] = []
+    doc: Any = {}
+    if source is not None:
+        if isinstance(source, dict):
+            doc = source
+        else:
+            text = str(source)
+            if not text.lstrip().startswith("{"):
+                try:
+                    with open(text, "rb") as fh:
+                        text = fh.read().decode()
+                except OSError as exc:
+                    raise ConfigError([f"config file {source}: {exc.strerror}"]) from None
+            try:
+                doc = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigError([f"config {source}: not valid JSON ({exc})"]) from None
+    if not isinstance(doc, dict):
+        raise ConfigError([f"config: expected a JSON object at the top, got {type(doc).__name__}"])
+    name = doc.get("profile", profile_name or default_profile_name())
+    if not isinstance(name, str) or name not in PROFILES:
+        raise ConfigError([f"profile: unknown profile {name!r}; choose one of {', '.join(PROFILES)}"])
+    merged = _overlay(msgspec.to_builtins(PROFILES[name]()), doc, RunConfig, "", problems)
+    if overrides:
+        merged = _overlay(merged, overrides, RunConfig, "", problems)
+    if problems:
+        raise ConfigError(problems)
+    cfg = msgspec.convert(merged, RunConfig)
+    problems = check_consistency(cfg)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def dump_config(cfg: RunConfig) -> bytes:
+    """Canonical JSON of a config: fields in declaration order, two-space indent."""
+    return msgspec.json.format(msgspec.json.encode(cfg), indent=2) + b"\n"
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """sha256 of the canonical JSON."""
+    return hashlib.sha256(msgspec.json.encode(cfg)).hexdigest()
+
+
+def config_differences(before: Any, after: Any, path: str = "") -> dict[str, tuple[Any, Any]]:
+    """Every leaf in which two configs (structs or builtins) differ, keyed by dotted path."""
+    a = msgspec.to_builtins(before) if isinstance(before, Struct) else before
+    b = msgspec.to_builtins(after) if isinstance(after, Struct) else after
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: dict[str, tuple[Any, Any]] = {}
+        for key in list(a) + [k for k in b if k not in a]:
+            out.update(config_differences(a.get(key), b.get(key), f"{path}.{key}" if path else key))
+        return out
+    return {} if a == b else {path: (a, b)}

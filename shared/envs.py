@@ -1,0 +1,118 @@
+"""Building a battle from config, and reading what it is from the running environment.
+
+Every piece of the environment is named explicitly (RoyaleGym's defaults differ between
+``make_env`` and ``ClashParallelEnv``; see royalegym-notes §1), and every layout fact the
+learner needs (plane names, which planes are static, vector field offsets, hand size) is READ
+from the built environment, never typed into this repository: a RoyaleGym change must be a
+loud refusal, not a silent wrong slice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import msgspec
+from msgspec import Struct
+
+from shared.config import EnvConfig
+from shared.messages import EngineBuild
+
+
+class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True):
+    """The observation and action layout of one environment build, as declared by it.
+
+    ``spatial`` is (len(plane_names), height, width) float32 per seat; ``vector`` is
+    (vector_size,) float32; the action space is Discrete(n_actions) with action 0 the no-op and
+    ``1 + slot * height * width + y * width + x`` a play of hand slot ``slot`` at tile (x, y).
+    ``vector_fields`` maps each declared vector field name to its [start, stop) offsets.
+    """
+
+    plane_names: tuple[str, ...]
+    static_planes: tuple[str, ...]
+    height: int
+    width: int
+    vector_size: int
+    vector_fields: dict[str, tuple[int, int]]
+    n_actions: int
+    hand_slots: int
+    decision_ms: int
+
+    def field(self, name: str) -> slice:
+        """The slice of the vector holding ``name``. A missing name raises KeyError listing the
+        fields the layout does declare (a renamed field is otherwise a silently wrong slice)."""
+        if name not in self.vector_fields:
+            raise KeyError(
+                f"the observation builder declares no vector field {name!r}; it declares: "
+                + ", ".join(self.vector_fields)
+            )
+        start, stop = self.vector_fields[name]
+        return slice(start, stop)
+
+    def digest(self) -> str:
+        return hashlib.sha256(msgspec.json.encode(self)).hexdigest()[:16]
+
+
+def build_env(cfg: EnvConfig):
+    """One ``ClashParallelEnv`` on its own ``RustEngine`` (never shared between envs)."""
+    from royalegym import (
+        ClashParallelEnv, DefaultStateMutator, GameOverCondition, RustEngine, SpatialObsBuilder,
+        StepLimitCondition, TileActionParser, default_reward,
+    )
+
+    rewards = {"royalegym_default": default_reward}
+    return ClashParallelEnv(
+        RustEngine(),
+        obs_builder=SpatialObsBuilder(),
+        action_parser=TileActionParser(),
+        reward_fn=rewards[cfg.reward](),
+        termination_cond=GameOverCondition(),
+        truncation_cond=StepLimitCondition(max_steps=cfg.max_steps) if cfg.max_steps else None,
+        state_mutator=DefaultStateMutator(),
+        decision_ms=cfg.decision_ms,
+    )
+
+
+def obs_spec(env) -> ObsSpec:
+    """Read the layout off a built environment."""
+    space = env.observation_space("blue")
+    c, h, w = space["spatial"].shape
+    layout = env.obs_builder.spatial_layout()
+    names = tuple(name for name, _ in layout)
+    if len(names) != c:
+        raise RuntimeError(f"spatial_layout() declares {len(names)} planes, the space has {c}")
+    mask_planes = space["mask_planes"].shape
+    n_actions = int(env.action_space("blue").n)
+    if n_actions != 1 + mask_planes[0] * h * w:
+        raise RuntimeError(
+            f"action space of {n_actions} is not 1 + {mask_planes[0]} hand slots x {h}x{w} tiles; "
+            "ability buttons and other parsers are not supported yet"
+        )
+    offsets = env.obs_builder.vector_offsets()
+    return ObsSpec(
+        plane_names=names,
+        static_planes=tuple(name for name, static in layout if static),
+        height=h,
+        width=w,
+        vector_size=int(space["vector"].shape[0]),
+        vector_fields={k: (int(s.start), int(s.stop)) for k, s in offsets.items()},
+        n_actions=n_actions,
+        hand_slots=int(mask_planes[0]),
+        decision_ms=int(env.config()["decision_ms"]),
+    )
+
+
+def engine_build(env) -> EngineBuild:
+    """The engine's identity, from its own ``config()`` and card catalogue."""
+    import royalegym
+
+    params = env.config()["engine"]["params"]
+    cards = [[c.card_id, c.name, c.elixir, c.placement, c.card_kind] for c in env.engine.cards()]
+    return EngineBuild(
+        engine_class=env.config()["engine"]["class"],
+        calibration_digest=str(params.get("calibration_digest", "")),
+        build_digest=str(params.get("build_digest", "")),
+        binary_sha256=str(params.get("engine_binary_sha256", "")),
+        cards_digest=hashlib.sha256(json.dumps(cards, default=str).encode()).hexdigest()[:16],
+        royalegym_version=royalegym.__version__,
+    )

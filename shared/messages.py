@@ -1,0 +1,451 @@
+"""Every message the services exchange: msgspec structs in tagged unions.
+
+Wire format (after ZeroMQ's routing frames), in the spirit of Jupyter's wire protocol::
+
+    frame 0   msgpack Envelope {protocol, body: <tagged struct>, arrays: [[name, dtype, shape], ...]}
+    frame 1.. one raw buffer per entry of ``arrays``, in order
+
+Bulk data (packed observation rows, per-slot scalars, checkpoint files) never goes through the
+serializer: the header says how to read each buffer. ``decode`` refuses, with a
+``ProtocolError`` whose ``reason`` is a short metric label and whose text names what was wrong:
+an undecodable header, an unknown tag or field, a wrong protocol version, a frame count or size
+that does not match the header, an array dtype or shape the message kind does not allow. No
+input can make it raise anything else.
+
+Seams and their messages:
+
+    rollout  -> learner     Hello, Round, Heartbeat, Failure
+    learner  -> rollout     Welcome, Refused, Plan, Step, Close, Rejoin
+    learner  -> ladder      PlanRequest, ReportEpisodes           (replies PlanReply, Ack, Error)
+    learner  -> checkpoint  SaveCheckpoint, LoadLatest            (replies Saved, Loaded, NotFound, Error)
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+import msgspec
+import numpy as np
+from msgspec import Struct
+
+from shared.config import EnvConfig, RolloutConfig
+
+PROTOCOL_VERSION = 1
+
+# Roles of a seat, as carried per slot in a Round's ``group`` array.
+GROUP_LEARNER = 0
+"""The live policy plays this seat: the learner infers for it and trains on its rows."""
+GROUP_SCRIPTED = -2
+"""A scripted opponent plays this seat inside the rollout; no row crosses the wire."""
+
+SEATS = ("blue", "red")
+
+
+class _Msg(Struct, forbid_unknown_fields=True, kw_only=True, tag_field="type"):
+    pass
+
+
+class EngineBuild(Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Which engine a process runs: digests published by ``ClashParallelEnv.config()``.
+    ``binary_sha256`` is the compiled extension's hash; the data digests alone cannot tell
+    two builds of different Rust code apart (royalelearn-facts, lesson 11)."""
+
+    engine_class: str
+    calibration_digest: str
+    build_digest: str
+    binary_sha256: str
+    cards_digest: str
+    royalegym_version: str
+
+    def describe(self) -> str:
+        return (
+            f"{self.engine_class} build {self.build_digest} binary {self.binary_sha256} "
+            f"cards {self.cards_digest} (royalegym {self.royalegym_version})"
+        )
+
+
+class PlaneCodec(Struct, array_like=True, forbid_unknown_fields=True, frozen=True):
+    """Storage of one spatial plane: ``uint8``/``uint16`` hold round(value * scale) exactly,
+    ``float16`` holds the value to half precision, ``static`` is not stored per row."""
+
+    name: str
+    storage: Literal["uint8", "uint16", "float16", "static"]
+    scale: float
+
+
+class CodecTable(Struct, forbid_unknown_fields=True, frozen=True):
+    """How one observation row is packed (see ``shared.codec``). Decided by the learner at
+    start-up from the declared observation space and a sample of real observations, and sent
+    to every rollout in Welcome."""
+
+    version: int
+    planes: tuple[PlaneCodec, ...]
+    height: int
+    width: int
+    vector_size: int
+    n_actions: int
+    hand_slots: int
+
+
+class Assignment(Struct, array_like=True, forbid_unknown_fields=True, frozen=True):
+    """What one episode of one battle is: drawn by the ladder from
+    ``match/battle/{battle}/ordinal/{ordinal}``, so a pure function of those and the master seed.
+
+    ``learner_seat`` is 0 (blue) or 1 (red) for a scripted battle and -1 (both) for a mirror."""
+
+    battle: int
+    ordinal: int
+    role: Literal["mirror", "pool", "scripted"]
+    opponent: str
+    learner_seat: int
+
+
+class EpisodeRecord(Struct, forbid_unknown_fields=True, kw_only=True):
+    """One seat's finished episode. The terminal scalars are copied from the environment's
+    final info (RoyaleGym computes them; a second implementation would be a second answer)."""
+
+    battle: int
+    ordinal: int
+    seat: Literal["blue", "red"]
+    role: str
+    player: str
+    """``learner`` or the scripted opponent's id (``scripted:noop``, ...)."""
+    opponent: str
+    outcome: int
+    """+1 win, 0 draw or truncated, -1 loss, from this seat's side."""
+    truncated: bool
+    episode_steps: int
+    episode_ticks: int
+    own_crowns: int
+    enemy_crowns: int
+    own_tower_hp_frac: float
+    enemy_tower_hp_frac: float
+    elixir_leak_steps: int
+    elixir_count_exact: bool
+    cards_played: int
+    undiscounted_return: float
+    iteration: int = -1
+    """Set by the learner: the iteration in which the episode finished."""
+
+
+# ----------------------------------------------------------------- rollout -> learner
+
+
+class Hello(_Msg, tag="hello"):
+    """A rollout introduces itself. ``instance`` is fresh on every process start (SEED RL's
+    run_id), so a restarted rollout is a new member, never the old one's continuation."""
+
+    instance: str
+    host: str
+    pid: int
+    battles: int
+    shards: int
+    engine: EngineBuild
+
+
+class Round(_Msg, tag="round"):
+    """One shard's answer after one decision, labelled (iteration, cycle).
+
+    Two timesteps travel in one round, and which is which is the classic off-by-one:
+
+    * the round's OWN cycle ``t``: arrays ``group`` (int8, per slot: who holds the seat from
+      here on), ``tick`` (int32), ``ordinal`` (int32: the episode each slot is now in), and
+      ``rows`` (uint8 (n_learner, row_bytes): the packed observation of every slot whose
+      ``group`` is GROUP_LEARNER, in slot order);
+    * the step that ARRIVED here, which began at cycle ``t - 1``: ``reward`` (float32),
+      ``terminated`` / ``truncated`` (uint8 0/1), ``deploy_status`` (int8: -1 no command,
+      0 accepted, >0 an engine refusal, i.e. a mask bug), plus ``final_slots`` (int16) and
+      ``final_rows`` (uint8 (k, row_bytes)): the last observation of every learner slot whose
+      episode was truncated by that step, for the bootstrap V(final_obs).
+
+    The round at cycle 0 has no step behind it and carries zeros in the second half. Slots are
+    the shard's battles in order, blue then red: local slot ``2 * i + seat``.
+    """
+
+    instance: str
+    iteration: int
+    cycle: int
+    shard: int
+    episodes: list[EpisodeRecord] = []
+    env_seconds: float = 0.0
+    """Wall time the rollout spent stepping this shard for this round."""
+
+
+class Heartbeat(_Msg, tag="heartbeat"):
+    instance: str
+    state: str
+
+
+class Failure(_Msg, tag="failure"):
+    """A rollout that cannot go on says why before it exits."""
+
+    instance: str
+    kind: Literal["exception", "protocol", "refused"]
+    message: str
+
+
+# ----------------------------------------------------------------- learner -> rollout
+
+
+class Welcome(_Msg, tag="welcome"):
+    """The learner accepts a Hello: what every battle is and how rows are packed."""
+
+    env: EnvConfig
+    master_seed: int
+    codec: CodecTable
+    engine: EngineBuild
+    random_legal_noop_prob: float
+    rollout: RolloutConfig
+    """Heartbeat and silence timings and the mask-only option; the battle and shard counts
+    are the rollout's own (its machine's) and are not taken from here."""
+
+
+class Refused(_Msg, tag="refused"):
+    """The learner will not take this rollout; ``reason`` says why and what to do."""
+
+    reason: str
+
+
+class Plan(_Msg, tag="plan"):
+    """The rollout's part of an iteration. ``battles`` are the global battle ids it runs, in
+    its local order. ``restart_ordinals[i] >= 0`` resets battle i at that episode ordinal;
+    -1 continues the episode in flight. ``assignments`` extends every battle's table of
+    upcoming episodes (see Assignment). A rollout with a restarted or new battle answers with
+    a cycle-0 round per shard; otherwise its last round (cycle T of the previous iteration)
+    already is this iteration's cycle 0."""
+
+    iteration: int
+    battles: list[int]
+    restart_ordinals: list[int]
+    assignments: list[Assignment]
+    fresh: bool
+    """Answer with a cycle-0 round per shard now (a new rollout, or restarted battles)."""
+
+
+class Step(_Msg, tag="step"):
+    """Advance one shard by one decision. Array ``actions`` (int16, per local slot): the
+    learner's action for GROUP_LEARNER slots; ignored for scripted ones."""
+
+    iteration: int
+    cycle: int
+    shard: int
+
+
+class Close(_Msg, tag="close"):
+    reason: str
+
+
+class Rejoin(_Msg, tag="rejoin"):
+    """The learner does not know this instance (it restarted): say Hello again."""
+
+    reason: str
+
+
+# ----------------------------------------------------------------- learner <-> ladder
+
+
+class PlanRequest(_Msg, tag="plan_request"):
+    """Assignments for ordinals ``next_ordinals[i] .. next_ordinals[i] + lookahead - 1`` of
+    every battle ``battles[i]``, in an iteration of ``n_battles`` battles in all."""
+
+    request_id: int
+    iteration: int
+    n_battles: int
+    battles: list[int]
+    next_ordinals: list[int]
+    lookahead: int
+
+
+class PlanReply(_Msg, tag="plan_reply"):
+    request_id: int
+    assignments: list[Assignment]
+    role_counts: tuple[int, int, int]
+
+
+class ReportEpisodes(_Msg, tag="report_episodes"):
+    request_id: int
+    run_name: str
+    episodes: list[EpisodeRecord]
+
+
+class Ack(_Msg, tag="ack"):
+    request_id: int
+    count: int = 0
+
+
+class Error(_Msg, tag="error"):
+    """A request refused; ``reason`` names what was wrong."""
+
+    request_id: int
+    reason: str
+
+
+# ----------------------------------------------------------------- learner <-> checkpoint
+
+
+class SaveCheckpoint(_Msg, tag="save_checkpoint"):
+    """Write a checkpoint atomically. Array ``files[i]`` (uint8) holds the bytes of
+    ``names[i]`` (a relative path such as ``actor/model.safetensors``). ``manifest`` is
+    msgspec JSON bytes describing the state (iteration, counters, config) that the
+    checkpoint service embeds in its manifest verbatim."""
+
+    request_id: int
+    run_name: str
+    iteration: int
+    names: list[str]
+    meta: bytes
+
+
+class Saved(_Msg, tag="saved"):
+    request_id: int
+    path: str
+    bytes_written: int
+
+
+class LoadLatest(_Msg, tag="load_latest"):
+    request_id: int
+    run_name: str
+
+
+class Loaded(_Msg, tag="loaded"):
+    """The newest checkpoint that verifies; arrays named as in ``names``."""
+
+    request_id: int
+    path: str
+    iteration: int
+    names: list[str]
+    meta: bytes
+
+
+class NotFound(_Msg, tag="not_found"):
+    request_id: int
+    reason: str
+
+
+ToLearner = Union[Hello, Round, Heartbeat, Failure]
+ToRollout = Union[Welcome, Refused, Plan, Step, Close, Rejoin]
+ToLadder = Union[PlanRequest, ReportEpisodes]
+FromLadder = Union[PlanReply, Ack, Error]
+ToCheckpoint = Union[SaveCheckpoint, LoadLatest]
+FromCheckpoint = Union[Saved, Loaded, NotFound, Error]
+
+# Which arrays each kind carries: name -> (dtype, ndim). Anything else is refused.
+ARRAYS: dict[type, dict[str, tuple[str, int]]] = {
+    Round: {
+        "group": ("int8", 1), "tick": ("int32", 1), "ordinal": ("int32", 1), "rows": ("uint8", 2),
+        "reward": ("float32", 1), "terminated": ("uint8", 1), "truncated": ("uint8", 1),
+        "deploy_status": ("int8", 1), "final_slots": ("int16", 1), "final_rows": ("uint8", 2),
+    },
+    Step: {"actions": ("int16", 1)},
+    SaveCheckpoint: {"*": ("uint8", 1)},
+    Loaded: {"*": ("uint8", 1)},
+}
+
+
+class ArrayMeta(Struct, array_like=True, forbid_unknown_fields=True):
+    name: str
+    dtype: str
+    shape: list[int]
+
+
+class _Envelope(Struct, forbid_unknown_fields=True):
+    protocol: int
+    body: msgspec.Raw
+    arrays: list[ArrayMeta] = []
+
+
+class _VersionOnly(Struct):
+    protocol: int = -1
+
+
+class ProtocolError(Exception):
+    """A message refused. ``reason`` is a short label for the refusal counter
+    (``undecodable``, ``version``, ``unknown_kind``, ``schema``, ``frames``, ``arrays``,
+    ``oversized``); the text says what exactly was wrong."""
+
+    def __init__(self, reason: str, text: str):
+        self.reason = reason
+        super().__init__(text)
+
+
+_encoder = msgspec.msgpack.Encoder()
+_envelope_decoder = msgspec.msgpack.Decoder(_Envelope)
+_version_decoder = msgspec.msgpack.Decoder(_VersionOnly)
+
+
+def encode(body: Struct, arrays: dict[str, np.ndarray] | None = None) -> list:
+    """Frames for one message: the envelope, then each array's buffer (C-contiguous, not
+    copied: the caller must not write to an array after handing it here)."""
+    metas, buffers = [], []
+    for name, arr in (arrays or {}).items():
+        arr = np.ascontiguousarray(arr)
+        metas.append(ArrayMeta(name, arr.dtype.name, list(arr.shape)))
+        buffers.append(memoryview(arr).cast("B") if arr.size else b"")
+    envelope = _encoder.encode(
+        {"protocol": PROTOCOL_VERSION, "body": msgspec.Raw(_encoder.encode(body)), "arrays": metas}
+    )
+    return [envelope, *buffers]
+
+
+class Decoder:
+    """Decodes one seam's messages (a union such as ``ToLearner``)."""
+
+    def __init__(self, union, max_array_bytes: int = 1 << 30):
+        self._body = msgspec.msgpack.Decoder(union)
+        self._max = max_array_bytes
+
+    def decode(self, frames: list) -> tuple[Struct, dict[str, np.ndarray]]:
+        """(body, arrays) or ProtocolError. Arrays are read-only views of the frames."""
+        if not frames:
+            raise ProtocolError("frames", "empty message")
+        head = bytes(frames[0])
+        try:
+            env = _envelope_decoder.decode(head)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            try:
+                version = _version_decoder.decode(head).protocol
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                version = None
+            if version is not None and version != PROTOCOL_VERSION:
+                raise ProtocolError(
+                    "version", f"protocol version {version}; this build speaks {PROTOCOL_VERSION}"
+                ) from None
+            raise ProtocolError("undecodable", f"undecodable envelope: {exc}") from None
+        if env.protocol != PROTOCOL_VERSION:
+            raise ProtocolError(
+                "version", f"protocol version {env.protocol}; this build speaks {PROTOCOL_VERSION}"
+            )
+        try:
+            body = self._body.decode(env.body)
+        except msgspec.ValidationError as exc:
+            text = str(exc)
+            reason = "unknown_kind" if "Invalid value" in text and "`$.type`" in text else "schema"
+            raise ProtocolError(reason, f"refused message: {text}") from None
+        except msgspec.DecodeError as exc:
+            raise ProtocolError("undecodable", f"undecodable body: {exc}") from None
+        if len(frames) != 1 + len(env.arrays):
+            raise ProtocolError(
+                "frames", f"{type(body).__name__}: header lists {len(env.arrays)} arrays, got {len(frames) - 1} frames"
+            )
+        allowed = ARRAYS.get(type(body), {})
+        arrays: dict[str, np.ndarray] = {}
+        for meta, frame in zip(env.arrays, frames[1:]):
+            rule = allowed.get(meta.name, allowed.get("*"))
+            if rule is None:
+                raise ProtocolError("arrays", f"{type(body).__name__} carries no array named {meta.name!r}")
+            dtype, ndim = rule
+            if meta.dtype != dtype or len(meta.shape) != ndim or any(d < 0 for d in meta.shape):
+                raise ProtocolError(
+                    "arrays",
+                    f"{type(body).__name__}.{meta.name}: expected {ndim}-d {dtype}, header says {meta.dtype} {meta.shape}",
+                )
+            buf = memoryview(frame.buffer if hasattr(frame, "buffer") else frame)
+            expected = int(np.prod(meta.shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            if expected > self._max or buf.nbytes != expected:
+                raise ProtocolError(
+                    "arrays", f"{type(body).__name__}.{meta.name}: {buf.nbytes} bytes for shape {meta.shape} of {dtype}"
+                )
+            if meta.name in arrays:
+                raise ProtocolError("arrays", f"{type(body).__name__}: array {meta.name!r} given twice")
+            arrays[meta.name] = np.frombuffer(buf, dtype=dtype).reshape(meta.shape)
+        return body, arrays

@@ -1,0 +1,108 @@
+"""Every key of the learner's metric row: its unit and what it means. One definition each.
+
+The row is one flat JSON object per iteration in ``runs/<run>/metrics.jsonl``; the same numbers
+are exported as Prometheus gauges named ``royalefleet_learner_<key with / and . as _>`` (see
+``prometheus_name``), a family key (``{opponent}``) as one gauge with a label. A key is absent
+from a row when there is nothing to measure (no episode finished: no ``env/`` keys): a missing
+key is not a zero. Names follow the reference harness wherever it has the metric.
+"""
+
+from __future__ import annotations
+
+import re
+
+# key -> (unit, meaning)
+SCHEMA: dict[str, tuple[str, str]] = {
+    # run
+    "run/iteration": ("count", "iterations finished, this one included"),
+    "run/timesteps": ("timesteps", "learner transitions trained on since the run began"),
+    "run/env_steps": ("decisions", "battle decisions stepped since the run began (one battle advancing one decision)"),
+    "run/episodes": ("episodes", "learner seat-episodes finished since the run began"),
+    "run/wall_seconds": ("s", "wall time of this process since it started"),
+    "run/gamma": ("ratio", "discount used by GAE this iteration"),
+    "run/credit_horizon_seconds": ("s", "decision_s / (1 - gamma * lambda): how far back credit reaches"),
+    "run/cycles": ("count", "cycles T in this iteration's rectangle"),
+    "run/slots": ("count", "slots R in this iteration's rectangle (2 per battle)"),
+    "run/battles": ("count", "battles in this iteration"),
+    "run/learner_rows_per_cycle": ("count", "slots the learner plays each cycle (both seats of a mirror, one otherwise)"),
+    # throughput
+    "throughput/collected_steps_per_second": ("timesteps/s", "learner timesteps collected / collection seconds"),
+    "throughput/overall_steps_per_second": ("timesteps/s", "learner timesteps trained / iteration seconds"),
+    "throughput/env_steps_per_second": ("decisions/s", "battle decisions / collection seconds"),
+    "throughput/inference_ms_per_round": ("ms", "mean learner inference time per received round"),
+    "throughput/wire_bytes_per_row": ("bytes", "array bytes received per observation row, scalars included"),
+    "throughput/parent_wait_frac": ("fraction", "share of the collection the learner spent waiting for rounds"),
+    # time
+    "time/iteration": ("s", "wall time of the iteration"),
+    "time/collection": ("s", "collecting the rectangle (inference included)"),
+    "time/inference": ("s", "rollout-time actor forwards during collection"),
+    "time/critic_pass": ("s", "the whole-rectangle value pass"),
+    "time/gae": ("s", "GAE"),
+    "time/update": ("s", "the PPO epochs"),
+    "time/checkpoint": ("s", "capturing (and, when due, sending) the checkpoint"),
+    # env (learner seats only)
+    "env/episodes": ("episodes", "learner seat-episodes finished this iteration"),
+    "env/win_rate_scripted": ("fraction", "learner wins / episodes against scripted opponents (draws and truncations count as not won)"),
+    "env/win_rate_vs/{opponent}": ("fraction", "learner win rate against one opponent this iteration"),
+    "env/episodes_vs/{opponent}": ("episodes", "learner episodes against one opponent this iteration"),
+    "env/draw_rate": ("fraction", "learner episodes ending in a draw or a truncation"),
+    "env/episode_steps_p50": ("decisions", "median episode length"),
+    "env/episode_steps_p95": ("decisions", "95th percentile of episode length"),
+    "env/episode_steps_at_cap_frac": ("fraction", "episodes cut by the step limit"),
+    "env/return_mean": ("reward", "mean undiscounted learner return per episode"),
+    "policy/cards_per_match": ("cards", "cards the learner played per episode (the no-op collapse metric)"),
+    # ppo
+    "ppo/kl": ("nats", "choice-row KL (Schulman k3), last epoch"),
+    "ppo/kl_epoch{epoch}": ("nats", "choice-row KL after epoch e"),
+    "ppo/clip_fraction": ("fraction", "choice rows with |ratio - 1| > clip, last epoch"),
+    "ppo/clip_fraction_epoch{epoch}": ("fraction", "clip fraction in epoch e"),
+    "ppo/dual_clip_fraction": ("fraction", "choice rows where the dual clip bound binds"),
+    "ppo/entropy": ("nats", "masked policy entropy over choice rows"),
+    "ppo/noop_entropy": ("nats", "binary entropy of p(no-op) vs p(play) on choice rows"),
+    "ppo/value_loss": ("reward^2", "mean squared error of V against the GAE return"),
+    "ppo/policy_loss": ("reward", "clipped surrogate loss"),
+    "ppo/explained_variance": ("fraction", "1 - Var(G - V) / Var(G) over all trainable rows"),
+    "ppo/explained_variance_choice": ("fraction", "explained variance over choice rows"),
+    "ppo/grad_norm_actor": ("norm", "actor gradient norm before clipping"),
+    "ppo/grad_norm_critic": ("norm", "critic gradient norm before clipping"),
+    "ppo/forced_frac": ("fraction", "trainable rows with a single legal action"),
+    "ppo/optimizer_steps": ("count", "optimizer steps this iteration"),
+    "ppo/ratio_max_abs_dev": ("ratio", "max |ratio - 1| on the first minibatch (should be ~0)"),
+    "ppo/choice_rows": ("count", "trainable rows with more than one legal action"),
+    "ppo/advantage_mean": ("reward", "raw GAE advantage mean over trainable rows"),
+    "ppo/return_mean": ("reward", "GAE return mean over trainable rows"),
+    # health
+    "health/rollouts": ("count", "rollouts in this iteration"),
+    "health/rollouts_lost": ("count", "rollouts lost during this iteration (deadline missed or failed)"),
+    "health/rows_invalid": ("timesteps", "learner cells of this iteration invalidated by lost rollouts"),
+    "health/rows_invalid_frac": ("fraction", "rows_invalid / learner cells of the rectangle"),
+    "health/trainable_rows": ("timesteps", "learner cells trained on this iteration"),
+    "health/messages_refused": ("count", "malformed or unexpected messages refused this iteration"),
+    "health/illegal_action_rate": ("fraction", "learner actions the engine refused (deploy status > 0): a mask bug"),
+}
+
+
+def prometheus_name(key: str) -> tuple[str, dict[str, str]]:
+    """(gauge name, labels) for a row key: ``env/win_rate_vs/scripted:noop`` ->
+    (``royalefleet_learner_env_win_rate_vs``, {"opponent": "scripted:noop"})."""
+    for family in SCHEMA:
+        if "{" in family:
+            prefix, label = family.split("{", 1)
+            label = label.rstrip("}")
+            if key.startswith(prefix) and key != prefix:
+                rest = key[len(prefix):]
+                base = prefix.rstrip("/")
+                return "royalefleet_learner_" + re.sub(r"[^a-zA-Z0-9_]", "_", base), {label: rest}
+    return "royalefleet_learner_" + re.sub(r"[^a-zA-Z0-9_]", "_", key), {}
+
+
+def schema_key(key: str) -> str | None:
+    """The SCHEMA entry a row key belongs to, or None."""
+    if key in SCHEMA:
+        return key
+    for family in SCHEMA:
+        if "{" in family:
+            prefix = family.split("{", 1)[0]
+            if key.startswith(prefix) and key != prefix:
+                return family
+    return None

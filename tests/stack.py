@@ -1,0 +1,148 @@
+"""Running the real local stack (``royalefleet up``) from tests, on free loopback ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def tiny_config(runs_dir: Path, **overrides) -> Path:
+    """A tiny-profile config on free ports, written under ``runs_dir``; returns its path."""
+    p = free_ports(7)
+    doc = {
+        "profile": "tiny",
+        "runs_dir": str(runs_dir),
+        "services": {"learner_port": p[0], "ladder_port": p[1], "checkpoint_port": p[2],
+                     "learner_metrics_port": p[3], "ladder_metrics_port": p[4],
+                     "checkpoint_metrics_port": p[5], "rollout_metrics_port": p[6]},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            doc.setdefault(key, {}).update(value)
+        else:
+            doc[key] = value
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    path = runs_dir / f"config-{p[0]}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+class Up:
+    """``python -m royalefleet up`` as a subprocess, its output collected line by line."""
+
+    def __init__(self, config: Path, *args: str, env: dict | None = None):
+        self.lines: list[str] = []
+        self.log = open(config.with_suffix(".out"), "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "royalefleet", "up", "--config", str(config), *args],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=os.environ | (env or {}), bufsize=1,
+        )
+        os.set_blocking(self.proc.stdout.fileno(), False)
+
+    def _read(self) -> None:
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                return
+            self.lines.append(line.rstrip("\n"))
+            self.log.write(line)
+            self.log.flush()
+
+    def wait_for(self, predicate, timeout: float, what: str) -> str:
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while time.monotonic() < deadline:
+            self._read()
+            for line in self.lines[seen:]:
+                if predicate(line):
+                    return line
+            seen = len(self.lines)
+            if self.proc.poll() is not None:
+                self._read()
+                for line in self.lines[seen:]:
+                    if predicate(line):
+                        return line
+                raise AssertionError(f"stack exited ({self.proc.returncode}) before {what}:\n" + "\n".join(self.lines[-40:]))
+            time.sleep(0.05)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}:\n" + "\n".join(self.lines[-40:]))
+
+    def wait_exit(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._read()
+            if self.proc.poll() is not None:
+                self._read()
+                return self.proc.returncode
+            time.sleep(0.05)
+        self.kill()
+        raise AssertionError(f"stack did not exit within {timeout} s:\n" + "\n".join(self.lines[-40:]))
+
+    def children(self) -> dict[int, str]:
+        """pid -> command line of the launcher's direct children."""
+        out = {}
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                stat = (d / "stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                if ppid == self.proc.pid:
+                    out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except (OSError, ValueError, IndexError):
+                continue
+        return out
+
+    def interrupt(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+
+    def kill(self) -> None:
+        for pid in self.children():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.kill()
+        self.proc.wait()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except OSError:
+        return False
+
+
+def read_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def decode(path: Path):
+    return msgspec.json.decode(path.read_bytes())

@@ -1,0 +1,280 @@
+"""The checkpoint service over loopback TCP: save/load, refusals, metrics, settings, signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+from prometheus_client import CollectorRegistry
+
+from services.checkpoint.service import CheckpointService, Metrics, parse_settings
+from shared.messages import (
+    Ack,
+    Decoder,
+    Error,
+    FromCheckpoint,
+    LoadLatest,
+    Loaded,
+    NotFound,
+    SaveCheckpoint,
+    Saved,
+    encode,
+)
+from shared.transport import Client, bind_router, connect_dealer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Running:
+    """A CheckpointService serving on a thread, its registry, and a Client to it."""
+
+    def __init__(self, runs_dir: Path, keep: int):
+        self.address = f"tcp://127.0.0.1:{free_port()}"
+        self.registry = CollectorRegistry()
+        self.lines: list[str] = []
+        sock = bind_router(self.address, max_bytes=64 << 20)
+        self.service = CheckpointService(
+            sock, runs_dir, keep=keep, metrics=Metrics(self.registry), out=self.lines.append
+        )
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(sock,), daemon=True)
+        self.thread.start()
+        self.client = Client(self.address, Decoder(FromCheckpoint), name="checkpoint", timeout_s=10)
+
+    def _run(self, sock):
+        try:
+            self.service.serve(self.stop.is_set, poll_ms=20)
+        finally:
+            sock.close(0)
+
+    def metric(self, name: str, **labels) -> float:
+        return self.registry.get_sample_value(f"royalefleet_checkpoint_{name}", labels or None) or 0.0
+
+    def save(self, run: str, iteration: int, files: dict[str, bytes], meta: bytes = b"{}"):
+        msg = SaveCheckpoint(
+            request_id=self.client.next_id(), run_name=run, iteration=iteration, names=list(files), meta=meta
+        )
+        return self.client.request(msg, {n: np.frombuffer(b, dtype=np.uint8) for n, b in files.items()})
+
+    def load(self, run: str):
+        return self.client.request(LoadLatest(request_id=self.client.next_id(), run_name=run))
+
+    def raw(self, frames: list) -> tuple:
+        """Send arbitrary frames on a fresh DEALER and decode the reply."""
+        sock = connect_dealer(self.address)
+        try:
+            sock.send_multipart(frames)
+            assert sock.poll(5000), "no reply from the checkpoint service"
+            return Decoder(FromCheckpoint).decode(sock.recv_multipart())
+        finally:
+            sock.close(0)
+
+    def close(self):
+        self.client.close()
+        self.stop.set()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def running(tmp_path):
+    r = Running(tmp_path / "runs", keep=2)
+    yield r
+    r.close()
+
+
+FILES = {
+    "actor/model.safetensors": os.urandom(300_000),
+    "optim/adam.json": b'{"lr": 2e-4}',
+    "empty.bin": b"",
+}
+META = b'{"iteration": 4, "env_steps": 16384}'
+
+
+def test_save_then_load_latest_returns_identical_bytes(running, tmp_path):
+    reply, _ = running.save("exp1", 4, FILES, META)
+    assert isinstance(reply, Saved)
+    assert reply.bytes_written == 300_000 + 12
+    assert Path(reply.path) == tmp_path / "runs" / "exp1" / "checkpoints" / "00000004"
+    assert (Path(reply.path) / "actor" / "model.safetensors").read_bytes() == FILES["actor/model.safetensors"]
+
+    reply, arrays = running.load("exp1")
+    assert isinstance(reply, Loaded)
+    assert (reply.iteration, reply.path, reply.meta) == (4, str(tmp_path / "runs" / "exp1" / "checkpoints" / "00000004"), META)
+    assert reply.names == list(FILES)
+    assert {n: a.tobytes() for n, a in arrays.items()} == FILES
+    assert all(a.dtype == np.uint8 and a.ndim == 1 for a in arrays.values())
+
+    assert running.metric("writes_total") == 1
+    assert running.metric("bytes_written_total") == 300_012
+    assert running.metric("write_seconds_count") == 1
+    assert running.metric("loads_total") == 1
+    assert any(line.startswith(f"checkpoint {reply.path} 0.29 MB") for line in running.lines)
+
+
+def test_load_latest_of_an_unknown_run_is_not_found(running):
+    reply, arrays = running.load("never-saved")
+    assert isinstance(reply, NotFound) and "no checkpoint of run 'never-saved'" in reply.reason
+    assert arrays == {}
+
+
+def test_saves_are_pruned_to_keep_and_latest_skips_a_corrupt_one(running, tmp_path):
+    for it in range(4):
+        reply, _ = running.save("exp1", it, {"a": bytes([it]) * 10})
+        assert isinstance(reply, Saved)
+    root = tmp_path / "runs" / "exp1" / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == ["00000002", "00000003", "index.json"]
+    (root / "00000003" / "a").write_bytes(b"\x09" * 10)  # same size, wrong hash
+    reply, arrays = running.load("exp1")
+    assert isinstance(reply, Loaded) and reply.iteration == 2 and arrays["a"].tobytes() == b"\x02" * 10
+    assert running.metric("verify_failures_total") == 1
+
+
+def test_malformed_frame_is_answered_counted_and_survived(running):
+    body, _ = running.raw([b"\xff\x00 this is not msgpack"])
+    assert isinstance(body, Error) and body.request_id == -1 and "undecodable" in body.reason
+    assert running.metric("messages_refused_total", reason="undecodable") == 1
+    reply, _ = running.save("exp1", 1, {"a": b"still serving"})
+    assert isinstance(reply, Saved)
+
+
+def test_unknown_message_type_is_refused_with_its_request_id(running):
+    body, _ = running.raw(encode(Ack(request_id=77, count=1)))
+    assert isinstance(body, Error) and body.request_id == 77 and "refused message" in body.reason
+    assert running.metric("messages_refused_total", reason="unknown_kind") == 1
+    reply, _ = running.load("nothing")
+    assert isinstance(reply, NotFound)
+
+
+def test_wrong_array_dtype_is_refused(running):
+    msg = SaveCheckpoint(request_id=5, run_name="exp1", iteration=1, names=["a"], meta=b"{}")
+    body, _ = running.raw(encode(msg, {"a": np.zeros(3, dtype=np.float32)}))
+    assert isinstance(body, Error) and body.request_id == 5 and "expected 1-d uint8" in body.reason
+    assert running.metric("messages_refused_total", reason="arrays") == 1
+
+
+@pytest.mark.parametrize(
+    "run_name, names, iteration, meta, reason, text",
+    [
+        ("../escape", ["a"], 1, b"{}", "run_name", "run_name '../escape' is not a plain folder name"),
+        ("..", ["a"], 1, b"{}", "run_name", "is not a plain folder name"),
+        ("exp1", ["../a"], 1, b"{}", "file_name", "'../a' has a '..' component"),
+        ("exp1", ["manifest.json"], 1, b"{}", "file_name", "reserved for the checkpoint's own manifest"),
+        ("exp1", ["a", "a"], 1, b"{}", "file_name", "'a' is given twice"),
+        ("exp1", ["a", "b"], 1, b"{}", "names", "names lists ['b'] without an array"),
+        ("exp1", ["a"], -3, b"{}", "iteration", "iteration -3 must be an int >= 0"),
+        ("exp1", ["a"], 1, b"not json", "meta", "meta is not a JSON document"),
+    ],
+)
+def test_refused_saves_name_the_problem(running, tmp_path, run_name, names, iteration, meta, reason, text):
+    msg = SaveCheckpoint(request_id=running.client.next_id(), run_name=run_name, iteration=iteration, names=names, meta=meta)
+    reply, _ = running.client.request(msg, {"a": np.frombuffer(b"x", dtype=np.uint8)})
+    assert isinstance(reply, Error) and reply.request_id == msg.request_id
+    assert text in reply.reason
+    assert running.metric("messages_refused_total", reason=reason) == 1
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "runs" / "exp1").exists()
+
+
+def test_write_failure_is_an_error_reply_not_a_crash(running, tmp_path):
+    run = tmp_path / "runs" / "exp1"
+    run.mkdir(parents=True)
+    (run / "checkpoints").write_bytes(b"a file where the folder should be")
+    reply, _ = running.save("exp1", 1, {"a": b"x"})
+    assert isinstance(reply, Error) and "writing iteration 1 of run 'exp1' failed" in reply.reason
+    assert running.metric("messages_refused_total", reason="write_failed") == 1
+    reply, _ = running.save("exp2", 1, {"a": b"x"})
+    assert isinstance(reply, Saved)
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def test_flags_win_over_environment_and_env_wins_over_defaults():
+    env = {"ROYALEFLEET_CHECKPOINT_KEEP": "4", "ROYALEFLEET_RUNS_DIR": "/data/runs", "ROYALEFLEET_METRICS_PORT": "0"}
+    s = parse_settings(["--keep", "7"], env)
+    assert (s.keep, s.runs_dir, s.metrics_port, s.bind, s.max_message_mb) == (7, "/data/runs", 0, "tcp://127.0.0.1:5557", 64)
+    assert parse_settings([], {}).metrics_host == "127.0.0.1"
+
+
+def test_bad_settings_name_the_variable(capsys):
+    with pytest.raises(SystemExit) as info:
+        parse_settings([], {"ROYALEFLEET_CHECKPOINT_KEEP": "ten"})
+    assert info.value.code == 2
+    assert "ROYALEFLEET_CHECKPOINT_KEEP='ten': not a whole number" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_settings(["--metrics-port", "70000"], {})
+    assert "70000 is not a port" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        parse_settings(["--help"], {})
+    assert info.value.code == 0
+    assert "ROYALEFLEET_CHECKPOINT_BIND" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- the process
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_process_serves_exports_metrics_and_stops_on_signal(tmp_path, signum):
+    port, metrics_port = free_port(), free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ROYALEFLEET_CHECKPOINT_KEEP": "1",
+           "ROYALEFLEET_METRICS_PORT": "1"}  # the flag below must win over this
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.checkpoint", "--bind", f"tcp://127.0.0.1:{port}",
+         "--runs-dir", str(tmp_path / "runs"), "--metrics-port", str(metrics_port)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    client = Client(f"tcp://127.0.0.1:{port}", Decoder(FromCheckpoint), name="checkpoint", timeout_s=10)
+    try:
+        assert "checkpoint service on" in proc.stdout.readline()
+        for it in (1, 2):
+            msg = SaveCheckpoint(request_id=client.next_id(), run_name="exp", iteration=it, names=["w"], meta=b"{}")
+            reply, _ = client.request(msg, {"w": np.arange(1000, dtype=np.uint8) // 4})
+            assert isinstance(reply, Saved), reply
+        assert proc.stdout.readline().startswith(f"checkpoint {tmp_path / 'runs' / 'exp' / 'checkpoints' / '00000001'} ")
+        assert sorted(p.name for p in (tmp_path / "runs" / "exp" / "checkpoints").iterdir()) == ["00000002", "index.json"]
+        page = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+        assert "royalefleet_checkpoint_writes_total 2.0" in page
+        assert "royalefleet_checkpoint_bytes_written_total 2000.0" in page
+        assert 'royalefleet_checkpoint_write_seconds_bucket{le="60.0"} 2.0' in page
+        assert 'royalefleet_checkpoint_messages_refused_total{reason="undecodable"} 0.0' in page
+
+        started = time.monotonic()
+        proc.send_signal(signum)
+        assert proc.wait(timeout=5) == 0
+        assert time.monotonic() - started < 1.5
+        assert "checkpoint service stopped" in proc.stdout.read()
+    finally:
+        client.close()
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_process_that_cannot_bind_says_why(tmp_path):
+    blocker = zmq.Context.instance().socket(zmq.ROUTER)
+    port = blocker.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "services.checkpoint", "--bind", f"tcp://127.0.0.1:{port}", "--metrics-port", "0"],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=20,
+        )
+    finally:
+        blocker.close(0)
+    assert done.returncode == 2
+    assert f"cannot bind tcp://127.0.0.1:{port}" in done.stderr
