@@ -70,11 +70,13 @@ def decide_table(spec: ObsSpec, declared_high: np.ndarray, samples: np.ndarray) 
             continue
         values = samples[:, c]
         high = float(declared_high[c])
-        if high <= 255 and np.array_equal(values, np.rint(values)):
+        # Integer storage is unsigned: a sample holding a negative value could not round-trip.
+        nonneg = bool(values.min() >= 0) if values.size else True
+        if high <= 255 and nonneg and np.array_equal(values, np.rint(values)):
             planes.append(PlaneCodec(name, "uint8", 1.0))
             continue
         milli = np.rint(values.astype(np.float64) * UINT16_SCALE)
-        if high * UINT16_SCALE <= 65535 and np.array_equal((milli / UINT16_SCALE).astype(np.float32), values):
+        if high * UINT16_SCALE <= 65535 and nonneg and np.array_equal((milli / UINT16_SCALE).astype(np.float32), values):
             planes.append(PlaneCodec(name, "uint16", UINT16_SCALE))
             continue
         planes.append(PlaneCodec(name, "float16", 1.0))
@@ -148,6 +150,7 @@ class Codec:
             clipped += int(np.count_nonzero(over) + np.count_nonzero(r < 0))
             np.clip(r, 0, 255, out=r)
             out[: len(self.idx["uint8"]) * hw] = r.reshape(-1)
+            out[len(self.idx["uint8"]) * hw : self.o16] = 0  # the pad byte, if any: every byte of a row is defined
         if len(self.idx["uint16"]):
             src = spatial[self.idx["uint16"]]
             r = np.rint(src.astype(np.float64) * self.scale16[:, None, None])

@@ -380,7 +380,9 @@ def load_config(source: str | os.PathLike | dict | None = None, *, profile_name:
                 raise ConfigError([f"config {source}: not valid JSON ({exc})"]) from None
     if not isinstance(doc, dict):
         raise ConfigError([f"config: expected a JSON object at the top, got {type(doc).__name__}"])
-    name = doc.get("profile", profile_name or default_profile_name())
+    # Not doc.get("profile", default_profile_name()): that would import torch (seconds) even
+    # when the document names its profile.
+    name = doc["profile"] if "profile" in doc else (profile_name or default_profile_name())
     if not isinstance(name, str) or name not in PROFILES:
         raise ConfigError([f"profile: unknown profile {name!r}; choose one of {', '.join(PROFILES)}"])
     merged = _overlay(msgspec.to_builtins(PROFILES[name]()), doc, RunConfig, "", problems)

@@ -22,6 +22,7 @@ Seams and their messages:
 
 from __future__ import annotations
 
+import math
 from typing import Literal, Union
 
 import msgspec
@@ -355,7 +356,8 @@ class _Envelope(Struct, forbid_unknown_fields=True):
 
 
 class _VersionOnly(Struct):
-    protocol: int = -1
+    protocol: int | None = None
+    """None when the header has no ``protocol`` at all: undecodable, not a version mismatch."""
 
 
 class ProtocolError(Exception):
@@ -379,6 +381,10 @@ def encode(body: Struct, arrays: dict[str, np.ndarray] | None = None) -> list:
     metas, buffers = [], []
     for name, arr in (arrays or {}).items():
         arr = np.ascontiguousarray(arr)
+        if not arr.dtype.isnative:
+            # The header names the dtype (">i2" and "<i2" are both "int16") and the decoder
+            # reads native order: a byte-swapped array is converted, never sent as it is.
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         metas.append(ArrayMeta(name, arr.dtype.name, list(arr.shape)))
         buffers.append(memoryview(arr).cast("B") if arr.size else b"")
     envelope = _encoder.encode(
@@ -439,9 +445,12 @@ class Decoder:
                     "arrays",
                     f"{type(body).__name__}.{meta.name}: expected {ndim}-d {dtype}, header says {meta.dtype} {meta.shape}",
                 )
-            buf = memoryview(frame.buffer if hasattr(frame, "buffer") else frame)
-            expected = int(np.prod(meta.shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            if expected > self._max or buf.nbytes != expected:
+            # Read-only whatever the frame: a zmq.Frame's buffer is writable, bytes' is not.
+            buf = memoryview(frame.buffer if hasattr(frame, "buffer") else frame).toreadonly()
+            # Python ints: a header's dimensions are up to 64-bit, and their product must not
+            # wrap around (np.prod in int64 does) into a size that matches an empty frame.
+            expected = math.prod(meta.shape) * np.dtype(dtype).itemsize
+            if expected > self._max or buf.nbytes != expected or any(d > self._max for d in meta.shape):
                 raise ProtocolError(
                     "arrays", f"{type(body).__name__}.{meta.name}: {buf.nbytes} bytes for shape {meta.shape} of {dtype}"
                 )

@@ -67,6 +67,7 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "ppo/grad_norm_critic": ("norm", "critic gradient norm before clipping"),
     "ppo/forced_frac": ("fraction", "trainable rows with a single legal action"),
     "ppo/optimizer_steps": ("count", "optimizer steps this iteration"),
+    "ppo/actor_optimizer_steps": ("count", "actor optimizer steps this iteration: batches holding at least one choice row (the critic steps on every batch)"),
     "ppo/ratio_max_abs_dev": ("ratio", "max |ratio - 1| on the first minibatch (should be ~0)"),
     "ppo/choice_rows": ("count", "trainable rows with more than one legal action"),
     "ppo/advantage_mean": ("reward", "raw GAE advantage mean over trainable rows"),

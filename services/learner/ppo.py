@@ -129,6 +129,14 @@ def ppo_update(
     (``ppo/minibatch/iteration/{i}/epoch/{e}``). Returns a flat dict of ``ppo/...`` metrics;
     actor metrics are absent (not 0) when there is no choice row.
 
+    Metric units: ``ppo/value_loss`` is the MSE (V - G)^2 over every row forwarded, all epochs
+    (before ``vf_coef``); ``ppo/policy_loss`` is the mean over optimizer steps of the policy term
+    exactly as it enters the loss (so divided by all n rows); ``ppo/kl``/``ppo/clip_fraction``
+    are the LAST epoch's (per-epoch values in ``..._epoch{e}``), measured in each batch's
+    forward, before its step; entropy, noop entropy and dual-clip fraction are means over every
+    choice row forwarded. ``ppo/explained_variance`` compares ``old_values`` (the critic pass
+    GAE used) with the returns, as CleanRL does.
+
     ``ppo/ratio_max_abs_dev`` is max |r - 1| over the choice rows forwarded before the first
     optimizer step (the first minibatch of epoch 0 and the rest of its batch, which accumulate
     gradients under unchanged weights): anything but ~0 means the update's forward computes a

@@ -1,0 +1,127 @@
+"""``royalefleet bench``: how close the stack comes to the bare environment on this machine.
+
+Prints, in one run:
+
+* bare RoyaleGym: the same battles (``local.rollouts`` processes x ``rollout.battles``), both
+  seats played by ``RandomLegalOpponent(0.9)``, stepped in a plain loop: decisions/s and
+  seat-rows/s (two seat observations per decision);
+* the stack: ``royalefleet up`` for a few iterations on free loopback ports in a scratch
+  folder: battle decisions/s and learner rows/s during collection (the first iteration, which
+  includes start-up effects, is dropped), the update's rows/s;
+* their ratio, and the wire bytes per observation row.
+
+A figure, not a test: nothing here passes or fails.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import socket
+import tempfile
+import time
+
+import msgspec
+
+from shared.config import RunConfig
+
+
+def _bare_worker(env_cfg_json: bytes, battles: int, seconds: float, seed: int, out) -> None:
+    import numpy as np
+    from royalegym import RandomLegalOpponent
+
+    from shared.config import EnvConfig
+    from shared.envs import build_env
+
+    cfg = msgspec.json.decode(env_cfg_json, type=EnvConfig)
+    envs = [build_env(cfg) for _ in range(battles)]
+    rng = np.random.default_rng(seed)
+    player = RandomLegalOpponent(0.9)
+    obs = [e.reset(seed=seed + i)[0] for i, e in enumerate(envs)]
+    decisions = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for i, env in enumerate(envs):
+            o = obs[i]
+            acts = {s: player.act(o[s], o[s]["action_mask"], rng) for s in ("blue", "red")}
+            o, _, term, trunc, _ = env.step(acts)
+            decisions += 1
+            if term["blue"] or trunc["blue"]:
+                o, _ = env.reset(seed=int(rng.integers(2**62)))
+            obs[i] = o
+    out.put((decisions, time.perf_counter() - t0))
+
+
+def bare_env_speed(cfg: RunConfig, seconds: float) -> tuple[float, int]:
+    """(decisions/s summed over processes, processes)."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    n = cfg.local.rollouts
+    env_json = msgspec.json.encode(cfg.env)
+    procs = [ctx.Process(target=_bare_worker, args=(env_json, cfg.rollout.battles, seconds, 1000 * k, q))
+             for k in range(n)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=seconds + 300) for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(d / t for d, t in results), n
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def stack_speed(cfg: RunConfig, iterations: int, say) -> list[dict]:
+    from royalefleet.launcher import Stack
+
+    p = _free_ports(7)
+    services = msgspec.structs.replace(
+        cfg.services, learner_port=p[0], ladder_port=p[1], checkpoint_port=p[2], learner_metrics_port=p[3],
+        ladder_metrics_port=p[4], checkpoint_metrics_port=p[5], rollout_metrics_port=p[6])
+    with tempfile.TemporaryDirectory(prefix="royalefleet-bench-") as tmp:
+        run_cfg = msgspec.structs.replace(cfg, runs_dir=tmp, run_name="bench", services=services)
+        code = Stack(run_cfg, iterations=iterations, say=lambda s: say("  " + s) if s.startswith("it ") else None).run()
+        path = os.path.join(tmp, "bench", "metrics.jsonl")
+        rows = [json.loads(x) for x in open(path)] if os.path.exists(path) else []
+    if code != 0:
+        raise SystemExit(f"bench: the stack exited with code {code}")
+    return rows
+
+
+def run_bench(cfg: RunConfig, *, seconds: float, iterations: int, say=print) -> int:
+    say(f"bench: profile {cfg.profile}, {cfg.local.rollouts} rollout process(es) x {cfg.rollout.battles} battles, "
+        f"{os.cpu_count()} CPUs")
+    say(f"bare RoyaleGym, random-legal play, {seconds:.0f} s ...")
+    bare, n = bare_env_speed(cfg, seconds)
+    say(f"  {bare:,.0f} decisions/s ({2 * bare:,.0f} seat-rows/s) over {n} process(es)")
+    say(f"the stack, {iterations} iteration(s) ...")
+    rows = stack_speed(cfg, max(2, iterations), say)
+    steady = rows[1:] or rows
+
+    def mean(key):
+        vals = [r[key] for r in steady if key in r]
+        return sum(vals) / len(vals) if vals else float("nan")
+
+    decisions = mean("throughput/env_steps_per_second")
+    collected = mean("throughput/collected_steps_per_second")
+    learner_rows = mean("run/learner_rows_per_cycle") / max(1.0, mean("run/battles"))
+    update_rows = mean("health/trainable_rows") / mean("time/update")
+    say("")
+    say(f"{'bare env decisions/s':<40}{bare:>12,.0f}")
+    say(f"{'stack decisions/s (collection)':<40}{decisions:>12,.0f}")
+    say(f"{'ratio stack / bare':<40}{decisions / bare:>12.2f}")
+    say(f"{'stack learner rows/s (collection)':<40}{collected:>12,.0f}   ({learner_rows:.2f} learner rows a decision)")
+    say(f"{'stack learner rows/s (whole iteration)':<40}{mean('throughput/overall_steps_per_second'):>12,.0f}")
+    say(f"{'update rows/s':<40}{update_rows:>12,.0f}")
+    say(f"{'wire bytes per observation row':<40}{mean('throughput/wire_bytes_per_row'):>12,.0f}")
+    say(f"{'inference ms per round':<40}{mean('throughput/inference_ms_per_round'):>12.2f}")
+    say(f"{'learner wait share of collection':<40}{mean('throughput/parent_wait_frac'):>12.2f}")
+    return 0
