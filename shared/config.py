@@ -16,11 +16,14 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 import os
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
+
+from shared.schedules import GeometricSpec, LinearSpec, Schedule, schedule_problems
 
 FORMAT_VERSION = 1
 
@@ -36,6 +39,17 @@ class _Cfg(Struct, forbid_unknown_fields=True, kw_only=True):
     """Base of every config struct: unknown fields refused, keyword-only."""
 
 
+class RewardWeights(_Cfg):
+    """Weights of the three shaping potentials under the terminal objective (seed 004,
+    default_potential_reward). A weight scales a term's per-step loudness and cannot move the
+    optimum (every term is gamma * Phi(s') - Phi(s)); read env/reward_terms_step_abs before
+    changing one. Real, finite and not negative."""
+
+    crown: NonNegFloat = 0.2
+    tower_hp: NonNegFloat = 0.1
+    elixir: NonNegFloat = 0.05
+
+
 class EnvConfig(_Cfg):
     """How every battle is built (RoyaleGym ``ClashParallelEnv`` on ``RustEngine``)."""
 
@@ -46,6 +60,8 @@ class EnvConfig(_Cfg):
     """Game time per decision, in milliseconds (10 engine ticks at the default)."""
     reward: Literal["royalegym_default"] = "royalegym_default"
     """The reward composition. ``royalegym_default`` is RoyaleGym's ``default_reward()``."""
+    reward_weights: RewardWeights = msgspec.field(default_factory=RewardWeights)
+    """Shaping weights of the ``potential`` reward composition."""
 
 
 class RolloutConfig(_Cfg):
@@ -101,19 +117,113 @@ class PPOConfig(_Cfg):
     minibatch_size: PosInt = 256
     """Rows per forward pass: a memory knob only (gradients accumulate over a batch)."""
     clip_range: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.2
+    dual_clip_c: Annotated[float, Meta(gt=1.0)] = 3.0
+    """Dual-clip bound (Ye et al. 2020): for A < 0 the objective is at least c * A."""
     vf_coef: NonNegFloat = 1.0
-    ent_coef: NonNegFloat = 0.01
+    ent_coef: Schedule = LinearSpec(start=0.01, end=0.003, over_env_steps=30_000_000)
+    """Entropy bonus over the legal set (a number, or a schedule over env steps)."""
+    ent_coef_noop: Schedule = LinearSpec(start=0.02, end=0.0, over_env_steps=10_000_000)
+    """Bonus on the binary entropy of p(no-op) vs p(play): a warm-start guard against no-op
+    collapse, annealed to zero (it peaks at p = 0.5 while a healthy policy waits ~94 %)."""
+    value_clipping: bool = False
+    """Clip the value loss around the old value by clip_range (off in the reference: judged
+    neutral to harmful)."""
     max_grad_norm: PosFloat = 0.5
     lr_actor: PosFloat = 2e-4
     lr_critic: PosFloat = 2e-4
     adam_eps: PosFloat = 1e-5
+    lr_backoff: "LrBackoffConfig" = msgspec.field(default_factory=lambda: LrBackoffConfig())
+
+
+class LrBackoffConfig(_Cfg):
+    """Multiply both learning rates by ``factor`` when the choice-row KL stays above
+    ``kl_threshold`` for ``patience`` consecutive iterations; never below ``lr_min``."""
+
+    kl_threshold: PosFloat = 0.02
+    patience: PosInt = 3
+    factor: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.5
+    lr_min: PosFloat = 2e-5
 
 
 class AdvantageConfig(_Cfg):
     """Discounting and GAE (Schulman et al. 2016)."""
 
-    gamma: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.997
+    gamma: Schedule = GeometricSpec(start=0.997, end=0.999, over_env_steps=20_000_000)
+    """The discount, geometric in 1 - gamma (OpenAI Five's anneal, scaled to a four-minute match)."""
     gae_lambda: Fraction01 = 0.99
+    """0.99 at gamma 0.997 gives a credit horizon of ~39 s: deploy, push, tower."""
+    standardize_rewards: bool = True
+    """Divide rewards by a running std of discounted returns (mean never subtracted, so the
+    zero-sum sign structure survives), then clip to +-reward_clip."""
+    reward_clip: PosFloat = 10.0
+
+
+class GateConfig(_Cfg):
+    """The three conditions a candidate passes to become champion (seed 004, GateConfig)."""
+
+    champion_games: PosInt = 1000
+    """Paired battles against the champion (half the seeds on each side)."""
+    champion_lower_bound: Fraction01 = 0.52
+    """Wilson 95 % lower bound the candidate's score rate must reach."""
+    anchor_games: PosInt = 200
+    """Battles against each anchor (scripted:noop, scripted:random_legal)."""
+    anchor_tolerance_pp: NonNegFloat = 2.0
+    """How many percentage points below the champion's recorded anchor score is allowed."""
+    stratified_snapshots: NonNegInt = 8
+    stratified_games: PosInt = 100
+    bootstrap_resamples: PosInt = 10_000
+
+
+class RaterConfig(_Cfg):
+    """The Bradley-Terry-Davidson fit over the whole result log."""
+
+    prior_sd: PosFloat = 400.0
+    """Gaussian prior on every rating, in Elo: keeps a player with only wins finite."""
+    anchor: str = "scripted:noop"
+    """Pinned at exactly 0 Elo."""
+    draws: Literal["davidson", "half_win"] = "davidson"
+    min_pair_games: PosInt = 30
+    """Pairs with fewer games do not count toward the transitivity residual."""
+
+
+class PoolConfig(_Cfg):
+    """The frozen pool and who the learner meets from it."""
+
+    candidate_every_env_steps: PosInt = 4_000_000
+    max_resident_opponents: PosInt = 2
+    pool_working_size: PosInt = 48
+    pfsp_weighting: Literal["hard", "variance", "linear", "uniform"] = "hard"
+    pfsp_power: PosFloat = 2.0
+    pfsp_uniform_floor: Fraction01 = 0.2
+    weight_floor_scale: NonNegFloat = 0.01
+    eval_seed_count: PosInt = 500
+    refit_every_iterations: PosInt = 10
+
+
+class AlarmConfig(_Cfg):
+    """Thresholds of the alarm table (shared/alarms.py). Recorded, never part of the run
+    identity: an alarm can stop a run and can never alter a number."""
+
+    enabled: bool = True
+    ratio_invariant_multiple: PosFloat = 5.0
+    buffer_fill_frac: Fraction01 = 0.98
+    clip_fraction: Fraction01 = 0.5
+    kl_high: PosFloat = 0.05
+    kl_dead: PosFloat = 1e-5
+    explained_variance: float = 0.0
+    cards_per_match_warn: NonNegFloat = 8.0
+    cards_per_match_halt: NonNegFloat = 3.0
+    noop_entropy_floor: NonNegFloat = 0.02
+    tile_top1_share: Fraction01 = 0.25
+    card_tile_top10_share: Fraction01 = 0.5
+    draw_rate: Fraction01 = 0.5
+    episode_steps_at_cap_frac: Fraction01 = 0.8
+    transitivity_residual: Fraction01 = 0.1
+    capacity_ratio: PosFloat = 1.5
+    gate_failures: PosInt = 5
+    disabled: list[str] = msgspec.field(default_factory=list)
+    patience_overrides: dict[str, PosInt] = msgspec.field(default_factory=dict)
+    severity_overrides: dict[str, Literal["warn", "halt"]] = msgspec.field(default_factory=dict)
 
 
 class LadderConfig(_Cfg):
@@ -128,6 +238,9 @@ class LadderConfig(_Cfg):
     )
     random_legal_noop_prob: Fraction01 = 0.9
     """The no-op probability of ``scripted:random_legal`` (the reference's anchor)."""
+    pool: PoolConfig = msgspec.field(default_factory=PoolConfig)
+    gate: GateConfig = msgspec.field(default_factory=GateConfig)
+    rater: RaterConfig = msgspec.field(default_factory=RaterConfig)
 
 
 class CheckpointConfig(_Cfg):
@@ -181,6 +294,7 @@ class RunConfig(_Cfg):
     checkpoint: CheckpointConfig = msgspec.field(default_factory=CheckpointConfig)
     services: ServicesConfig = msgspec.field(default_factory=ServicesConfig)
     determinism: DeterminismConfig = msgspec.field(default_factory=DeterminismConfig)
+    alarms: AlarmConfig = msgspec.field(default_factory=AlarmConfig)
 
 
 # ----------------------------------------------------------------------------- profiles
@@ -328,6 +442,17 @@ def check_consistency(cfg: RunConfig) -> list[str]:
         problems.append(
             f"ppo.batch_size: {cfg.ppo.batch_size} is larger than ppo.timesteps_per_iteration="
             f"{cfg.ppo.timesteps_per_iteration}; an iteration would hold no whole batch"
+        )
+    problems += schedule_problems("ppo.ent_coef", cfg.ppo.ent_coef, low=0.0)
+    problems += schedule_problems("ppo.ent_coef_noop", cfg.ppo.ent_coef_noop, low=0.0)
+    problems += schedule_problems("advantage.gamma", cfg.advantage.gamma, low=1e-6, high=1.0)
+    for name in ("crown", "tower_hp", "elixir"):
+        w = getattr(cfg.env.reward_weights, name)
+        if not math.isfinite(w):
+            problems.append(f"env.reward_weights.{name}: {w!r} is not a finite number")
+    if cfg.ppo.lr_backoff.lr_min > min(cfg.ppo.lr_actor, cfg.ppo.lr_critic):
+        problems.append(
+            f"ppo.lr_backoff.lr_min: {cfg.ppo.lr_backoff.lr_min} is above the learning rates it floors"
         )
     if sum(cfg.ladder.mix) <= 0:
         problems.append(f"ladder.mix: {list(cfg.ladder.mix)} sums to zero; give at least one role a share")

@@ -21,7 +21,7 @@ def run(code: str) -> dict:
 
 def test_the_shared_modules_are_the_expected_ones():
     assert SHARED == ["shared.codec", "shared.config", "shared.envs", "shared.matchmaking", "shared.messages",
-                      "shared.metric_schema", "shared.seeding", "shared.transport"]
+                      "shared.metric_schema", "shared.schedules", "shared.seeding", "shared.transport"]
 
 
 def test_rollout_and_shared_import_without_torch():

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from shared.config import PPOConfig
+from shared.schedules import value_at
 from services.learner.distribution import NOOP, MaskedCategorical
 
 DUAL_CLIP = 3.0
@@ -117,6 +118,8 @@ def ppo_update(
     ppo: PPOConfig,
     epoch_generator: Callable[[int], np.random.Generator],
     device,
+    *,
+    ent_coef: float | None = None,
 ) -> dict[str, float]:
     """Train ``model.actor`` and ``model.critic`` on one iteration's rows for ``ppo.n_epochs``.
 
@@ -142,6 +145,8 @@ def ppo_update(
     gradients under unchanged weights): anything but ~0 means the update's forward computes a
     different function from the rollout's.
     """
+    if ent_coef is None:  # the schedule at env step 0: for callers outside a run
+        ent_coef = value_at(ppo.ent_coef, 0)
     n_rows = _check_data(data)
     choice = data.n_legal > 1
     n_choice = int(choice.sum())
@@ -203,7 +208,7 @@ def ppo_update(
                     objective = clipped_objective(ratio, adv, ppo.clip_range)
                     entropy = dist.entropy()
                     policy_loss = -objective.sum() / batch_rows
-                    entropy_loss = -ppo.ent_coef * entropy.sum() / batch_rows
+                    entropy_loss = -ent_coef * entropy.sum() / batch_rows
                     loss = loss + policy_loss + entropy_loss
 
                     with torch.no_grad():

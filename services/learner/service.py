@@ -36,6 +36,7 @@ from shared.messages import (
     Ack, Decoder, Error, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan, PlanReply,
     PlanRequest, ReportEpisodes, SaveCheckpoint, Saved, ToLearner, Welcome,
 )
+from shared.schedules import value_at
 from shared.seeding import stream
 
 STARTUP_WAIT_S = 120.0
@@ -264,6 +265,7 @@ class Learner:
 
         cfg = self.cfg
         t_iter = time.perf_counter()
+        sched = evaluate_schedules(cfg, self.env_steps)
         members = self.wait_for_rollouts()
         slot_map = self.fleet.slot_map(members)
         T, learner_rows, roles = self._plan(members, slot_map)
@@ -298,7 +300,7 @@ class Learner:
 
         t0 = time.perf_counter()
         trainable = rect.trainable()
-        gamma, lam = cfg.advantage.gamma, cfg.advantage.gae_lambda
+        gamma, lam = sched["gamma"], cfg.advantage.gae_lambda
         adv, ret = compute_gae(rect.reward, values, final_values, rect.terminated, rect.truncated, trainable, gamma, lam)
         t_gae = time.perf_counter() - t0
 
@@ -324,7 +326,8 @@ class Learner:
             def epoch_rng(e: int):
                 return stream(cfg.master_seed, "ppo/minibatch/iteration/{iteration}/epoch/{epoch}", iteration=it, epoch=e)
 
-            update_stats = ppo_update(self.model, self.opt_actor, self.opt_critic, data, cfg.ppo, epoch_rng, self.device)
+            update_stats = ppo_update(self.model, self.opt_actor, self.opt_critic, data, cfg.ppo, epoch_rng, self.device,
+                                      ent_coef=sched["ent_coef"])
         t_update = time.perf_counter() - t0
 
         # Counters and the row.
@@ -409,6 +412,16 @@ class Learner:
         self.ladder.close()
         self.ckpt.close()
         self.sock.close(linger=transport.LINGER_MS)
+
+
+def evaluate_schedules(cfg: RunConfig, env_steps: int) -> dict[str, float]:
+    """Every scheduled scalar, once, at the top of an iteration: the reward, GAE and the metric
+    row then use one number each (seed 004, ScheduleState)."""
+    return {
+        "gamma": value_at(cfg.advantage.gamma, env_steps),
+        "ent_coef": value_at(cfg.ppo.ent_coef, env_steps),
+        "ent_coef_noop": value_at(cfg.ppo.ent_coef_noop, env_steps),
+    }
 
 
 def _lost_cells(rect: Rectangle, T: int) -> int:
