@@ -40,8 +40,17 @@ def cmd_up(args) -> int:
           f"{cfg.local.rollouts} rollout(s) x {cfg.rollout.battles} battles, "
           f"{cfg.ppo.timesteps_per_iteration:,} timesteps an iteration"
           + (f", stopping after {args.iterations} iteration(s)" if args.iterations else ""), flush=True)
+    if getattr(args, "require_checkpoint", False):
+        from services.checkpoint.store import CheckpointStore
+
+        store = CheckpointStore(os.path.join(cfg.runs_dir, cfg.run_name, "checkpoints"))
+        if not os.path.exists(store.root) or not store.index().entries:
+            print(f"royalefleet resume: run {cfg.run_name!r} has no checkpoint under {store.root}; "
+                  "start it with `royalefleet up`", file=sys.stderr)
+            return 2
+    learner_env = {"ROYALEFLEET_ALLOW_IDENTITY_DRIFT": "1"} if args.allow_identity_drift else None
     return Stack(cfg, iterations=args.iterations, say=lambda s: print(s, flush=True),
-                 echo_all=args.verbose).run()
+                 echo_all=args.verbose, learner_env=learner_env).run()
 
 
 def cmd_config(args) -> int:
@@ -60,6 +69,46 @@ def cmd_bench(args) -> int:
     from royalefleet.bench import run_bench
 
     return run_bench(_load(args), seconds=args.seconds, iterations=args.iterations)
+
+
+def cmd_verify_resume(args) -> int:
+    from royalefleet.verify_resume import verify_resume
+
+    cfg = _load(args)
+    problems = verify_resume(cfg, iterations=args.iterations, split=args.split, rollouts=args.rollouts,
+                             keep_dir=args.keep, say=lambda s: print(s, flush=True))
+    return 1 if problems else 0
+
+
+def cmd_identity(args) -> int:
+    import msgspec
+
+    from royalefleet.identity_cmd import identity_for
+
+    cfg = _load(args)
+    ident, rid = identity_for(cfg)
+    print(msgspec.json.format(msgspec.json.encode(ident), indent=2).decode())
+    print(f"run_id {rid}")
+    return 0
+
+
+def cmd_checkpoints(args) -> int:
+    from services.checkpoint.store import CheckpointStore
+
+    cfg = _load(args)
+    root = os.path.join(cfg.runs_dir, cfg.run_name, "checkpoints")
+    if not os.path.isdir(root):
+        print(f"run {cfg.run_name!r} has no checkpoints under {root}")
+        return 1
+    entries = CheckpointStore(root).list_entries()
+    if not entries:
+        print(f"run {cfg.run_name!r}: the index under {root} lists no checkpoint")
+        return 1
+    print(f"{'iteration':>9}  {'name':<10} {'MB':>7}  status")
+    for e in entries:
+        status = "ok (every file verifies)" if e.ok else f"CORRUPT: {e.problem}"
+        print(f"{e.iteration:>9}  {e.name:<10} {e.bytes / 1e6:>7.2f}  {status}")
+    return 0 if all(e.ok for e in entries) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,7 +137,40 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
     up.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
     up.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
+    up.add_argument("--allow-identity-drift", action="store_true",
+                    help="resume a checkpoint whose run identity differs, recording the drift (drift.json)")
     up.set_defaults(func=cmd_up)
+
+    rs = sub.add_parser("resume", help="like up, but refuse to start when the run has no checkpoint",
+                        description="Resume a run from its newest checkpoint that verifies (same options as up).")
+    common(rs)
+    rs.add_argument("--iterations", type=int, default=0, help="stop cleanly after this many more iterations")
+    rs.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
+    rs.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
+    rs.add_argument("--verbose", action="store_true", help="echo every service's output")
+    rs.add_argument("--allow-identity-drift", action="store_true",
+                    help="resume even if the run identity differs, recording the drift")
+    rs.set_defaults(func=cmd_up, require_checkpoint=True)
+
+    vr = sub.add_parser("verify-resume", help="prove that a stopped and resumed run continues row for row",
+                        description="Train K iterations straight; train j, stop, resume in a fresh learner and "
+                        "finish; compare every metric row field by field (wall-clock fields excluded).")
+    common(vr)
+    vr.add_argument("--iterations", type=int, default=3, help="K (default 3)")
+    vr.add_argument("--split", type=int, default=1, help="j, the iteration after which to stop (default 1)")
+    vr.add_argument("--rollouts", type=int, default=2, help="rollout processes (default 2)")
+    vr.add_argument("--keep", metavar="DIR", help="keep the two run folders in DIR (default: a temporary folder)")
+    vr.set_defaults(func=cmd_verify_resume)
+
+    idp = sub.add_parser("identity", help="print the run identity and run id a config gives on this machine",
+                         description="Builds one battle to read the engine build and the observation layout, "
+                         "decides the codec table, and prints the RunIdentity and its run id.")
+    common(idp)
+    idp.set_defaults(func=cmd_identity)
+
+    ck = sub.add_parser("checkpoints", help="list a run's checkpoints with their verification status")
+    common(ck)
+    ck.set_defaults(func=cmd_checkpoints)
 
     cf = sub.add_parser("config", help="print or write a fully populated config",
                         description="Write the complete config of a profile (with --config: of that file on top "

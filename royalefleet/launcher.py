@@ -160,7 +160,7 @@ def ports_in_use(cfg: RunConfig, rollouts: int) -> list[str]:
 
 class Stack:
     def __init__(self, cfg: RunConfig, *, iterations: int = 0, rollouts: int | None = None, say=print,
-                 echo_all: bool = False):
+                 echo_all: bool = False, learner_env: dict | None = None):
         self.cfg, self.say = cfg, say
         self.run_dir = os.path.join(cfg.runs_dir, cfg.run_name)
         self.log_dir = os.path.join(self.run_dir, "logs")
@@ -169,6 +169,7 @@ class Stack:
         self.n_rollouts = cfg.local.rollouts if rollouts is None else rollouts
         self._write_config()
         envs = service_environments(cfg, self.config_path, os.path.abspath(cfg.runs_dir), iterations, self.n_rollouts)
+        envs["learner"] |= learner_env or {}
         self.children = {name: Child(name, env, os.path.join(self.log_dir, f"{name}.log"),
                                      echo=echo_all or name == "learner")
                          for name, env in envs.items()}

@@ -58,8 +58,11 @@ class EnvConfig(_Cfg):
     480 decisions is regulation plus overtime at 500 ms a decision (seed: default_env_spec)."""
     decision_ms: Annotated[int, Meta(ge=50, le=5000)] = 500
     """Game time per decision, in milliseconds (10 engine ticks at the default)."""
-    reward: Literal["royalegym_default"] = "royalegym_default"
-    """The reward composition. ``royalegym_default`` is RoyaleGym's ``default_reward()``."""
+    reward: Literal["potential", "royalegym_default"] = "potential"
+    """The reward composition. ``potential`` is ``shared.rewards.default_potential_reward`` at
+    ``reward_weights`` (the objective plus three potential-based shaping terms);
+    ``royalegym_default`` is RoyaleGym's ``default_reward()``, whose elixir-trade term is not a
+    potential and rewards never playing (royalelearn-facts lesson 13)."""
     reward_weights: RewardWeights = msgspec.field(default_factory=RewardWeights)
     """Shaping weights of the ``potential`` reward composition."""
 

@@ -53,19 +53,43 @@ class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True):
         return hashlib.sha256(msgspec.json.encode(self)).hexdigest()[:16]
 
 
-def build_env(cfg: EnvConfig):
-    """One ``ClashParallelEnv`` on its own ``RustEngine`` (never shared between envs)."""
+def build_reward(cfg: EnvConfig):
+    """The reward ``cfg.reward`` names: ``potential`` is ``default_potential_reward`` at
+    ``cfg.reward_weights`` (gamma 1 until ``shared.rewards.set_gamma`` is called);
+    ``royalegym_default`` is RoyaleGym's ``default_reward()``."""
+    from royalegym import default_reward
+
+    from shared.rewards import default_potential_reward
+
+    if cfg.reward == "potential":
+        w = cfg.reward_weights
+        return default_potential_reward(crown=w.crown, tower_hp=w.tower_hp, elixir=w.elixir)
+    if cfg.reward == "royalegym_default":
+        return default_reward()
+    raise ValueError(f"env.reward: unknown reward {cfg.reward!r}; choose potential or royalegym_default")
+
+
+def build_env(cfg: EnvConfig, *, gamma: float | None = None):
+    """One ``ClashParallelEnv`` on its own ``RustEngine`` (never shared between envs).
+
+    ``gamma``, where given, is handed to every shaping term at once (``shared.rewards.set_gamma``);
+    the rollout must call ``set_gamma(env.reward_fn, gamma)`` again whenever the schedule moves.
+    """
     from royalegym import (
         ClashParallelEnv, DefaultStateMutator, GameOverCondition, RustEngine, SpatialObsBuilder,
-        StepLimitCondition, TileActionParser, default_reward,
+        StepLimitCondition, TileActionParser,
     )
 
-    rewards = {"royalegym_default": default_reward}
+    from shared.rewards import set_gamma
+
+    reward_fn = build_reward(cfg)
+    if gamma is not None:
+        set_gamma(reward_fn, gamma)
     return ClashParallelEnv(
         RustEngine(),
         obs_builder=SpatialObsBuilder(),
         action_parser=TileActionParser(),
-        reward_fn=rewards[cfg.reward](),
+        reward_fn=reward_fn,
         termination_cond=GameOverCondition(),
         truncation_cond=StepLimitCondition(max_steps=cfg.max_steps) if cfg.max_steps else None,
         state_mutator=DefaultStateMutator(),

@@ -70,6 +70,8 @@ def value_at(spec: Schedule, env_steps: int) -> float:
         return spec.start + frac * (spec.end - spec.start)
     if isinstance(spec, GeometricSpec):
         frac = min(1.0, max(0.0, env_steps / spec.over_env_steps))
+        if frac >= 1.0:
+            return float(spec.end)  # exactly end, not end to within a rounding step
         a, b = 1.0 - spec.start, 1.0 - spec.end
         return 1.0 - a * (b / a) ** frac
     if isinstance(spec, PiecewiseConstantSpec):

@@ -28,6 +28,8 @@ STREAMS: dict[str, str] = {
     "ppo/minibatch/iteration/{iteration}/epoch/{epoch}": "the row permutation of one PPO epoch",
     "preflight/sample": "the random-legal play that samples observations for the codec table",
     "torch/init": "initial network weights",
+    "eval/bootstrap/{comparison}": "bootstrap resamples over seeds for one gate comparison",
+    "eval/stratified/{candidate}": "the pool members a candidate's gate plays for condition 3",
 }
 
 _FIELDS = {t: {f for _, f, _, _ in string.Formatter().parse(t) if f} for t in STREAMS}

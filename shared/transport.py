@@ -12,18 +12,35 @@ Conventions (see ../docs/protocol.md):
 * Sends never block: a full queue or an absent peer is reported (``False``) and counted.
 * Requests to the ladder and the checkpoint service carry a ``request_id``; ``Client.request``
   waits with a deadline and raises ``ServiceTimeout`` instead of waiting forever.
+* Optional authentication: ZeroMQ CURVE (``curve=`` on ``bind_router`` / ``connect_dealer`` /
+  ``Client``; off unless given). A server admits only clients whose public key is in its
+  allow-list folder; an unknown key or a plain (non-CURVE) client gets no connection at all.
+  ``curve_server_keys()`` / ``curve_client_keys()`` read the folder from
+  ``ROYALEFLEET_CURVE_DIR`` (unset or empty: off, as on loopback; Compose sets it). The folder
+  is what ``royalefleet keys`` writes::
+
+      server.key  server.key_secret   the servers' keypair (the secret only where servers run)
+      client.key  client.key_secret   this host's client keypair (rollouts; the learner as a
+                                      client of the ladder and the checkpoint service)
+      clients/<name>.key              the allow-list: public keys of admitted clients
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 import zmq
 
 from shared.messages import Decoder, ProtocolError, encode
+
+if TYPE_CHECKING:  # zmq.auth loads asyncio: imported where CURVE is used, not on the loopback path
+    from zmq.auth.thread import ThreadAuthenticator
 
 LINGER_MS = 200
 
@@ -39,13 +56,21 @@ def _common(sock: zmq.Socket, max_bytes: int | None) -> zmq.Socket:
     return sock
 
 
-def bind_router(address: str, *, max_bytes: int | None = None, ctx: zmq.Context | None = None) -> zmq.Socket:
+def bind_router(address: str, *, max_bytes: int | None = None, ctx: zmq.Context | None = None,
+                curve: CurveServer | None = None) -> zmq.Socket:
     """A ROUTER bound to ``address`` (``tcp://host:port``). ROUTER_MANDATORY makes a send to
-    a peer that has gone an error we count instead of a silent drop."""
+    a peer that has gone an error we count instead of a silent drop. With ``curve`` only the
+    allow-listed clients can connect (``curve_server``)."""
     sock = _common((ctx or context()).socket(zmq.ROUTER), max_bytes)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.SNDHWM, 10_000)
     sock.setsockopt(zmq.RCVHWM, 10_000)
+    if curve is not None:
+        try:
+            curve_server(sock, curve.secret_key_file, curve.allowed_clients_dir, name=address)
+        except OSError:
+            sock.close(0)
+            raise
     try:
         sock.bind(address)
     except zmq.ZMQError as exc:
@@ -54,12 +79,21 @@ def bind_router(address: str, *, max_bytes: int | None = None, ctx: zmq.Context 
     return sock
 
 
-def connect_dealer(address: str, *, max_bytes: int | None = None, ctx: zmq.Context | None = None) -> zmq.Socket:
-    """A DEALER connected to ``address``; it reconnects by itself if the server restarts."""
+def connect_dealer(address: str, *, max_bytes: int | None = None, ctx: zmq.Context | None = None,
+                   curve: CurveClient | None = None) -> zmq.Socket:
+    """A DEALER connected to ``address``; it reconnects by itself if the server restarts.
+    With ``curve`` it authenticates to a CURVE server (``curve_client``)."""
     sock = _common((ctx or context()).socket(zmq.DEALER), max_bytes)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
     sock.setsockopt(zmq.SNDHWM, 10_000)
+    if curve is not None:
+        try:
+            curve_client(sock, curve.client_secret_file, curve.server_public_file)
+        except OSError:
+            sock.close(0)
+            raise
+        _report_refusal(sock, address, curve)
     sock.connect(address)
     return sock
 
@@ -106,10 +140,10 @@ class Client:
     """A DEALER that makes request/reply calls to one ROUTER service."""
 
     def __init__(self, address: str, decoder: Decoder, *, name: str, max_bytes: int | None = None,
-                 timeout_s: float = 30.0):
+                 timeout_s: float = 30.0, curve: CurveClient | None = None):
         self.address, self.name, self.timeout_s = address, name, timeout_s
         self._decoder = decoder
-        self._sock = connect_dealer(address, max_bytes=max_bytes)
+        self._sock = connect_dealer(address, max_bytes=max_bytes, curve=curve)
         self._ids = itertools.count(int.from_bytes(os.urandom(3), "little") << 20)
 
     def next_id(self) -> int:
@@ -140,6 +174,217 @@ class Client:
 
     def close(self) -> None:
         self._sock.close(0)
+
+
+# ----------------------------------------------------------------------------- CURVE
+
+CURVE_DIR_ENV = "ROYALEFLEET_CURVE_DIR"
+"""The one switch: the keys folder (layout in the module docstring). Unset or empty: off."""
+
+SERVER_SECRET = "server.key_secret"
+SERVER_PUBLIC = "server.key"
+CLIENT_SECRET = "client.key_secret"
+CLIENT_PUBLIC = "client.key"
+ALLOWED_CLIENTS = "clients"
+
+
+@dataclass(frozen=True)
+class CurveServer:
+    secret_key_file: str
+    allowed_clients_dir: str
+
+
+@dataclass(frozen=True)
+class CurveClient:
+    client_secret_file: str
+    server_public_file: str
+
+
+def _curve_dir(environ) -> str | None:
+    folder = (os.environ if environ is None else environ).get(CURVE_DIR_ENV, "")
+    return folder or None
+
+
+def curve_server_keys(environ=None) -> CurveServer | None:
+    """The server side's keys from ``ROYALEFLEET_CURVE_DIR``, or None (CURVE off)."""
+    folder = _curve_dir(environ)
+    if folder is None:
+        return None
+    return CurveServer(os.path.join(folder, SERVER_SECRET), os.path.join(folder, ALLOWED_CLIENTS))
+
+
+def curve_client_keys(environ=None) -> CurveClient | None:
+    """The client side's keys from ``ROYALEFLEET_CURVE_DIR``, or None (CURVE off)."""
+    folder = _curve_dir(environ)
+    if folder is None:
+        return None
+    return CurveClient(os.path.join(folder, CLIENT_SECRET), os.path.join(folder, SERVER_PUBLIC))
+
+
+def _load_key(path: str, *, secret: bool) -> tuple[bytes, bytes | None]:
+    """(public, secret) from a certificate file ``zmq.auth.create_certificates`` wrote. Every
+    failure is an OSError naming the file and the remedy (services report OSErrors at start)."""
+    import zmq.auth
+
+    hint = f"(generate the keys with `royalefleet keys`; {CURVE_DIR_ENV} names their folder)"
+    try:
+        public, secret_key = zmq.auth.load_certificate(path)
+    except OSError as exc:
+        raise OSError(f"CURVE key file {path}: {exc.strerror or exc} {hint}") from None
+    except ValueError as exc:
+        raise OSError(f"CURVE key file {path}: not a key certificate ({exc}) {hint}") from None
+    if secret and secret_key is None:
+        raise OSError(f"CURVE key file {path} holds no secret key: use the .key_secret file {hint}")
+    return public, secret_key
+
+
+class _AllowList:
+    """The public keys in one folder (``*.key``), read again whenever the folder's key files
+    change: a rollout host added (or removed) while the servers run takes effect at its next
+    handshake, with no restart. Called on ZAP's thread, once per handshake."""
+
+    def __init__(self, folder: str, say):
+        self.folder, self.say = folder, say
+        self._signature: tuple | None = None
+        self._keys: frozenset[bytes] = frozenset()
+        self._refused: set[bytes] = set()
+        self._bad: set[str] = set()
+        self.refused = 0
+        self.reload()
+
+    def _scan(self) -> tuple:
+        try:
+            entries = [e for e in os.scandir(self.folder) if e.name.endswith(".key") and e.is_file()]
+        except OSError:
+            return ()
+        return tuple(sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in entries))
+
+    def reload(self) -> None:
+        import zmq.auth
+
+        signature = self._scan()
+        if signature == self._signature:
+            return
+        keys = set()
+        for name, _, _ in signature:
+            path = os.path.join(self.folder, name)
+            try:
+                public, _ = zmq.auth.load_certificate(path)
+            except (OSError, ValueError) as exc:
+                if path not in self._bad:
+                    self._bad.add(path)
+                    self.say(f"transport: CURVE allow-list: skipped {path}: {exc}")
+                continue
+            keys.add(public)
+        self._keys, self._signature = frozenset(keys), signature
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        self.reload()
+        if key in self._keys:
+            return True
+        self.refused += 1
+        if key not in self._refused and len(self._refused) < 1000:
+            self._refused.add(key)
+            self.say(f"transport: CURVE refused a client with key {key.decode(errors='replace')}: not in "
+                     f"{self.folder} (copy that host's client.key there as <name>.key to admit it)")
+        return False
+
+
+_auth_lock = threading.Lock()
+_authenticators: dict[zmq.Context, ThreadAuthenticator] = {}
+_zap_domains = itertools.count(1)
+
+
+def _authenticator(ctx: zmq.Context) -> ThreadAuthenticator:
+    """One ZAP handler per context (ZeroMQ allows one); every CURVE server socket of the
+    context gets its own ZAP domain and allow-list on it."""
+    from zmq.auth.thread import ThreadAuthenticator
+
+    with _auth_lock:
+        auth = _authenticators.get(ctx)
+        if auth is None or not auth.is_alive():
+            auth = ThreadAuthenticator(ctx)
+            auth.start()
+            _authenticators[ctx] = auth
+        return auth
+
+
+def stop_curve(ctx: zmq.Context | None = None) -> None:
+    """Stop the context's ZAP handler (its sockets would otherwise keep ``ctx.term()`` waiting).
+    Servers on that context admit nobody afterwards."""
+    ctx = ctx or context()
+    with _auth_lock:
+        auth = _authenticators.pop(ctx, None)
+    if auth is not None:
+        auth.stop()
+
+
+def curve_server(sock: zmq.Socket, secret_key_file: str, allowed_clients_dir: str, *, name: str = "",
+                 say=None) -> _AllowList:
+    """Make ``sock`` (before it binds) a CURVE server that admits only clients whose public key
+    is a ``*.key`` file in ``allowed_clients_dir``: an unknown key or a plain client completes
+    no handshake, so not one of its messages reaches the socket. Returns the allow-list (its
+    ``refused`` counts refused handshakes)."""
+    say = say or (lambda text: print(text, flush=True))
+    public, secret = _load_key(secret_key_file, secret=True)
+    if not os.path.isdir(allowed_clients_dir):
+        raise OSError(f"CURVE allow-list folder {allowed_clients_dir} does not exist "
+                      f"(generate the keys with `royalefleet keys`; {CURVE_DIR_ENV} names their folder)")
+    allowed = _AllowList(allowed_clients_dir, say)
+    domain = f"royalefleet-{next(_zap_domains)}"
+    _authenticator(sock.context).configure_curve_callback(domain, credentials_provider=allowed)
+    sock.zap_domain = domain.encode()
+    sock.curve_secretkey = secret
+    sock.curve_publickey = public
+    sock.curve_server = True
+    say(f"transport: CURVE on{' for ' + name if name else ''}: {len(allowed)} client key(s) allowed "
+        f"from {allowed_clients_dir}")
+    return allowed
+
+
+def _report_refusal(sock: zmq.Socket, address: str, curve: CurveClient, say=None) -> threading.Thread:
+    """Say so when the server refuses this client's key. ZeroMQ does not retry a connection
+    whose CURVE handshake was refused: without this line the client would just stay silent.
+    A thread reads the socket's monitor (only it touches the monitor socket) and ends when the
+    socket closes."""
+    say = say or (lambda text: print(text, flush=True))
+    monitor = sock.get_monitor_socket(
+        zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_MONITOR_STOPPED)
+
+    def watch() -> None:
+        from zmq.utils.monitor import parse_monitor_message
+
+        try:
+            while True:
+                event = parse_monitor_message(monitor.recv_multipart())
+                if event["event"] == zmq.EVENT_MONITOR_STOPPED:
+                    break
+                what = ("refused this client's key" if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                        else "failed the CURVE handshake (is the server's public key right?)")
+                say(f"transport: {address} {what} ({curve.client_secret_file}). ZeroMQ does not retry: admit "
+                    f"this host's client.key on the server host (clients/<name>.key) and restart this service")
+        except zmq.ZMQError:
+            pass
+        finally:
+            monitor.close(0)
+
+    thread = threading.Thread(target=watch, name="curve-refusal-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def curve_client(sock: zmq.Socket, client_secret_file: str, server_public_file: str) -> None:
+    """Make ``sock`` (before it connects) a CURVE client with the keypair in
+    ``client_secret_file``, talking only to the server whose public key is in
+    ``server_public_file``."""
+    public, secret = _load_key(client_secret_file, secret=True)
+    server_public, _ = _load_key(server_public_file, secret=False)
+    sock.curve_secretkey = secret
+    sock.curve_publickey = public
+    sock.curve_serverkey = server_public
 
 
 def tcp(host: str, port: int) -> str:

@@ -61,7 +61,8 @@ def ppo_keys(n_epochs=2):
     opt_a = torch.optim.SGD(model.actor.parameters(), lr=0.1)
     opt_c = torch.optim.SGD(model.critic.parameters(), lr=0.1)
     ppo = PPOConfig(n_epochs=n_epochs, batch_size=6, minibatch_size=3, timesteps_per_iteration=12)
-    return ppo_update(model, opt_a, opt_c, data, ppo, lambda e: np.random.default_rng([1, e]), "cpu")
+    return ppo_update(model, opt_a, opt_c, data, ppo, lambda e: np.random.default_rng([1, e]), "cpu",
+                      ent_coef=0.01, ent_coef_noop=0.02)
 
 
 @pytest.fixture(scope="module")

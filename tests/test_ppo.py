@@ -1,4 +1,5 @@
-"""One PPO update: every loss term and diagnostic on a hand-built batch, the dual clip, the
+"""One PPO update: every loss term and diagnostic on a hand-built batch, the dual clip (c from
+the config), both entropy terms with their own coefficients, optional value clipping, the
 forced-row shortcut, gradient accumulation and batching."""
 
 import math
@@ -14,10 +15,11 @@ from shared.envs import ObsSpec
 from services.learner.distribution import MaskedCategorical
 from services.learner.model import ActorCritic
 from services.learner.ppo import (
-    UpdateData, clipped_objective, make_optimizers, ppo_update, standardize_advantages,
+    UpdateData, adam_eps_floor_frac, clipped_objective, make_optimizers, ppo_update, standardize_advantages,
 )
 
 LN2 = math.log(2.0)
+LN3 = math.log(3.0)
 
 
 def epochs(seed=0):
@@ -59,12 +61,12 @@ def table_data(masks, actions, old_log_probs, advantages, returns, old_values):
     )
 
 
-def sgd_step(model, data, ppo):
+def sgd_step(model, data, ppo, ent_coef=0.5, ent_coef_noop=0.0):
     """Run the update with plain SGD at lr 1: each parameter moves by exactly -gradient."""
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt_a = torch.optim.SGD(model.actor.parameters(), lr=1.0)
     opt_c = torch.optim.SGD(model.critic.parameters(), lr=1.0)
-    metrics = ppo_update(model, opt_a, opt_c, data, ppo, epochs(), "cpu")
+    metrics = ppo_update(model, opt_a, opt_c, data, ppo, epochs(), "cpu", ent_coef=ent_coef, ent_coef_noop=ent_coef_noop)
     grads = {n: before[n] - p.detach() for n, p in model.named_parameters()}
     return metrics, grads
 
@@ -83,15 +85,23 @@ HAND = dict(
 )
 HAND_LOGITS = [[0.0, 0.0, 0.0], [0.0, 0.0, LN2], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
 HAND_VALUES = [1.0, 2.0, 0.0, -1.0]
+# ppo.ent_coef / ent_coef_noop (schedules) are deliberately NOT the numbers the tests pass:
+# ppo_update must use its keyword arguments and never read a schedule.
 HAND_PPO = PPOConfig(n_epochs=1, batch_size=4, minibatch_size=4, clip_range=0.2, vf_coef=0.5,
-                     ent_coef=0.5, max_grad_norm=100.0)
+                     ent_coef=7.0, ent_coef_noop=7.0, max_grad_norm=100.0)
+# The hand-built tests' dH/dz and dH2/dz of row 1 (p = [1/4, 1/4, 1/2]):
+#   dH/dz_j  = -p_j (ln p_j + H), H = 1.5 ln 2          -> [ln2/8, ln2/8, -ln2/4]
+#   dH2/dz   = ln((1 - p0)/p0) p0 (onehot(0) - p)        -> ln 3 [3/16, -1/16, -1/8]
+ROW1_POLICY_GRAD = np.array([-0.05625, -0.05625, 0.1125])
+ROW1_DH = np.array([LN2 / 8, LN2 / 8, -LN2 / 4])
+ROW1_DH2 = LN3 * np.array([3 / 16, -1 / 16, -1 / 8])
 
 
 @pytest.fixture(scope="module", params=[4, 1], ids=["minibatch4", "minibatch1"])
 def hand_update(request):
     model = TableModel(HAND_LOGITS, HAND_VALUES)
     ppo = msgspec.structs.replace(HAND_PPO, minibatch_size=request.param)
-    metrics, grads = sgd_step(model, table_data(**HAND), ppo)
+    metrics, grads = sgd_step(model, table_data(**HAND), ppo, ent_coef=0.5, ent_coef_noop=0.0)
     return model, metrics, grads
 
 
@@ -145,6 +155,9 @@ def test_choice_row_diagnostics_by_hand(hand_update):
     assert m["ppo/ratio_max_abs_dev"] == pytest.approx(0.25, abs=1e-6)  # old probs made up by hand
     assert m["ppo/forced_frac"] == 0.5 and m["ppo/choice_rows"] == 2
     assert m["ppo/optimizer_steps"] == 1
+    # normalised entropy H / ln max(n_legal, 2): row 0 ln2/ln2 = 1; row 1 1.5 ln2 / ln3
+    assert m["ppo/entropy_normalised"] == pytest.approx((1.0 + 1.5 * LN2 / LN3) / 2, abs=1e-6)
+    assert "ppo/value_clip_fraction" not in m  # value clipping off: absent, not 0
 
 
 def test_explained_variance_and_grad_norms_by_hand(hand_update):
@@ -157,6 +170,100 @@ def test_explained_variance_and_grad_norms_by_hand(hand_update):
     assert m["ppo/grad_norm_critic"] == pytest.approx(math.sqrt(0.375), abs=1e-6)
     row1 = np.array([-0.05625, -0.05625, 0.1125]) - 0.125 * np.array([LN2 / 8, LN2 / 8, -LN2 / 4])
     assert m["ppo/grad_norm_actor"] == pytest.approx(float(np.linalg.norm(row1)), abs=1e-6)
+
+
+def test_update_magnitude_is_the_parameter_distance_moved(hand_update):
+    # One SGD step at lr 1 without clipping: the distance moved is the gradient's norm.
+    m = hand_update[1]
+    assert m["ppo/update_magnitude_critic"] == pytest.approx(math.sqrt(0.375), abs=1e-6)
+    row1 = ROW1_POLICY_GRAD - 0.125 * ROW1_DH
+    assert m["ppo/update_magnitude_actor"] == pytest.approx(float(np.linalg.norm(row1)), abs=1e-6)
+    # SGD keeps no second moment: the Adam eps-floor share is absent, not 0
+    assert "ppo/adam_eps_floor_frac_actor" not in m and "ppo/adam_eps_floor_frac_critic" not in m
+
+
+# ----------------------------------------------------------------------------- the entropy terms
+
+
+@pytest.mark.parametrize("minibatch", [4, 1])
+def test_noop_entropy_gradient_by_hand(minibatch):
+    ppo = msgspec.structs.replace(HAND_PPO, minibatch_size=minibatch)
+    metrics, grads = sgd_step(TableModel(HAND_LOGITS, HAND_VALUES), table_data(**HAND), ppo,
+                              ent_coef=0.0, ent_coef_noop=0.5)
+    g = grads["actor.table"].numpy()
+    # row 0: clipped (no policy gradient) and p0 = 1/2, the maximum of H2: dH2/dz = ln(1) ... = 0
+    np.testing.assert_allclose(g[0], 0.0, atol=1e-7)
+    # row 1: policy gradient plus -ent_coef_noop (1/n) dH2/dz = -0.125 ln3 [3/16, -1/16, -1/8]
+    np.testing.assert_allclose(g[1], ROW1_POLICY_GRAD - 0.125 * ROW1_DH2, atol=1e-6)
+    np.testing.assert_array_equal(g[2:], 0.0)
+    # the critic never sees either entropy term
+    np.testing.assert_allclose(grads["critic.table"].numpy(), [-0.25, 0.0, -0.25, -0.5], atol=1e-6)
+
+
+def test_the_two_entropy_coefficients_are_separate():
+    _, grads = sgd_step(TableModel(HAND_LOGITS, HAND_VALUES), table_data(**HAND), HAND_PPO,
+                        ent_coef=0.5, ent_coef_noop=0.25)
+    # -(0.5 dH + 0.25 dH2) / 4 on row 1, on top of the policy gradient
+    expected = ROW1_POLICY_GRAD - 0.125 * ROW1_DH - 0.0625 * ROW1_DH2
+    np.testing.assert_allclose(grads["actor.table"].numpy()[1], expected, atol=1e-6)
+
+
+def test_entropy_coefficients_are_required_keywords_and_checked():
+    model, data = TableModel(HAND_LOGITS, HAND_VALUES), table_data(**HAND)
+    opt_a = torch.optim.SGD(model.actor.parameters(), lr=1.0)
+    opt_c = torch.optim.SGD(model.critic.parameters(), lr=1.0)
+    with pytest.raises(TypeError):
+        ppo_update(model, opt_a, opt_c, data, HAND_PPO, epochs(), "cpu", ent_coef=0.01)
+    with pytest.raises(TypeError):
+        ppo_update(model, opt_a, opt_c, data, HAND_PPO, epochs(), "cpu", ent_coef_noop=0.01)
+    for bad in (-0.01, float("nan")):
+        with pytest.raises(ValueError, match="ent_coef_noop"):
+            ppo_update(model, opt_a, opt_c, data, HAND_PPO, epochs(), "cpu", ent_coef=0.01, ent_coef_noop=bad)
+
+
+# ----------------------------------------------------------------------------- value clipping
+
+# The critic has moved since GAE's pass: V = [1.5, 2, 0, -1] against V_old = [1, 2, 0.5, -1],
+# G = [2, 2, 1, 1], clip 0.2, vf_coef 0.5, n = 4.
+#  row 0: V - V_old = +0.5 -> V_c = 1.2; (V - G)^2 = 0.25, (V_c - G)^2 = 0.64 -> 0.64, clipped binds (no gradient)
+#  row 1: unchanged, 0
+#  row 2: V - V_old = -0.5 -> V_c = 0.3; (V - G)^2 = 1, (V_c - G)^2 = 0.49 -> 1, unclipped (gradient flows)
+#  row 3: unchanged, (-2)^2 = 4
+CLIP_VALUES = [1.5, 2.0, 0.0, -1.0]
+CLIP_DATA = dict(HAND, old_values=[1.0, 2.0, 0.5, -1.0])
+
+
+@pytest.mark.parametrize("clipping, loss, grad, fraction", [
+    (True, (0.64 + 0.0 + 1.0 + 4.0) / 4, [0.0, 0.0, -0.25, -0.5], 0.25),
+    (False, (0.25 + 0.0 + 1.0 + 4.0) / 4, [-0.125, 0.0, -0.25, -0.5], None),
+])
+def test_value_clipping_on_and_off_by_hand(clipping, loss, grad, fraction):
+    ppo = msgspec.structs.replace(HAND_PPO, value_clipping=clipping)
+    metrics, grads = sgd_step(TableModel(HAND_LOGITS, CLIP_VALUES), table_data(**CLIP_DATA), ppo)
+    assert metrics["ppo/value_loss"] == pytest.approx(loss, abs=1e-6)
+    # gradient: vf_coef * 2/n * (V - G) on the rows whose unclipped branch is the max
+    np.testing.assert_allclose(grads["critic.table"].numpy(), grad, atol=1e-6)
+    assert metrics.get("ppo/value_clip_fraction") == fraction
+
+
+# ----------------------------------------------------------------------------- Adam's eps floor
+
+
+def test_adam_eps_floor_fraction_by_hand():
+    # After one Adam step v_hat = g^2, so sqrt(v_hat) < eps exactly where |g| < eps.
+    model = TableModel(HAND_LOGITS, HAND_VALUES)
+    opt_a = torch.optim.Adam(model.actor.parameters(), lr=1e-3, eps=1e-5)
+    opt_c = torch.optim.Adam(model.critic.parameters(), lr=1e-3, eps=1e-5)
+    assert adam_eps_floor_frac(opt_a) is None  # never stepped: no second moment to judge
+    m = ppo_update(model, opt_a, opt_c, table_data(**HAND), HAND_PPO, epochs(), "cpu", ent_coef=0.5, ent_coef_noop=0.0)
+    # actor: 12 elements, only row 1's 3 have a gradient (row 0 clipped at a uniform entropy
+    # maximum; row 0's third action illegal; rows 2, 3 forced) -> 9/12 under eps
+    assert m["ppo/adam_eps_floor_frac_actor"] == 0.75
+    # critic: gradient [-0.25, 0, -0.25, -0.5] -> 1/4 under eps
+    assert m["ppo/adam_eps_floor_frac_critic"] == 0.25
+    # Adam's first step moves every element with a gradient by ~lr: 3 of them in each network
+    assert m["ppo/update_magnitude_actor"] == pytest.approx(1e-3 * math.sqrt(3), rel=1e-3)
+    assert m["ppo/update_magnitude_critic"] == pytest.approx(1e-3 * math.sqrt(3), rel=1e-3)
 
 
 def test_grad_norm_is_clipped_per_network_and_reported_before_clipping():
@@ -186,22 +293,40 @@ def test_grad_norm_is_clipped_per_network_and_reported_before_clipping():
     ],
 )
 def test_clipped_objective_table(ratio, adv, expected):
-    got = clipped_objective(torch.tensor([ratio]), torch.tensor([adv]), clip=0.2)
+    got = clipped_objective(torch.tensor([ratio]), torch.tensor([adv]), clip=0.2, dual_clip=3.0)
     assert got.item() == pytest.approx(expected, abs=1e-6)
 
 
-def test_dual_clip_binds_only_for_negative_advantages_and_stops_the_gradient():
+@pytest.mark.parametrize("c, expected", [(2.0, -2.0), (3.0, -3.0), (6.0, -5.0), (1.5, -1.5)])
+def test_clipped_objective_uses_the_given_c(c, expected):
+    # r = 5, A = -1: min(-5, -1.2) = -5, bounded below by c A; A = +1 is never touched by c.
+    got = clipped_objective(torch.tensor([5.0, 5.0]), torch.tensor([-1.0, 1.0]), clip=0.2, dual_clip=c)
+    assert got.tolist() == pytest.approx([expected, 1.2], abs=1e-6)
+
+
+@pytest.mark.parametrize("c", [2.0, 6.0])
+def test_dual_clip_binds_only_for_negative_advantages_with_c_from_the_config(c):
     # Two choice rows, both with r = 5 (p = 1/2 now, 1/10 at rollout); raw A [0, 2] -> [-1, +1].
     data = table_data(
         masks=[[True, True], [True, True]], actions=[1, 1], old_log_probs=[math.log(0.1)] * 2,
         advantages=[0.0, 2.0], returns=[0.0, 0.0], old_values=[0.0, 0.0],
     )
     metrics, grads = sgd_step(TableModel([[0.0, 0.0]] * 2, [0.0, 0.0]), data, msgspec.structs.replace(
-        HAND_PPO, batch_size=2, minibatch_size=2, ent_coef=0.0))
-    # row 0 (A = -1): objective 3A = -3; row 1 (A = +1): 1.2 A (ordinary clip). Dual fraction 1/2.
-    assert metrics["ppo/dual_clip_fraction"] == 0.5
-    assert metrics["ppo/policy_loss"] == pytest.approx(-(-3.0 + 1.2) / 2, abs=1e-5)
-    np.testing.assert_array_equal(grads["actor.table"].numpy(), 0.0)  # both bounds are constants
+        HAND_PPO, batch_size=2, minibatch_size=2, dual_clip_c=c), ent_coef=0.0)
+    g = grads["actor.table"].numpy()
+    # row 1 (A = +1): 1.2 A, the ordinary clip whatever c is; a constant, so no gradient.
+    np.testing.assert_array_equal(g[1], 0.0)
+    if c == 2.0:
+        # row 0 (A = -1): min(-5, -1.2) = -5 < cA = -2, so the dual clip binds: objective -2, no gradient
+        assert metrics["ppo/dual_clip_fraction"] == 0.5
+        assert metrics["ppo/policy_loss"] == pytest.approx(-(-2.0 + 1.2) / 2, abs=1e-5)
+        np.testing.assert_array_equal(g[0], 0.0)
+    else:
+        # cA = -6 < -5: not binding, objective r A = -5 with gradient
+        # d(-rA/2)/dz = -(1/2) A r (onehot(1) - p) = 2.5 ([0, 1] - [1/2, 1/2]) = [-1.25, 1.25]
+        assert metrics["ppo/dual_clip_fraction"] == 0.0
+        assert metrics["ppo/policy_loss"] == pytest.approx(-(-5.0 + 1.2) / 2, abs=1e-5)
+        np.testing.assert_allclose(g[0], [-1.25, 1.25], atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- standardisation
@@ -312,7 +437,8 @@ class GradRecorder(torch.optim.SGD):
 def recorded_grads(model, data, minibatch_size, batch_size=24):
     opt_a, opt_c = GradRecorder(model.actor.parameters()), GradRecorder(model.critic.parameters())
     ppo = PPOConfig(n_epochs=1, batch_size=batch_size, minibatch_size=minibatch_size, max_grad_norm=1e9)
-    metrics = ppo_update(model, opt_a, opt_c, data, ppo, epochs(), "cpu")
+    # the default schedules' values at env step 0
+    metrics = ppo_update(model, opt_a, opt_c, data, ppo, epochs(), "cpu", ent_coef=0.01, ent_coef_noop=0.02)
     return opt_a.steps, opt_c.steps, metrics
 
 
@@ -345,7 +471,8 @@ def test_skipping_forced_rows_gives_the_full_forward_gradient():
     ratio = torch.exp(dist.log_prob(torch.from_numpy(data.actions)) - torch.from_numpy(data.old_log_probs))
     surrogate = torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
     objective = torch.where(adv < 0, torch.maximum(surrogate, 3 * adv), surrogate)
-    loss = -objective.sum() / 24 - 0.01 * dist.entropy().sum() / 24  # ent_coef at env step 0
+    # ent_coef / ent_coef_noop as passed; the forced rows' H and H2 are exactly 0 with zero gradient
+    loss = -objective.sum() / 24 - (0.01 * dist.entropy().sum() + 0.02 * dist.noop_entropy().sum()) / 24
     loss.backward()
     for got, p in zip(actor_steps[0], model.actor.parameters()):
         torch.testing.assert_close(got, p.grad, atol=1e-6, rtol=1e-4)
@@ -362,7 +489,7 @@ def test_all_forced_rows_leave_the_actor_unchanged_and_train_the_critic():
     critic_before = [p.detach().clone() for p in model.critic.parameters()]
     opt_a, opt_c = make_optimizers(model, PPOConfig())
     metrics = ppo_update(model, opt_a, opt_c, data, PPOConfig(n_epochs=2, batch_size=12, minibatch_size=6),
-                         epochs(), "cpu")
+                         epochs(), "cpu", ent_coef=0.01, ent_coef_noop=0.02)
     assert all(torch.equal(a, p) for a, p in zip(actor_before, model.actor.parameters()))
     assert any(not torch.equal(c, p) for c, p in zip(critic_before, model.critic.parameters()))
     assert metrics["ppo/optimizer_steps"] == 4 and metrics["ppo/actor_optimizer_steps"] == 0

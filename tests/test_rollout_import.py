@@ -19,9 +19,9 @@ def run(code: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_the_shared_modules_are_the_expected_ones():
-    assert SHARED == ["shared.codec", "shared.config", "shared.envs", "shared.matchmaking", "shared.messages",
-                      "shared.metric_schema", "shared.schedules", "shared.seeding", "shared.transport"]
+def test_every_shared_module_is_checked():
+    # SHARED is discovered, so a new shared module is checked without editing this file.
+    assert len(SHARED) >= 9 and {"shared.codec", "shared.messages", "shared.transport"} <= set(SHARED)
 
 
 def test_rollout_and_shared_import_without_torch():

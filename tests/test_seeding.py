@@ -64,7 +64,7 @@ def test_pinned_values(seed, path, key, as_int, draws):
 
 
 def all_paths(n=6):
-    """Every template filled with small field values: 8 templates, ~450 paths."""
+    """Every template filled with small field values: every template, a few hundred paths."""
     out = []
     for template in STREAMS:
         fields = sorted({f for f in template.replace("}", "{").split("{")[1::2]})
@@ -161,5 +161,7 @@ def test_missing_or_extra_field_is_a_key_error_naming_the_template():
 
 
 def test_every_stream_has_a_description():
-    assert len(STREAMS) == 8
+    assert {"env/battle/{battle}/ordinal/{ordinal}", "match/battle/{battle}/ordinal/{ordinal}",
+            "act/iteration/{iteration}/cycle/{cycle}", "ppo/minibatch/iteration/{iteration}/epoch/{epoch}",
+            "torch/init"} <= set(STREAMS)
     assert all(isinstance(d, str) and d for d in STREAMS.values())

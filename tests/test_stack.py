@@ -69,7 +69,14 @@ def test_two_iterations_two_rollouts_rows_results_and_manifest(tmp_path):
     newest = run / "checkpoints" / index["entries"][-1]["name"]
     manifest = json.loads((newest / "manifest.json").read_text())
     assert manifest["iteration"] == 2
-    assert manifest["meta"]["timesteps"] == 384 and manifest["meta"]["iteration"] == 2
+    meta = manifest["meta"]
+    assert meta["counters"]["timesteps"] == 384 and meta["iteration"] == 2
+    # The manifest carries the resolved config verbatim and the run identity; the row carries
+    # the same run id and the checkpoint's state digest.
+    assert meta["config"] == json.loads((run / "config.json").read_text())
+    assert meta["run_id"] == rows[1]["run/run_id"] and len(meta["run_id"]) == 16
+    assert meta["state_digest"] == rows[1]["run/state_digest"]
+    assert meta["identity"]["master_seed"] == 20260921 and meta["identity"]["codec_version"] == 1
     assert set(manifest["files"]) >= {"actor/model.safetensors", "critic/model.safetensors",
                                       "optimizers/actor.safetensors", "optimizers/critic.safetensors"}
     for name, entry in manifest["files"].items():

@@ -55,7 +55,7 @@ from shared.messages import (
     Saved,
     ToCheckpoint,
 )
-from shared.transport import bind_router, send
+from shared.transport import bind_router, curve_server_keys, send
 
 MIB = 1 << 20
 POLL_MS = 200
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     max_bytes = settings.max_message_mb * MIB
     try:
-        sock = bind_router(settings.bind, max_bytes=max_bytes)
+        sock = bind_router(settings.bind, max_bytes=max_bytes, curve=curve_server_keys())
     except OSError as exc:
         print(f"checkpoint service: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from shared.config import RunConfig
 from shared.matchmaking import ROLES, is_pool_fallback, plan_assignments, role_counts
 from shared.messages import Ack, Decoder, Error, PlanReply, PlanRequest, ProtocolError, ReportEpisodes, ToLadder
-from shared.transport import bind_router, recv, send
+from shared.transport import bind_router, curve_server_keys, recv, send
 
 from services.ladder.results import ResultLog, check_run_name
 
@@ -87,7 +87,7 @@ class LadderService:
         self.say = say
         self._decoder = Decoder(ToLadder, max_array_bytes=0)
         max_bytes = config.services.max_message_mb << 20
-        self.sock = bind_router(bind, max_bytes=max_bytes, ctx=ctx)
+        self.sock = bind_router(bind, max_bytes=max_bytes, ctx=ctx, curve=curve_server_keys())
         self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._read_existing_log()
 

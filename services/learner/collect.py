@@ -175,6 +175,9 @@ class Collector:
             except (KeyError, ValueError) as exc:
                 self._refused("arrays", f"malformed round from {member.label()}: {exc}")
                 return
+            positions = slots[::2] // 2
+            for b, o in zip(slot_map.battle_ids[positions], arrays["ordinal"][::2]):
+                self.fleet.ordinal[int(b)] = int(o)
             for ep in body.episodes:
                 ep.iteration = iteration
             stats.episodes.extend(body.episodes)

@@ -56,7 +56,10 @@ class Fleet:
     def __init__(self):
         self.members: dict[str, Member] = {}
         self.by_identity: dict[bytes, str] = {}
-        self.next_ordinal: dict[int, int] = {}
+        self.ordinal: dict[int, int] = {}
+        """battle id -> the ordinal of the episode it is in (as of the last round filed). A
+        restarted battle begins that episode again from its first decision: it never finished,
+        so nothing of it is in the result log."""
         self.lost_total = 0
 
     def add(self, member: Member) -> None:

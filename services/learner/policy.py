@@ -23,7 +23,10 @@ class Policy:
     def obs_batch(self, rows: np.ndarray) -> dict[str, torch.Tensor]:
         """(B, row_bytes) uint8 -> the model's obs dict on the device."""
         u = self.codec.unpack(rows)
-        return {k: torch.from_numpy(v).to(self.device) for k, v in u.items()}
+        # A copy into torch's own allocation (64-byte aligned), never a view of numpy's memory:
+        # CPU kernels can round differently with the alignment of their input, and numpy's
+        # alignment depends on the allocator's history, which a resumed process does not share.
+        return {k: torch.tensor(v, device=self.device) for k, v in u.items()}
 
     @torch.no_grad()
     def act(self, rows: np.ndarray, n_legal: np.ndarray, uniforms: np.ndarray):

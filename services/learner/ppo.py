@@ -6,8 +6,14 @@ Reads top to bottom like CleanRL's ``ppo.py``; the differences from it, each one
 
 * Advantages are standardised once per iteration over the CHOICE rows (rows with more than one
   legal action), before any batching.
-* Dual clip: for A < 0 the objective is also bounded below by ``DUAL_CLIP * A``, so a rarely
-  sampled action whose ratio explodes in the 2,305-way space cannot dominate a batch.
+* Dual clip: for A < 0 the objective is also bounded below by ``ppo.dual_clip_c * A``, so a
+  rarely sampled action whose ratio explodes in the 2,305-way space cannot dominate a batch.
+* Two entropy bonuses, each with its own coefficient: H over the legal set (``ent_coef``) and
+  H2, the binary entropy of p(no-op) vs p(play) (``ent_coef_noop``, a warm-start guard against
+  no-op collapse). Both coefficients are schedule values the caller evaluated once for the
+  iteration; nothing here reads a schedule.
+* Optional PPO2-style value clipping (``ppo.value_clipping``, off by default as in the
+  reference): per row max((V - G)^2, (V_old + clip(V - V_old, +-clip_range) - G)^2).
 * Forced rows (only the no-op legal; ~90 % of rows) have log-prob exactly 0 and ratio exactly 1
   under every parameter: their objective is the constant A and their actor gradient is zero, so
   they are never forwarded through the actor (saves ~90 % of actor compute). The critic trains
@@ -24,6 +30,7 @@ Reads top to bottom like CleanRL's ``ppo.py``; the differences from it, each one
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,11 +38,8 @@ import numpy as np
 import torch
 
 from shared.config import PPOConfig
-from shared.schedules import value_at
 from services.learner.distribution import NOOP, MaskedCategorical
 
-DUAL_CLIP = 3.0
-"""c of the dual clip (the reference's ``dual_clip_c``; not a PPOConfig field yet)."""
 ADV_EPS = 1e-8
 """Added to the advantage std: a single choice row standardises to 0, not NaN."""
 
@@ -76,11 +80,54 @@ def standardize_advantages(advantages: np.ndarray, choice: np.ndarray) -> np.nda
     return out
 
 
-def clipped_objective(ratio: torch.Tensor, adv: torch.Tensor, clip: float, dual_clip: float = DUAL_CLIP) -> torch.Tensor:
+def clipped_objective(ratio: torch.Tensor, adv: torch.Tensor, clip: float, dual_clip: float) -> torch.Tensor:
     """Per-row PPO objective (to be MAXIMISED), with the dual clip for negative advantages:
-    A >= 0: min(r A, clip(r, 1-e, 1+e) A);  A < 0: max(min(r A, clip(r, 1-e, 1+e) A), c A)."""
+    A >= 0: min(r A, clip(r, 1-e, 1+e) A);  A < 0: max(min(r A, clip(r, 1-e, 1+e) A), c A).
+    ``dual_clip`` is c (``PPOConfig.dual_clip_c``, > 1)."""
     surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv)
     return torch.where(adv < 0, torch.maximum(surrogate, dual_clip * adv), surrogate)
+
+
+def value_error(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor,
+                clip: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-row squared value error as it enters the loss, and (clipping only) where the
+    clipped branch binds.
+
+    ``clip`` None: (V - G)^2. Otherwise PPO2's max((V - G)^2, (V_c - G)^2) with
+    V_c = V_old + clamp(V - V_old, -clip, clip): a row whose V moved more than ``clip`` from
+    the value GAE used, in the direction that lowers its error, gets no gradient."""
+    unclipped = (values - returns).pow(2)
+    if clip is None:
+        return unclipped, None
+    clipped = (old_values + (values - old_values).clamp(-clip, clip) - returns).pow(2)
+    return torch.maximum(unclipped, clipped), clipped > unclipped
+
+
+def adam_eps_floor_frac(opt: torch.optim.Optimizer) -> float | None:
+    """Share of the parameter elements whose bias-corrected second moment sqrt(v_hat) is
+    below the optimizer's eps: on those Adam's step is ~lr * m_hat / eps, plain SGD at lr/eps
+    rather than a normalised step. None when the optimizer keeps no ``exp_avg_sq`` (not an
+    Adam, or never stepped). (amsgrad's max_exp_avg_sq is not looked at.)"""
+    below = total = 0
+    for group in opt.param_groups:
+        if "eps" not in group or "betas" not in group:
+            return None
+        beta2, eps = group["betas"][1], group["eps"]
+        for p in group["params"]:
+            state = opt.state.get(p)
+            if not state or "exp_avg_sq" not in state:
+                continue
+            bias_correction2 = 1.0 - beta2 ** float(state["step"])
+            v_hat = state["exp_avg_sq"].double() / bias_correction2
+            below += int((v_hat.sqrt() < eps).sum())
+            total += v_hat.numel()
+    return below / total if total else None
+
+
+def _distance(params: list[torch.Tensor], before: list[torch.Tensor]) -> float:
+    """L2 norm of (after - before) over a whole network, in float64."""
+    total = sum(float((p.detach().double() - b.double()).pow(2).sum()) for p, b in zip(params, before))
+    return math.sqrt(total)
 
 
 def explained_variance(predicted: np.ndarray, target: np.ndarray) -> float | None:
@@ -119,34 +166,50 @@ def ppo_update(
     epoch_generator: Callable[[int], np.random.Generator],
     device,
     *,
-    ent_coef: float | None = None,
+    ent_coef: float,
+    ent_coef_noop: float,
 ) -> dict[str, float]:
     """Train ``model.actor`` and ``model.critic`` on one iteration's rows for ``ppo.n_epochs``.
 
     Loss of a batch of n rows (C = its choice rows; every sum below is divided by n, all rows):
-        policy  = -(1/n) sum_C clipped_objective(r, A)        r = exp(logp_new - logp_old)
+        policy  = -(1/n) sum_C clipped_objective(r, A, c)     r = exp(logp_new - logp_old), c = dual_clip_c
         entropy = -ent_coef (1/n) sum_C H(pi)                 H over the legal set
-        value   = vf_coef (1/n) sum_all (V - G)^2             no value clipping
+        noop    = -ent_coef_noop (1/n) sum_C H2(pi)           H2 = binary entropy of p(no-op) vs p(play)
+        value   = vf_coef (1/n) sum_all (V - G)^2             or value_error's clipped form
+
+    ``ent_coef`` and ``ent_coef_noop`` are REQUIRED: the caller evaluates the schedules once per
+    iteration (``evaluate_schedules``) and passes the numbers, so the row reports what was used.
+    A forced row's H and H2 are exactly 0 with zero gradient, so skipping them changes nothing.
 
     ``epoch_generator(e)`` gives epoch e's permutation stream
     (``ppo/minibatch/iteration/{i}/epoch/{e}``). Returns a flat dict of ``ppo/...`` metrics;
     actor metrics are absent (not 0) when there is no choice row.
 
-    Metric units: ``ppo/value_loss`` is the MSE (V - G)^2 over every row forwarded, all epochs
-    (before ``vf_coef``); ``ppo/policy_loss`` is the mean over optimizer steps of the policy term
-    exactly as it enters the loss (so divided by all n rows); ``ppo/kl``/``ppo/clip_fraction``
-    are the LAST epoch's (per-epoch values in ``..._epoch{e}``), measured in each batch's
-    forward, before its step; entropy, noop entropy and dual-clip fraction are means over every
-    choice row forwarded. ``ppo/explained_variance`` compares ``old_values`` (the critic pass
-    GAE used) with the returns, as CleanRL does.
+    Metric units: ``ppo/value_loss`` is the mean per-row value error as it enters the loss
+    (before ``vf_coef``; with value clipping the larger of the two branches) over every row
+    forwarded, all epochs; ``ppo/value_clip_fraction`` (value clipping only) is the share of
+    those rows where the clipped branch was the larger; ``ppo/policy_loss`` is the mean over
+    optimizer steps of the policy term exactly as it enters the loss (so divided by all n
+    rows); ``ppo/kl``/``ppo/clip_fraction`` are the LAST epoch's (per-epoch values in
+    ``..._epoch{e}``), measured in each batch's forward, before its step; entropy, noop
+    entropy and dual-clip fraction are means over every choice row forwarded, and so is
+    ``ppo/entropy_normalised`` (H / ln max(n_legal, 2): 1 is uniform over the row's legal set
+    whatever its size). ``ppo/explained_variance`` compares ``old_values`` (the critic pass GAE
+    used) with the returns, as CleanRL does.
 
     ``ppo/ratio_max_abs_dev`` is max |r - 1| over the choice rows forwarded before the first
     optimizer step (the first minibatch of epoch 0 and the rest of its batch, which accumulate
     gradients under unchanged weights): anything but ~0 means the update's forward computes a
     different function from the rollout's.
+
+    ``ppo/update_magnitude_actor`` / ``_critic``: L2 norm of (theta_after - theta_before) over
+    each network's parameters across the whole update. ``ppo/adam_eps_floor_frac_actor`` /
+    ``_critic``: share of the network's parameter elements whose Adam sqrt(v_hat) is below eps
+    after the update (absent for a non-Adam optimizer or one that has never stepped).
     """
-    if ent_coef is None:  # the schedule at env step 0: for callers outside a run
-        ent_coef = value_at(ppo.ent_coef, 0)
+    for name, coef in (("ent_coef", ent_coef), ("ent_coef_noop", ent_coef_noop)):
+        if not (math.isfinite(coef) and coef >= 0.0):
+            raise ValueError(f"ppo_update: {name} must be a finite number >= 0, got {coef!r}")
     n_rows = _check_data(data)
     choice = data.n_legal > 1
     n_choice = int(choice.sum())
@@ -162,12 +225,20 @@ def ppo_update(
     old_log_probs_t = on_device(data.old_log_probs, torch.float32)
     advantages_t = on_device(advantages, torch.float32)
     returns_t = on_device(data.returns, torch.float32)
+    old_values_t = on_device(data.old_values, torch.float32)
+    log_n_legal_t = on_device(np.log(np.maximum(data.n_legal, 2)), torch.float32)
+    value_clip = ppo.clip_range if ppo.value_clipping else None
+    actor_params = [p for p in model.actor.parameters()]
+    critic_params = [p for p in model.critic.parameters()]
+    actor_before = [p.detach().clone() for p in actor_params]
+    critic_before = [p.detach().clone() for p in critic_params]
 
     zero = lambda: torch.zeros((), dtype=torch.float64, device=device)  # noqa: E731
     kl_sum = [zero() for _ in range(ppo.n_epochs)]
     clipped_sum = [zero() for _ in range(ppo.n_epochs)]
     choice_seen = [0] * ppo.n_epochs
     dual_sum, entropy_sum, noop_entropy_sum, sq_err_sum = zero(), zero(), zero(), zero()
+    entropy_norm_sum, value_clipped_sum = zero(), zero()
     ratio_dev = zero()
     policy_losses: list[torch.Tensor] = []
     grad_norms_actor: list[torch.Tensor] = []
@@ -190,9 +261,11 @@ def ppo_update(
 
                 # Critic: every row, forced ones included.
                 values = model.value(obs)
-                sq_err = (values - returns_t[idx]).pow(2)
+                sq_err, value_clipped = value_error(values, returns_t[idx], old_values_t[idx], value_clip)
                 loss = ppo.vf_coef * sq_err.sum() / batch_rows
                 sq_err_sum += sq_err.detach().sum()
+                if value_clipped is not None:
+                    value_clipped_sum += value_clipped.sum()
 
                 # Actor: choice rows only (a forced row's ratio is exactly 1 and its gradient 0).
                 rows = np.flatnonzero(choice[cells])
@@ -205,19 +278,21 @@ def ppo_update(
                     log_ratio = dist.log_prob(actions_t[chosen]) - old_log_probs_t[chosen]
                     ratio = log_ratio.exp()
                     adv = advantages_t[chosen]
-                    objective = clipped_objective(ratio, adv, ppo.clip_range)
+                    objective = clipped_objective(ratio, adv, ppo.clip_range, ppo.dual_clip_c)
                     entropy = dist.entropy()
+                    noop_entropy = dist.noop_entropy()
                     policy_loss = -objective.sum() / batch_rows
-                    entropy_loss = -ent_coef * entropy.sum() / batch_rows
+                    entropy_loss = -(ent_coef * entropy.sum() + ent_coef_noop * noop_entropy.sum()) / batch_rows
                     loss = loss + policy_loss + entropy_loss
 
                     with torch.no_grad():
                         surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - ppo.clip_range, 1 + ppo.clip_range) * adv)
                         kl_sum[epoch] += ((ratio - 1.0) - log_ratio).sum()  # Schulman's k3, >= 0
                         clipped_sum[epoch] += ((ratio - 1.0).abs() > ppo.clip_range).sum()
-                        dual_sum += ((adv < 0) & (surrogate < DUAL_CLIP * adv)).sum()
+                        dual_sum += ((adv < 0) & (surrogate < ppo.dual_clip_c * adv)).sum()
                         entropy_sum += entropy.sum()
-                        noop_entropy_sum += dist.noop_entropy().sum()
+                        entropy_norm_sum += (entropy / log_n_legal_t[chosen]).sum()
+                        noop_entropy_sum += noop_entropy.sum()
                         batch_policy_loss += policy_loss.detach()
                         choice_seen[epoch] += rows.size
                         if actor_steps == 0:  # weights still those the rollout sampled with
@@ -242,7 +317,15 @@ def ppo_update(
         "ppo/choice_rows": float(n_choice),
         "ppo/optimizer_steps": float(critic_steps),
         "ppo/actor_optimizer_steps": float(actor_steps),
+        "ppo/update_magnitude_actor": _distance(actor_params, actor_before),
+        "ppo/update_magnitude_critic": _distance(critic_params, critic_before),
     }
+    if value_clip is not None:
+        metrics["ppo/value_clip_fraction"] = float(value_clipped_sum) / (n_rows * ppo.n_epochs)
+    for name, opt in (("actor", opt_actor), ("critic", opt_critic)):
+        frac = adam_eps_floor_frac(opt)
+        if frac is not None:
+            metrics[f"ppo/adam_eps_floor_frac_{name}"] = frac
     ev = explained_variance(data.old_values, data.returns)
     if ev is not None:
         metrics["ppo/explained_variance"] = ev
@@ -257,6 +340,7 @@ def ppo_update(
             "ppo/clip_fraction": metrics[f"ppo/clip_fraction_epoch{last}"],
             "ppo/dual_clip_fraction": float(dual_sum) / forwarded,
             "ppo/entropy": float(entropy_sum) / forwarded,
+            "ppo/entropy_normalised": float(entropy_norm_sum) / forwarded,
             "ppo/noop_entropy": float(noop_entropy_sum) / forwarded,
             "ppo/policy_loss": float(torch.stack(policy_losses).mean()),
             "ppo/grad_norm_actor": float(torch.stack(grad_norms_actor).double().mean()),

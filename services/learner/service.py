@@ -27,10 +27,12 @@ import time
 import msgspec
 import numpy as np
 
+from services.learner import checkpointing
 from services.learner.fleet import Fleet
 from services.learner.rectangle import Rectangle
 from shared import transport
-from shared.config import ConfigError, RunConfig, load_config
+from shared.config import ConfigError, RunConfig, config_differences, load_config
+from shared.identity import action_digest_of, compute_identity, describe_device, identity_differences, run_id
 from shared.matchmaking import role_counts
 from shared.messages import (
     Ack, Decoder, Error, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan, PlanReply,
@@ -50,30 +52,45 @@ class StopRequested(Exception):
     pass
 
 
-class CheckpointState(msgspec.Struct, forbid_unknown_fields=True):
-    """What a checkpoint's meta holds besides the tensors."""
-
-    iteration: int
-    timesteps: int
-    env_steps: int
-    episodes: int
-    next_ordinals: dict[int, int]
-    config: RunConfig
-    codec_digest: str
-    engine: str
+class DeterminismError(RuntimeError):
+    pass
 
 
-def _apply_threads(cfg: RunConfig) -> None:
+def apply_determinism(cfg: RunConfig, device: str) -> dict:
+    """Put this process into the configured tier, or refuse a run that would silently not be
+    reproducible, naming the setting.
+
+    run_exact: deterministic torch algorithms, a fixed thread count, and the BLAS thread counts
+    pinned in the environment BEFORE numpy loaded (the launcher and Compose set them; they
+    cannot be set from here, so they are checked), plus CUBLAS_WORKSPACE_CONFIG on CUDA.
+    throughput: torch may pick nondeterministic kernels; env-exactness still holds."""
     import torch
 
-    torch.set_num_threads(cfg.determinism.torch_threads)
-    if cfg.determinism.tier == "run_exact":
+    tier, threads = cfg.determinism.tier, cfg.determinism.torch_threads
+    torch.set_num_threads(threads)
+    if tier == "run_exact":
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            if os.environ.get(var) != str(threads):
+                raise DeterminismError(
+                    f"determinism.tier run_exact needs {var}={threads} in the environment before the learner starts "
+                    f"(found {os.environ.get(var)!r}); royalefleet up and compose.yaml set it. Set it, or choose "
+                    f"determinism.tier \"throughput\"")
+        if device.startswith("cuda") and os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in (":4096:8", ":16:8"):
+            raise DeterminismError("determinism.tier run_exact on CUDA needs CUBLAS_WORKSPACE_CONFIG=:4096:8 set "
+                                   "before the learner starts")
         torch.use_deterministic_algorithms(True, warn_only=False)
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    else:
+        torch.use_deterministic_algorithms(False)
+    return {"tier": tier, "torch_threads": threads}
 
 
 class Learner:
     def __init__(self, cfg: RunConfig, *, bind: str, ladder: str, checkpoint: str, runs_dir: str,
-                 metrics_port: int | None, metrics_host: str, iterations: int, min_rollouts: int = 1, say=print):
+                 metrics_port: int | None, metrics_host: str, iterations: int, min_rollouts: int = 1,
+                 allow_identity_drift: bool = False, perturb_resume: tuple[str, ...] = (), say=print):
         import torch
 
         from services.learner.collect import Collector
@@ -82,15 +99,16 @@ class Learner:
         from services.learner.policy import Policy
         from services.learner.ppo import make_optimizers
         from services.learner.preflight import run_preflight
-        from shared.codec import describe_table, table_digest
+        from shared.codec import CODEC_VERSION, describe_table, table_digest
 
         self.cfg, self.say, self.iterations_limit = cfg, say, iterations
         self.min_rollouts, self.first_iteration = max(1, min_rollouts), True
+        self.allow_identity_drift, self.perturb_resume = allow_identity_drift, perturb_resume
         self.t_start = time.monotonic()
-        _apply_threads(cfg)
         device = cfg.net.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        apply_determinism(cfg, device)
         self.device = torch.device(device)
         self.run_dir = os.path.join(runs_dir, cfg.run_name)
         os.makedirs(self.run_dir, exist_ok=True)
@@ -99,6 +117,12 @@ class Learner:
         say(f"learner: {describe_table(self.pf.table)}; {self.pf.codec.row_bytes} B a row (preflight {self.pf.seconds:.1f} s)")
         say(f"learner: engine {self.pf.engine.describe()}")
         self.codec_digest = table_digest(self.pf.table)
+        self.identity = compute_identity(
+            cfg, engine=self.pf.engine, obs_digest=self.pf.spec.digest(), action_digest=action_digest_of(self.pf.spec),
+            codec_version=CODEC_VERSION, codec_table_digest=self.codec_digest, device_kind=describe_device(device),
+            torch_version=str(torch.__version__))
+        self.run_id = run_id(self.identity)
+        self.resumed_with_drift = False
         self.model = ActorCritic(self.pf.spec, cfg.net, seed=int(stream(cfg.master_seed, "torch/init").integers(2**62))).to(self.device)
         self.opt_actor, self.opt_critic = make_optimizers(self.model, cfg.ppo)
         counts = self.model.parameter_count()
@@ -107,12 +131,15 @@ class Learner:
         self.policy = Policy(self.model, self.pf.codec, self.device)
 
         self.metrics = LearnerMetrics(metrics_port, metrics_host)
-        self.sock = transport.bind_router(bind, max_bytes=cfg.services.max_message_mb << 20)
+        self.sock = transport.bind_router(bind, max_bytes=cfg.services.max_message_mb << 20,
+                                          curve=transport.curve_server_keys())
         self.ladder = transport.Client(ladder, Decoder(FromLadder), name="ladder",
-                                       timeout_s=cfg.services.request_timeout_s)
+                                       timeout_s=cfg.services.request_timeout_s,
+                                       curve=transport.curve_client_keys())
         self.ckpt = transport.Client(checkpoint, Decoder(FromCheckpoint), name="checkpoint service",
                                      max_bytes=cfg.services.max_message_mb << 20,
-                                     timeout_s=cfg.services.request_timeout_s)
+                                     timeout_s=cfg.services.request_timeout_s,
+                                     curve=transport.curve_client_keys())
         self.fleet = Fleet()
         self.collector = Collector(self.sock, Decoder(ToLearner), self.fleet, self._welcome, self.pf.engine, say,
                                    self.metrics.refused)
@@ -121,9 +148,9 @@ class Learner:
         self.env_steps = 0
         self.episodes = 0
         self.saved_iteration = -1
-        self.snapshot: tuple[int, dict[str, bytes], bytes] | None = None
+        self.snapshot: checkpointing.Snapshot | None = None
         self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
-        say(f"learner: listening for rollouts on {bind}; run folder {self.run_dir}")
+        say(f"learner: run id {self.run_id}; listening for rollouts on {bind}; run folder {self.run_dir}")
 
     # ------------------------------------------------------------------ helpers
 
@@ -143,73 +170,102 @@ class Learner:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _capture(self) -> tuple[int, dict[str, bytes], bytes]:
-        from services.learner.statefiles import module_to_bytes, optimizer_to_bytes
+    def counters(self) -> checkpointing.Counters:
+        return checkpointing.Counters(iteration=self.iteration, timesteps=self.timesteps, env_steps=self.env_steps,
+                                      episodes=self.episodes)
 
-        files = {"actor/model.safetensors": module_to_bytes(self.model.actor),
-                 "critic/model.safetensors": module_to_bytes(self.model.critic)}
-        for name, opt in (("actor", self.opt_actor), ("critic", self.opt_critic)):
-            tensors, meta = optimizer_to_bytes(opt)
-            files[f"optimizers/{name}.safetensors"] = tensors
-            files[f"optimizers/{name}.json"] = meta
-        state = CheckpointState(iteration=self.iteration, timesteps=self.timesteps, env_steps=self.env_steps,
-                                episodes=self.episodes, next_ordinals=dict(self.fleet.next_ordinal),
-                                config=self.cfg, codec_digest=self.codec_digest, engine=self.pf.engine.describe())
-        return self.iteration, files, msgspec.json.encode(state)
+    def update_state(self) -> dict:
+        """State of the update that lives outside the optimizers (return scaler, LR backoff)."""
+        return {}
 
-    def _save(self, snapshot, attempts: int = 3) -> bool:
-        iteration, files, meta = snapshot
-        names = list(files)
+    def load_update_state(self, state: dict) -> None:
+        pass
+
+    def _save(self, snapshot: checkpointing.Snapshot, attempts: int = 3) -> bool:
+        names = list(snapshot.files)
         for attempt in range(1, attempts + 1):
             try:
-                req = SaveCheckpoint(request_id=self.ckpt.next_id(), run_name=self.cfg.run_name, iteration=iteration,
-                                     names=names, meta=meta)
-                reply, _ = self.ckpt.request(req, {n: np.frombuffer(files[n], np.uint8) for n in names})
+                req = SaveCheckpoint(request_id=self.ckpt.next_id(), run_name=self.cfg.run_name,
+                                     iteration=snapshot.iteration, names=names, meta=snapshot.meta)
+                reply, _ = self.ckpt.request(req, {n: np.frombuffer(snapshot.files[n], np.uint8) for n in names})
                 if isinstance(reply, Saved):
-                    self.saved_iteration = iteration
-                    self.say(f"learner: checkpoint of iteration {iteration} written to {reply.path}")
+                    self.saved_iteration = snapshot.iteration
+                    self.say(f"learner: checkpoint of iteration {snapshot.iteration} written to {reply.path}")
                     return True
-                self.say(f"learner: checkpoint service refused the save ({getattr(reply, 'reason', reply)}); attempt {attempt}/{attempts}")
+                self.say(f"learner: checkpoint service refused the save ({getattr(reply, 'reason', reply)}); "
+                         f"attempt {attempt}/{attempts}")
             except transport.ServiceTimeout as exc:
                 self.say(f"learner: checkpoint save failed ({exc}); attempt {attempt}/{attempts}, state kept in memory")
-            time.sleep(min(2.0 * attempt, 5.0))
+            if attempt < attempts:
+                time.sleep(min(2.0 * attempt, 5.0))
         self.metrics.checkpoint_failures.inc()
+        self.say(f"learner: checkpoint of iteration {snapshot.iteration} NOT written after {attempts} attempts; "
+                 "the state stays in memory and the next save tries again")
         return False
 
     def resume(self) -> None:
-        from services.learner.statefiles import bytes_to_module, bytes_to_optimizer
-        from shared.config import config_differences
+        """Continue from the run's newest checkpoint that verifies, or start fresh.
 
+        Refuses (SystemExit naming everything) a checkpoint whose identity differs from this
+        run's (unless allow_identity_drift, which records the drift), and one whose state no
+        metric row of its iteration describes. Config differences outside the identity are
+        printed and continued past."""
         try:
             reply, arrays = self.ckpt.request(LoadLatest(request_id=self.ckpt.next_id(), run_name=self.cfg.run_name))
         except transport.ServiceTimeout as exc:
-            raise SystemExit(f"learner: cannot reach the checkpoint service to look for a checkpoint to resume: {exc}")
+            raise SystemExit(f"learner: cannot reach the checkpoint service to look for a checkpoint: {exc}")
         if isinstance(reply, NotFound):
             self.say(f"learner: no checkpoint for run {self.cfg.run_name!r}; starting fresh")
             return
         if not isinstance(reply, Loaded):
-            raise SystemExit(f"learner: the checkpoint service could not load the latest checkpoint: {getattr(reply, 'reason', reply)}")
-        state = msgspec.json.decode(reply.meta, type=CheckpointState)
-        if state.codec_digest != self.codec_digest:
-            raise SystemExit(f"learner: checkpoint {reply.path} was written with codec table {state.codec_digest}, "
-                             f"this run's is {self.codec_digest}: the observation layout changed; start a new run_name")
+            raise SystemExit(f"learner: the checkpoint service could not load the latest checkpoint: "
+                             f"{getattr(reply, 'reason', reply)}")
+        try:
+            meta = msgspec.json.decode(reply.meta, type=checkpointing.CheckpointMeta)
+        except msgspec.ValidationError as exc:
+            raise SystemExit(f"learner: checkpoint {reply.path} was written by another format ({exc}); "
+                             "start a new run_name or resume with the build that wrote it")
+        diffs = identity_differences(meta.identity, self.identity)
+        if diffs:
+            lines = [f"  {k}: checkpoint {a!r}, this run {b!r}" for k, (a, b) in diffs.items()]
+            if not self.allow_identity_drift:
+                raise SystemExit(
+                    f"learner: refusing to resume {reply.path}: the run identity differs in {len(diffs)} field(s):\n"
+                    + "\n".join(lines)
+                    + "\nThese change the numbers the run produces. Start a new run_name, or pass "
+                    "--allow-identity-drift to record the drift and continue.")
+            self.resumed_with_drift = True
+            with open(os.path.join(self.run_dir, "drift.json"), "ab") as fh:
+                fh.write(msgspec.json.encode({"iteration": meta.iteration, "from_run_id": meta.run_id,
+                                              "to_run_id": self.run_id,
+                                              "fields": {k: [str(a), str(b)] for k, (a, b) in diffs.items()}}) + b"\n")
+            self.say("learner: resuming across an identity drift (recorded in drift.json):\n" + "\n".join(lines))
+        ok, note = checkpointing.described(meta, self.metrics_path)
+        if not ok:
+            raise SystemExit(f"learner: refusing to resume {reply.path}: {note}. Resume from an earlier "
+                             "checkpoint (royalefleet checkpoints lists them).")
+        if note:
+            self.say(f"learner: note: {note}")
         files = {n: bytes(arrays[n]) for n in reply.names}
-        bytes_to_module(self.model.actor, files["actor/model.safetensors"])
-        bytes_to_module(self.model.critic, files["critic/model.safetensors"])
-        bytes_to_optimizer(self.opt_actor, files["optimizers/actor.safetensors"], files["optimizers/actor.json"])
-        bytes_to_optimizer(self.opt_critic, files["optimizers/critic.safetensors"], files["optimizers/critic.json"])
+        try:
+            checkpointing.restore(self, files, skip=self.perturb_resume)
+        except checkpointing.ResumeRefused as exc:
+            raise SystemExit(f"learner: refusing to resume {reply.path}: {exc}")
         # Learning rates come from this config (an lr change on resume takes effect).
         for opt, lr in ((self.opt_actor, self.cfg.ppo.lr_actor), (self.opt_critic, self.cfg.ppo.lr_critic)):
             for group in opt.param_groups:
                 group["lr"] = lr
-        self.iteration, self.timesteps, self.env_steps, self.episodes = (
-            state.iteration, state.timesteps, state.env_steps, state.episodes)
-        self.fleet.next_ordinal = {int(k): v for k, v in state.next_ordinals.items()}
-        self.saved_iteration = state.iteration
-        diffs = config_differences(state.config, self.cfg)
-        for path, (a, b) in diffs.items():
+        self.saved_iteration = meta.iteration
+        self.snapshot = checkpointing.capture(self)
+        if self.snapshot.state_digest != meta.state_digest and not self.perturb_resume:
+            raise SystemExit(f"learner: the restored state hashes to {self.snapshot.state_digest}, the checkpoint "
+                             f"says {meta.state_digest}: the restore lost something")
+        for path, (a, b) in config_differences(meta.config, self.cfg).items():
             self.say(f"learner: config differs from the checkpoint's: {path} {a!r} -> {b!r}")
-        self.say(f"learner: resumed iteration {state.iteration} at {state.timesteps:,} timesteps from {reply.path}")
+        if self.perturb_resume:
+            self.say(f"learner: PERTURBED resume (test hook): did not load {', '.join(self.perturb_resume)}")
+        self.say(f"learner: resumed iteration {meta.iteration} at {meta.counters.timesteps:,} timesteps from "
+                 f"{reply.path} (state {meta.state_digest})")
 
     # ------------------------------------------------------------------ one iteration
 
@@ -222,7 +278,7 @@ class Learner:
         shortest = min(MIN_EPISODE_DECISIONS, cfg.env.max_steps or MIN_EPISODE_DECISIONS)
         lookahead = math.ceil((T + 1) / shortest) + 2
         battles = [int(b) for b in slot_map.battle_ids]
-        ordinals = [self.fleet.next_ordinal.get(b, 0) for b in battles]
+        ordinals = [self.fleet.ordinal.get(b, 0) for b in battles]
         reply, _ = self.ladder.request(PlanRequest(
             request_id=self.ladder.next_id(), iteration=self.iteration + 1, n_battles=n, battles=battles,
             next_ordinals=ordinals, lookahead=lookahead))
@@ -232,14 +288,10 @@ class Learner:
         for a in reply.assignments:
             by_battle.setdefault(a.battle, []).append(a)
         for m in members:
-            restart = [self.fleet.next_ordinal.get(b, 0) if m.fresh else -1 for b in m.battle_ids]
+            restart = [self.fleet.ordinal.get(b, 0) if m.fresh else -1 for b in m.battle_ids]
             plan = Plan(iteration=self.iteration + 1, battles=m.battle_ids, restart_ordinals=restart,
                         assignments=[a for b in m.battle_ids for a in by_battle.get(b, [])], fresh=m.fresh)
             transport.send(self.sock, plan, identity=m.identity)
-            if m.fresh:
-                for b in m.battle_ids:
-                    # The episode started now is this ordinal; the next one to hand out follows it.
-                    self.fleet.next_ordinal[b] = self.fleet.next_ordinal.get(b, 0) + 1
         return T, learner_rows, list(reply.role_counts)
 
     def wait_for_rollouts(self) -> list:
@@ -279,12 +331,6 @@ class Learner:
             raise StopRequested
         for m in members:
             m.fresh = False
-        # Episode ordinals move on: whatever each battle is in now, the next start follows it.
-        for m in members:
-            for s, (body, arrays) in m.held.items():
-                for b, o in zip(m.battle_ids[s * m.per_shard:(s + 1) * m.per_shard], arrays["ordinal"][::2]):
-                    self.fleet.next_ordinal[b] = int(o) + 1
-
         # Values for every learner cell, and for the truncated episodes' final observations.
         t0 = time.perf_counter()
         cells = rect.learner_cells()
@@ -292,18 +338,18 @@ class Learner:
         values[cells] = self.policy.values(rect.rows[cells])
         final_values = np.zeros((T, rect.R), np.float32)
         if rect.final_rows:
-            keys = list(rect.final_rows)
+            # (cycle, slot) order, never arrival order: a CPU forward can round a row differently
+            # depending on its place in the batch, so the batch itself must be reproducible.
+            keys = sorted(rect.final_rows)
             fv = self.policy.values(np.stack([rect.final_rows[k] for k in keys]))
             for (t, r), v in zip(keys, fv):
                 final_values[t, r] = v
         t_critic = time.perf_counter() - t0
-
         t0 = time.perf_counter()
         trainable = rect.trainable()
         gamma, lam = sched["gamma"], cfg.advantage.gae_lambda
         adv, ret = compute_gae(rect.reward, values, final_values, rect.terminated, rect.truncated, trainable, gamma, lam)
         t_gae = time.perf_counter() - t0
-
         t_idx, r_idx = np.nonzero(trainable)
         n_train = len(t_idx)
         update_stats: dict = {}
@@ -327,7 +373,7 @@ class Learner:
                 return stream(cfg.master_seed, "ppo/minibatch/iteration/{iteration}/epoch/{epoch}", iteration=it, epoch=e)
 
             update_stats = ppo_update(self.model, self.opt_actor, self.opt_critic, data, cfg.ppo, epoch_rng, self.device,
-                                      ent_coef=sched["ent_coef"])
+                                      ent_coef=sched["ent_coef"], ent_coef_noop=sched["ent_coef_noop"])
         t_update = time.perf_counter() - t0
 
         # Counters and the row.
@@ -371,7 +417,11 @@ class Learner:
                     self.say(f"learner: the ladder refused the episode report: {getattr(reply, 'reason', reply)}")
             except transport.ServiceTimeout as exc:
                 self.say(f"learner: episode report not delivered: {exc}")
-        self.snapshot = self._capture()
+        self.snapshot = checkpointing.capture(self)
+        row["run/state_digest"] = self.snapshot.state_digest
+        row["run/run_id"] = self.run_id
+        if self.resumed_with_drift:
+            row["run/resumed_with_drift"] = 1
         if it % cfg.checkpoint.every_iterations == 0:
             self._save(self.snapshot)
         row["time/checkpoint"] = time.perf_counter() - t0
@@ -405,7 +455,7 @@ class Learner:
         return 0
 
     def shutdown(self) -> None:
-        if self.snapshot is not None and self.saved_iteration < self.snapshot[0]:
+        if self.snapshot is not None and self.saved_iteration < self.snapshot.iteration:
             self._save(self.snapshot)
         elif self.snapshot is None and self.saved_iteration < 0:
             self.say("learner: no iteration finished; nothing to checkpoint")
@@ -502,7 +552,14 @@ def main(argv=None) -> int:
                    help="stop after this many iterations, 0 = run until stopped [ROYALEFLEET_ITERATIONS]")
     p.add_argument("--min-rollouts", type=int, default=int(env("ROYALEFLEET_MIN_ROLLOUTS", "1")),
                    help="rollouts the first iteration waits for (up to 120 s) [ROYALEFLEET_MIN_ROLLOUTS] (default %(default)s)")
+    p.add_argument("--allow-identity-drift", action="store_true",
+                   default=env("ROYALEFLEET_ALLOW_IDENTITY_DRIFT", "") not in ("", "0"),
+                   help="resume a checkpoint whose run identity differs, recording the drift in drift.json "
+                   "[ROYALEFLEET_ALLOW_IDENTITY_DRIFT=1]")
     a = p.parse_args(argv)
+    # A test hook, not a user option: resume WITHOUT these components, to show that
+    # verify-resume catches a resume that lost state (tests/test_verify_resume.py).
+    perturb = tuple(x for x in env("ROYALEFLEET_PERTURB_RESUME", "").split(",") if x)
 
     def say(text):
         print(text, flush=True)
@@ -513,7 +570,25 @@ def main(argv=None) -> int:
         say(str(exc))
         return 2
     s = cfg.services
-    learner = Learner(
+    try:
+        learner = make_learner(cfg, a, perturb, say)
+    except DeterminismError as exc:
+        say(f"learner: {exc}")
+        return 2
+    signal.signal(signal.SIGTERM, learner.request_stop)
+    signal.signal(signal.SIGINT, learner.request_stop)
+    try:
+        return learner.run()
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            say(exc.code)
+            return 2
+        raise
+
+
+def make_learner(cfg: RunConfig, a, perturb, say) -> "Learner":
+    s = cfg.services
+    return Learner(
         cfg,
         bind=a.bind or transport.tcp(s.host, s.learner_port),
         ladder=a.ladder or transport.tcp(s.host, s.ladder_port),
@@ -523,11 +598,10 @@ def main(argv=None) -> int:
         metrics_host=a.metrics_host,
         iterations=a.iterations,
         min_rollouts=a.min_rollouts,
+        allow_identity_drift=a.allow_identity_drift,
+        perturb_resume=perturb,
         say=say,
     )
-    signal.signal(signal.SIGTERM, learner.request_stop)
-    signal.signal(signal.SIGINT, learner.request_stop)
-    return learner.run()
 
 
 if __name__ == "__main__":

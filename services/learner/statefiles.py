@@ -45,9 +45,14 @@ def _save(tensors: dict[str, torch.Tensor], kind: str) -> bytes:
 def _load(data: bytes, kind: str) -> dict[str, torch.Tensor]:
     """Tensors of a safetensors blob, on CPU. Raises ValueError if ``data`` is not one."""
     try:
-        return safetensors.torch.load(bytes(data))
+        loaded = safetensors.torch.load(bytes(data))
     except Exception as exc:  # safetensors raises its own SafetensorError, not a ValueError
         raise ValueError(f"{kind}: not a valid safetensors file ({exc})") from None
+    # Each tensor into its own torch allocation (64-byte aligned). A tensor read out of the
+    # blob sits wherever the file put it, and CPU kernels (Adam's fused multiply-adds among
+    # them) round differently with alignment: a resumed run would drift from the original in
+    # the last bits (measured: tests/test_verify_resume.py).
+    return {k: v.clone() for k, v in loaded.items()}
 
 
 # ----------------------------------------------------------------------------- modules

@@ -43,7 +43,8 @@ class RolloutService:
         self.say = say
         self.metrics = metrics or RolloutMetrics(None)
         self.instance = uuid.uuid4().hex[:12]
-        self.sock = transport.connect_dealer(learner, max_bytes=max_message_mb << 20)
+        self.sock = transport.connect_dealer(learner, max_bytes=max_message_mb << 20,
+                                             curve=transport.curve_client_keys())
         self.decoder = Decoder(ToRollout)
         self.stop_requested = False
         self.welcome: Welcome | None = None

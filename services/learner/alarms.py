@@ -1,0 +1,169 @@
+"""The learner's alarm monitor: the table of shared/alarms.py evaluated on every metric row.
+
+Per iteration (after the row is written to ``metrics.jsonl``, so a halting row is on disk):
+
+    verdict = monitor.observe(row)            # every alarm evaluated before anything is raised
+    if verdict.halt_due or any(r.bundle for r in verdict.fired):
+        write_bundle(run_dir, iteration, monitor.recent_rows, verdict.fired, config_json)
+    if verdict.halt_due:
+        ... checkpoint the state the row describes, then stop (exit code 2)
+
+Exports ``royalefleet_learner_alarm_holds{alarm,severity}`` (1 while the condition holds on the
+last row, 0 otherwise, also when not evaluated) and ``royalefleet_learner_alarm_consecutive``
+(iterations in a row it has held). Fired alarms are appended to ``runs/<run>/alarms.jsonl``,
+one JSON object a line, flushed and fsynced like the metric rows. None of this needs Prometheus
+or Grafana: the learner halts on its own.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shlex
+import time
+from typing import NamedTuple
+
+import msgspec
+from prometheus_client import CollectorRegistry, Gauge
+
+from shared.alarms import ALARMS, BY_NAME, AlarmResult, AlarmState, check_overrides, describe, effective, evaluate
+from shared.config import AlarmConfig
+
+RECENT_ROWS = 50
+"""Metric rows a bundle holds (the reference's 50)."""
+
+LAST_VALUES = 5
+"""Values of each key read that ``halt.json`` lists per fired alarm."""
+
+
+class AlarmVerdict(NamedTuple):
+    fired: list[AlarmResult]
+    """Alarms that fired on this row (held for at least their patience), table order."""
+    halt_due: bool
+    """A fired alarm has severity ``halt``."""
+    results: list[AlarmResult]
+    """Every enabled alarm's result on this row."""
+
+
+def alarm_record(result: AlarmResult, iteration: int | None) -> dict:
+    """One line of ``alarms.jsonl``."""
+    alarm = BY_NAME[result.name]
+    return {
+        "iteration": iteration, "time": time.time(), "alarm": result.name, "severity": result.severity,
+        "values": result.values, "thresholds": list(result.thresholds), "condition": alarm.condition,
+        "patience": result.patience, "consecutive": result.consecutive,
+        "meaning": alarm.meaning, "what_to_do": alarm.what_to_do,
+    }
+
+
+class AlarmMonitor:
+    """Evaluates the alarm table once per iteration and exports its state as gauges.
+
+    ``registry`` is the learner's CollectorRegistry (``LearnerMetrics.registry``); ``run_dir``
+    is where ``alarms.jsonl`` goes (None: not written). Unknown alarm names in the config's
+    overrides are refused here, at start-up, with a ValueError listing the known names."""
+
+    def __init__(self, cfg: AlarmConfig, registry: CollectorRegistry | None = None, *,
+                 run_dir: str | None = None, say=print):
+        check_overrides(cfg)
+        self.cfg, self.say, self.run_dir = cfg, say, run_dir
+        self.state = AlarmState()
+        self.recent_rows: collections.deque[dict] = collections.deque(maxlen=RECENT_ROWS)
+        registry = registry if registry is not None else CollectorRegistry()
+        self.holds = Gauge("royalefleet_learner_alarm_holds",
+                           "1 while the alarm's condition holds on the last metric row, else 0", ["alarm", "severity"],
+                           registry=registry)
+        self.consecutive = Gauge("royalefleet_learner_alarm_consecutive",
+                                 "Consecutive iterations the alarm's condition has held (fires at its patience)",
+                                 ["alarm", "severity"], registry=registry)
+        # Every enabled alarm is exported from the start (at 0), so a dashboard lists them all.
+        if cfg.enabled:
+            for alarm in ALARMS:
+                if alarm.name not in cfg.disabled:
+                    severity, _ = effective(alarm, cfg)
+                    self.holds.labels(alarm.name, severity).set(0)
+                    self.consecutive.labels(alarm.name, severity).set(0)
+
+    @property
+    def alarms_path(self) -> str | None:
+        return os.path.join(self.run_dir, "alarms.jsonl") if self.run_dir else None
+
+    def observe(self, row: dict) -> AlarmVerdict:
+        """Evaluate the whole table on ``row``, update the gauges, log and append every fired
+        alarm to ``alarms.jsonl``, and say whether a halt is due. Never raises for an alarm."""
+        self.recent_rows.append(row)
+        results = evaluate(row, self.cfg, self.state)
+        for r in results:
+            self.holds.labels(r.name, r.severity).set(1 if r.holds else 0)
+            self.consecutive.labels(r.name, r.severity).set(r.consecutive)
+        fired = [r for r in results if r.fired]
+        iteration = row.get("run/iteration")
+        for r in fired:
+            shown = ", ".join(f"{k}={v:g}" for k, v in r.values.items())
+            self.say(f"alarm [{r.severity}] {r.name}: {shown} ({describe(BY_NAME[r.name], self.cfg)}) "
+                     f"-- {BY_NAME[r.name].meaning}")
+        if fired and self.alarms_path:
+            with open(self.alarms_path, "ab") as fh:
+                for r in fired:
+                    fh.write(msgspec.json.encode(alarm_record(r, iteration)) + b"\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        return AlarmVerdict(fired, any(r.severity == "halt" for r in fired), results)
+
+
+def resume_command(run_dir: str, config_path: str) -> str:
+    """The command that resumes the run from its latest checkpoint with the bundle's config."""
+    run_dir = os.path.normpath(run_dir)
+    return shlex.join(["royalefleet", "up", "--config", config_path,
+                       "--runs-dir", os.path.dirname(run_dir) or ".", "--run-name", os.path.basename(run_dir)])
+
+
+def write_bundle(run_dir: str, iteration: int, rows, fired: list[AlarmResult], config_json: bytes | str,
+                 *, checkpoint_path: str | None = None) -> str:
+    """Write the diagnostic bundle ``<run_dir>/bundles/<iteration>/`` and return its path:
+
+    - ``metrics.jsonl``: the last 50 metric rows (``rows``, oldest first);
+    - ``alarms.jsonl``: the run's alarm rows so far (the run's file, or ``fired`` if it has none);
+    - ``config.json``: the resolved config (``config_json``, as written by ``dump_config``);
+    - ``halt.json``: the alarms that fired (name, severity, condition, thresholds, patience, the
+      last five values of each key read), the checkpoint path when known, and the resume command.
+    """
+    bundle = os.path.join(run_dir, "bundles", str(iteration))
+    os.makedirs(bundle, exist_ok=True)
+    rows = list(rows)[-RECENT_ROWS:]
+
+    def write(name: str, data: bytes) -> None:
+        tmp = os.path.join(bundle, name + ".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, os.path.join(bundle, name))
+
+    write("metrics.jsonl", b"".join(msgspec.json.encode(r) + b"\n" for r in rows))
+    run_alarms = os.path.join(run_dir, "alarms.jsonl")
+    if os.path.exists(run_alarms):
+        with open(run_alarms, "rb") as fh:
+            write("alarms.jsonl", fh.read())
+    else:
+        write("alarms.jsonl", b"".join(msgspec.json.encode(alarm_record(r, iteration)) + b"\n" for r in fired))
+    write("config.json", config_json.encode() if isinstance(config_json, str) else bytes(config_json))
+    config_path = os.path.join(bundle, "config.json")
+    halt = {
+        "iteration": iteration,
+        "halted": any(r.severity == "halt" for r in fired),
+        "alarms": [
+            {
+                "alarm": r.name, "severity": r.severity, "condition": describe(BY_NAME[r.name], t=r.thresholds),
+                "thresholds": list(r.thresholds), "patience": r.patience, "consecutive": r.consecutive,
+                "last_values": {k: [row[k] for row in rows if k in row][-LAST_VALUES:] for k in BY_NAME[r.name].keys},
+                "meaning": BY_NAME[r.name].meaning, "what_to_do": BY_NAME[r.name].what_to_do,
+            }
+            for r in fired
+        ],
+        "checkpoint": checkpoint_path,
+        "resume": resume_command(run_dir, config_path),
+    }
+    write("halt.json", json.dumps(halt, indent=2).encode() + b"\n")
+    return bundle

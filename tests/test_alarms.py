@@ -1,0 +1,340 @@
+"""The alarm table (shared/alarms.py) is the reference's, every alarm can fire and stays quiet on a
+healthy row, patience counts consecutive iterations, overrides work and unknown names are refused;
+the learner's monitor (services/learner/alarms.py) exports, logs and bundles what fired."""
+
+import json
+import math
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from services.learner.alarms import RECENT_ROWS, AlarmMonitor, write_bundle
+from shared.alarms import ALARM_NAMES, ALARMS, BY_NAME, AlarmState, evaluate, promql, thresholds
+from shared.config import AlarmConfig, dump_config, RunConfig
+from shared.metric_schema import SCHEMA, prometheus_name
+
+# The reference's table (royalelearn 0.5.20, facts §9.2): name -> (severity, patience, default thresholds).
+REFERENCE = {
+    "illegal_actions": ("halt", 1, (0.0,)),
+    "ratio_invariant": ("halt", 1, (5.0 * 1e-4,)),
+    "nonfinite": ("halt", 1, (0.0,)),
+    "buffer_overflow": ("halt", 1, (1.0,)),
+    "obs_codec_rounded": ("warn", 1, (0.0,)),
+    "worker_failures": ("warn", 1, ()),
+    "worker_failures_persistent": ("halt", 3, ()),
+    "clip_pinned": ("halt", 3, (0.5,)),
+    "kl_high": ("warn", 3, (0.05,)),
+    "kl_dead": ("warn", 10, (1e-5,)),
+    "ev_negative": ("warn", 50, (0.0,)),
+    "noop_collapse": ("warn", 5, (8.0,)),
+    "noop_collapse_severe": ("halt", 5, (3.0,)),
+    "noop_entropy_floor": ("warn", 5, (0.02,)),
+    "tile_spam": ("warn", 5, (0.25,)),
+    "artefact_exploit": ("warn", 5, (0.5,)),
+    "draw_equilibrium": ("warn", 5, (0.5, 0.8)),
+    "seat_bias": ("warn", 3, (0.45, 0.55)),
+    "elixir_count_inexact": ("warn", 3, (0.99,)),
+    "reward_clipped": ("warn", 1, (0.0,)),
+    "shaping_dominates": ("warn", 5, ()),
+    "vram_spilling": ("warn", 3, (2.0, 128.0)),
+    "transitivity": ("warn", 3, (0.1,)),
+    "gate_starved": ("warn", 1, (5.0,)),
+    "capacity_ratio": ("warn", 3, (1.5,)),
+}
+
+# Keys alarms read that the learner's row does not carry yet (the schema gets them with the
+# features that measure them). The table may only shrink this set, never read a new unknown key.
+PENDING_ROW_KEYS = {
+    "policy/tile_top1_share", "policy/card_tile_top10_share", "env/win_rate_by_seat_ci95_lo",
+    "env/win_rate_by_seat_ci95_hi", "env/elixir_count_exact_frac", "ppo/reward_clip_frac",
+    "env/reward_shaping_abs", "env/reward_terminal_abs", "health/buffer_fill_frac", "health/nan_guard_trips",
+    "health/obs_codec_rounded", "ladder/transitivity_residual", "ladder/consecutive_gate_failures",
+    "throughput/rollout_capacity_ratio", "health/vram_driver_free_mb",
+}
+
+# ----------------------------------------------------------------------------- a healthy, real-looking row
+
+BY_UNIT = {
+    "count": 4, "timesteps": 4096, "decisions": 120.0, "episodes": 24, "s": 2.5, "ratio": 0.997,
+    "timesteps/s": 850.0, "decisions/s": 900.0, "ms": 3.2, "bytes": 1480.0, "fraction": 0.1, "reward": 0.2,
+    "cards": 21.0, "nats": 0.6, "reward^2": 0.3, "norm": 0.3, "MB": 2000.0,
+}
+HEALTHY = {
+    # schema keys an alarm reads, or whose unit default would be implausible
+    "run/iteration": 120, "run/gamma": 0.997, "run/credit_horizon_seconds": 39.0,
+    "health/illegal_action_rate": 0.0, "health/rollouts_lost": 0, "health/rows_invalid": 0,
+    "health/rows_invalid_frac": 0.0, "health/messages_refused": 0,
+    "ppo/kl": 0.008, "ppo/clip_fraction": 0.11, "ppo/explained_variance": 0.62,
+    "ppo/explained_variance_choice": 0.55, "ppo/noop_entropy": 0.09, "ppo/ratio_max_abs_dev": 2.4e-7,
+    "ppo/forced_frac": 0.93, "policy/cards_per_match": 21.5, "env/draw_rate": 0.18,
+    "env/episode_steps_at_cap_frac": 0.12, "time/update": 11.0, "env/win_rate_scripted": 0.71,
+    # pending keys, at values inside the reference's healthy bands
+    "policy/tile_top1_share": 0.07, "policy/card_tile_top10_share": 0.31,
+    "env/win_rate_by_seat_ci95_lo": 0.43, "env/win_rate_by_seat_ci95_hi": 0.57,
+    "env/elixir_count_exact_frac": 1.0, "ppo/reward_clip_frac": 0.0, "env/reward_shaping_abs": 0.35,
+    "env/reward_terminal_abs": 1.0, "health/buffer_fill_frac": 1.0, "health/nan_guard_trips": 0,
+    "health/obs_codec_rounded": 0, "ladder/transitivity_residual": 0.04, "ladder/consecutive_gate_failures": 1,
+    "throughput/rollout_capacity_ratio": 2.6, "health/vram_driver_free_mb": 3900.0,
+}
+
+
+def healthy_row() -> dict:
+    """Every schema key (families with one member) at a plausible value, plus the pending keys."""
+    row = {}
+    for key, (unit, _) in SCHEMA.items():
+        if "{" in key:
+            prefix, label = key.split("{", 1)
+            key = prefix + ("scripted:noop" if label.startswith("opponent") else "0")
+        row[key] = BY_UNIT.get(unit, 1.0)
+    row.update(HEALTHY)
+    return row
+
+
+# What each alarm's condition looks like, planted on its declared keys (written out here, not
+# derived from the table, so a wrong comparison in the table shows).
+PLANTS = {
+    "illegal_actions": {"health/illegal_action_rate": 0.002},
+    "ratio_invariant": {"ppo/ratio_max_abs_dev": 1e-3},
+    "nonfinite": {"health/nan_guard_trips": 1},
+    "buffer_overflow": {"health/buffer_fill_frac": 1.02},
+    "obs_codec_rounded": {"health/obs_codec_rounded": 3},
+    "worker_failures": {"health/rollouts_lost": 1},
+    "worker_failures_persistent": {"health/rollouts_lost": 2},
+    "clip_pinned": {"ppo/clip_fraction": 0.97},
+    "kl_high": {"ppo/kl": 0.08},
+    "kl_dead": {"ppo/kl": 1e-7},
+    "ev_negative": {"ppo/explained_variance": -0.2},
+    "noop_collapse": {"policy/cards_per_match": 6.0},
+    "noop_collapse_severe": {"policy/cards_per_match": 0.5},
+    "noop_entropy_floor": {"ppo/noop_entropy": 0.005},
+    "tile_spam": {"policy/tile_top1_share": 0.4},
+    "artefact_exploit": {"policy/card_tile_top10_share": 0.8},
+    "draw_equilibrium": {"env/draw_rate": 0.7, "env/episode_steps_at_cap_frac": 0.9},
+    "seat_bias": {"env/win_rate_by_seat_ci95_lo": 0.58, "env/win_rate_by_seat_ci95_hi": 0.66},
+    "elixir_count_inexact": {"env/elixir_count_exact_frac": 0.95},
+    "reward_clipped": {"ppo/reward_clip_frac": 0.001},
+    "shaping_dominates": {"env/reward_shaping_abs": 1.4, "env/reward_terminal_abs": 1.0},
+    "vram_spilling": {"time/update": 30.0, "health/vram_driver_free_mb": 60.0},
+    "transitivity": {"ladder/transitivity_residual": 0.2},
+    "gate_starved": {"ladder/consecutive_gate_failures": 5},
+    "capacity_ratio": {"throughput/rollout_capacity_ratio": 1.1},
+}
+
+# Other alarms the same plant makes hold (they read the same key).
+ALSO_FIRES = {
+    "worker_failures": {"worker_failures_persistent"},
+    "worker_failures_persistent": {"worker_failures"},
+    "noop_collapse_severe": {"noop_collapse"},
+}
+
+
+def run(rows, cfg=None, state=None):
+    cfg, state = cfg or AlarmConfig(), state or AlarmState()
+    return [{r.name: r for r in evaluate(row, cfg, state)} for row in rows]
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def test_table_is_the_reference_table():
+    """25 alarms under the reference's names, 7 halting, with its severities, patiences and
+    default thresholds."""
+    assert ALARM_NAMES == tuple(REFERENCE)
+    assert sum(a.severity == "halt" for a in ALARMS) == 7
+    for a in ALARMS:
+        severity, patience, defaults = REFERENCE[a.name]
+        assert (a.severity, a.patience) == (severity, patience), a.name
+        assert thresholds(a) == pytest.approx(defaults), a.name
+        assert a.meaning and a.what_to_do
+
+
+def test_thresholds_are_config_fields_and_every_field_is_used():
+    used = {t for a in ALARMS for t in a.threshold if isinstance(t, str)}
+    fields = set(AlarmConfig.__struct_fields__) - {"enabled", "disabled", "patience_overrides", "severity_overrides"}
+    assert used == fields
+
+
+def test_alarm_keys_are_schema_keys_or_known_pending():
+    """An alarm reads a key of the row, or one of the listed keys the row will carry; a typo fails."""
+    missing = {k for a in ALARMS for k in a.keys if k not in SCHEMA}
+    assert missing <= PENDING_ROW_KEYS, sorted(missing - PENDING_ROW_KEYS)
+    for key in PENDING_ROW_KEYS:
+        assert key not in SCHEMA or key in {k for a in ALARMS for k in a.keys}
+
+
+def test_thresholds_follow_the_config():
+    cfg = AlarmConfig(kl_high=0.1, buffer_fill_frac=0.5, ratio_invariant_multiple=10.0)
+    assert thresholds(BY_NAME["kl_high"], cfg) == (0.1,)
+    assert thresholds(BY_NAME["buffer_overflow"], cfg) == (1.0,)  # max(1.0, cfg): a floor only
+    assert thresholds(BY_NAME["ratio_invariant"], cfg) == pytest.approx((1e-3,))
+    assert promql(BY_NAME["kl_high"], cfg) == "royalefleet_learner_ppo_kl > 0.1"
+
+
+# ----------------------------------------------------------------------------- firing and quiet
+
+
+def test_healthy_row_is_quiet_and_every_alarm_is_evaluated():
+    row = healthy_row()
+    results = run([row] * 60)
+    for results_i in results:
+        assert not [n for n, r in results_i.items() if r.holds]
+    assert all(r.evaluated for r in results[-1].values())
+    assert set(results[-1]) == set(ALARM_NAMES)
+
+
+@pytest.mark.parametrize("name", ALARM_NAMES)
+def test_every_alarm_fires_on_its_plant_after_its_patience(name):
+    alarm = BY_NAME[name]
+    assert set(PLANTS[name]) == set(alarm.keys)
+    planted = {**healthy_row(), **PLANTS[name]}
+    results = run([healthy_row()] + [planted] * alarm.patience)  # the healthy row sets vram's best
+    for i, res in enumerate(results[1:], start=1):
+        r = res[name]
+        assert r.evaluated and r.holds and r.consecutive == i
+        assert r.fired == (i == alarm.patience), (name, i)
+        others = {n for n, o in res.items() if o.holds} - {name}
+        assert others <= ALSO_FIRES.get(name, set()), (name, others)
+    assert results[-1][name].values == {k: float(v) for k, v in PLANTS[name].items()}
+
+
+def test_patience_counts_consecutive_iterations_and_resets():
+    ok, bad = healthy_row(), {**healthy_row(), "ppo/kl": 0.2}
+    seq = [r["kl_high"] for r in run([bad, bad, ok, bad, bad, bad, bad, ok])]
+    assert [r.consecutive for r in seq] == [1, 2, 0, 1, 2, 3, 4, 0]
+    assert [r.fired for r in seq] == [False, False, False, False, False, True, True, False]
+
+
+def test_missing_or_non_numeric_key_is_not_evaluated_and_breaks_the_run():
+    bad = {**healthy_row(), "ppo/kl": 0.2}
+    gone = {k: v for k, v in bad.items() if k != "ppo/kl"}
+    for absent in (gone, {**bad, "ppo/kl": "nan"}, {**bad, "ppo/kl": True}, {**bad, "ppo/kl": None}):
+        seq = [r["kl_high"] for r in run([bad, bad, absent, bad])]
+        assert not seq[2].evaluated and not seq[2].holds and seq[2].consecutive == 0
+        assert seq[3].consecutive == 1 and not any(r.fired for r in seq)
+    # A row with no env/ keys at all (no episode finished) evaluates nothing that reads them.
+    no_env = {k: v for k, v in healthy_row().items() if not k.startswith("env/")}
+    res = run([no_env])[0]
+    assert not res["draw_equilibrium"].evaluated and not res["seat_bias"].evaluated
+
+
+def test_worker_failures_fire_on_every_loss_and_persist_after_three():
+    rows = [{**healthy_row(), "health/rollouts_lost": n} for n in (1, 0, 1, 1, 1, 0)]
+    res = run(rows)
+    assert [r["worker_failures"].fired for r in res] == [True, False, True, True, True, False]
+    assert [r["worker_failures_persistent"].fired for r in res] == [False, False, False, False, True, False]
+
+
+def test_vram_spilling_compares_with_the_run_best_and_a_new_best_never_fires():
+    def row(update, free=60.0, frozen=None):
+        r = {**healthy_row(), "time/update": update, "health/vram_driver_free_mb": free}
+        if frozen is not None:
+            r["ppo/actor_frozen"] = frozen
+        return r
+
+    seq = [r["vram_spilling"] for r in run([row(30.0), row(12.0), row(25.0), row(23.0, free=500.0), row(5.0)])]
+    assert [r.holds for r in seq] == [False, False, True, False, False]
+    # Frozen-actor iterations keep their own best: a fast frozen update does not make the
+    # normal ones look slow.
+    seq = [r["vram_spilling"] for r in run([row(10.0), row(2.0, frozen=1), row(12.0), row(4.5, frozen=1)])]
+    assert [r.holds for r in seq] == [False, False, False, True]
+
+
+def test_cpu_row_without_vram_keys_never_evaluates_vram_spilling():
+    row = {k: v for k, v in healthy_row().items() if k != "health/vram_driver_free_mb"}
+    assert not run([row])[0]["vram_spilling"].evaluated
+
+
+# ----------------------------------------------------------------------------- overrides
+
+
+def test_overrides_disable_and_change_patience_and_severity():
+    cfg = AlarmConfig(disabled=["kl_dead"], patience_overrides={"kl_high": 1},
+                      severity_overrides={"kl_high": "halt", "clip_pinned": "warn"})
+    bad = {**healthy_row(), "ppo/kl": 0.2, "ppo/clip_fraction": 0.9}
+    res = run([bad] * 3, cfg)
+    assert "kl_dead" not in res[0]
+    assert res[0]["kl_high"].fired and res[0]["kl_high"].severity == "halt" and res[0]["kl_high"].patience == 1
+    assert res[2]["clip_pinned"].fired and res[2]["clip_pinned"].severity == "warn"
+    assert run([bad], AlarmConfig(enabled=False)) == [{}]
+
+
+@pytest.mark.parametrize("field,value", [
+    ("disabled", ["kl_hgih"]),
+    ("patience_overrides", {"imitation_handoff": 2}),
+    ("severity_overrides", {"nope": "warn"}),
+])
+def test_unknown_alarm_names_are_refused_with_the_known_names(field, value):
+    cfg = AlarmConfig(**{field: value})
+    with pytest.raises(ValueError) as err:
+        evaluate(healthy_row(), cfg, AlarmState())
+    msg = str(err.value)
+    assert field in msg and all(n in msg for n in ALARM_NAMES)
+    with pytest.raises(ValueError):
+        AlarmMonitor(cfg, CollectorRegistry())
+    if field == "disabled":
+        assert "did you mean 'kl_high'" in msg
+
+
+# ----------------------------------------------------------------------------- PromQL
+
+
+def test_promql_reads_the_exported_gauges_of_the_declared_keys():
+    names = set()
+    for a in ALARMS:
+        expr = promql(a)
+        gauges = {prometheus_name(k)[0] for k in a.keys}
+        assert gauges <= set(expr.replace("(", " ").replace(")", " ").replace("[", " ").split()), a.name
+        names |= gauges
+    assert all(n.startswith("royalefleet_learner_") for n in names)
+
+
+# ----------------------------------------------------------------------------- the learner's monitor
+
+
+def sample(registry, name, alarm):
+    return next(s.value for m in registry.collect() for s in m.samples
+                if s.name == name and s.labels["alarm"] == alarm)
+
+
+def test_monitor_exports_gauges_logs_fired_alarms_and_says_when_to_halt(tmp_path):
+    reg, said = CollectorRegistry(), []
+    mon = AlarmMonitor(AlarmConfig(), reg, run_dir=str(tmp_path), say=said.append)
+    assert sample(reg, "royalefleet_learner_alarm_consecutive", "clip_pinned") == 0
+    bad = {**healthy_row(), "ppo/clip_fraction": 0.9, "ppo/kl": 0.09}
+    verdicts = [mon.observe({**bad, "run/iteration": i}) for i in (1, 2, 3)]
+    assert [v.halt_due for v in verdicts] == [False, False, True]
+    assert [r.name for r in verdicts[-1].fired] == ["clip_pinned", "kl_high"]
+    assert sample(reg, "royalefleet_learner_alarm_holds", "clip_pinned") == 1
+    assert sample(reg, "royalefleet_learner_alarm_consecutive", "kl_high") == 3
+    assert sample(reg, "royalefleet_learner_alarm_holds", "kl_dead") == 0
+    lines = [json.loads(x) for x in (tmp_path / "alarms.jsonl").read_text().splitlines()]
+    assert [(x["iteration"], x["alarm"], x["severity"]) for x in lines] == [(3, "clip_pinned", "halt"), (3, "kl_high", "warn")]
+    assert lines[0]["values"] == {"ppo/clip_fraction": 0.9} and lines[0]["thresholds"] == [0.5]
+    assert any(s.startswith("alarm [halt] clip_pinned: ppo/clip_fraction=0.9") for s in said)
+    mon.observe(healthy_row())
+    assert sample(reg, "royalefleet_learner_alarm_consecutive", "clip_pinned") == 0
+
+
+def test_write_bundle_holds_rows_alarms_config_and_a_halt_record(tmp_path):
+    run_dir = tmp_path / "runs" / "r1"
+    mon = AlarmMonitor(AlarmConfig(), CollectorRegistry(), run_dir=str(run_dir), say=lambda s: None)
+    run_dir.mkdir(parents=True)
+    verdict = None
+    for i in range(1, 61):
+        row = {**healthy_row(), "run/iteration": i, "ppo/clip_fraction": 0.1 if i < 58 else 0.6 + i / 1000}
+        verdict = mon.observe(row)
+    assert verdict.halt_due
+    cfg_json = dump_config(RunConfig())
+    bundle = write_bundle(str(run_dir), 60, mon.recent_rows, verdict.fired, cfg_json, checkpoint_path="ck/60")
+    files = {p.name for p in (run_dir / "bundles" / "60").iterdir()}
+    assert files == {"metrics.jsonl", "alarms.jsonl", "config.json", "halt.json"}
+    rows = [json.loads(x) for x in (run_dir / "bundles" / "60" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == RECENT_ROWS and rows[-1]["run/iteration"] == 60
+    assert (run_dir / "bundles" / "60" / "config.json").read_bytes() == cfg_json
+    halt = json.loads((run_dir / "bundles" / "60" / "halt.json").read_text())
+    clip = next(a for a in halt["alarms"] if a["alarm"] == "clip_pinned")
+    assert clip["severity"] == "halt" and clip["thresholds"] == [0.5]
+    assert clip["last_values"]["ppo/clip_fraction"] == pytest.approx([0.1, 0.1, 0.658, 0.659, 0.66])
+    assert halt["halted"] and halt["checkpoint"] == "ck/60"
+    assert "royalefleet up --config" in halt["resume"] and "--run-name r1" in halt["resume"]
+    assert bundle.endswith("60") and math.isfinite(halt["iteration"])
