@@ -3,6 +3,9 @@
     royalefleet up       start the whole stack on this machine and train (Ctrl-C stops cleanly)
     royalefleet config   write a fully populated config for a profile
     royalefleet bench    measure bare RoyaleGym speed against the stack's, and the wire bytes
+    royalefleet resume / verify-resume / identity / checkpoints   runs that stop and continue
+    royalefleet rate     refit the ratings from a result log
+    royalefleet keys     CURVE keys for authenticated cross-host traffic
 """
 
 from __future__ import annotations
@@ -171,6 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
     ck = sub.add_parser("checkpoints", help="list a run's checkpoints with their verification status")
     common(ck)
     ck.set_defaults(func=cmd_checkpoints)
+
+    from royalefleet import cmd_keys, cmd_rate
+
+    cmd_rate.add_parser(sub)
+    cmd_keys.add_parser(sub)
 
     cf = sub.add_parser("config", help="print or write a fully populated config",
                         description="Write the complete config of a profile (with --config: of that file on top "

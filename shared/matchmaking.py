@@ -163,21 +163,29 @@ def plan_assignments(master_seed: int, n_battles: int, battles: Sequence[int], n
                      pool_members: Sequence[str] = ()) -> list[Assignment]:
     """``lookahead`` assignments per listed battle, battle-major: for each ``battles[i]`` in
     order, ordinals ``next_ordinals[i] .. next_ordinals[i] + lookahead - 1``. Length
-    ``len(battles) * lookahead``. Each battle's role is ``battle_roles(master_seed, n_battles,
-    mix)[battle]``.
+    ``len(battles) * lookahead``.
 
-    Raises ValueError for a length mismatch, lookahead < 1, a battle outside
-    ``[0, n_battles)``, a negative ordinal, or anything ``role_counts`` / ``assign`` refuse.
+    ``battles`` are the iteration's global battle ids in slot order (a rollout keeps its ids
+    while it lives, so after a loss they need not be 0..n-1); the roles are laid over their
+    POSITIONS: ``battles[i]`` plays ``battle_roles(master_seed, n_battles, mix)[i]``, so the
+    iteration holds exactly ``role_counts(mix, n_battles)`` whatever the ids. The episode draws
+    use the id (``match/battle/{id}/ordinal/{k}``).
+
+    Raises ValueError for a length mismatch (battles, next_ordinals and n_battles must agree),
+    lookahead < 1, a negative or repeated battle id, a negative ordinal, or anything
+    ``role_counts`` / ``assign`` refuse.
     """
     if len(battles) != len(next_ordinals):
         raise ValueError(f"{len(battles)} battles but {len(next_ordinals)} next_ordinals; one each")
+    if len(battles) != n_battles:
+        raise ValueError(f"{len(battles)} battles listed for an iteration of {n_battles}; list every battle")
     if lookahead < 1:
         raise ValueError(f"lookahead {lookahead}: must be >= 1")
+    if len(set(battles)) != len(battles) or any(b < 0 for b in battles):
+        raise ValueError(f"battles {list(battles)}: ids must be distinct and >= 0")
     roles = battle_roles(master_seed, n_battles, mix)
     out = []
-    for battle, first in zip(battles, next_ordinals):
-        if not 0 <= battle < n_battles:
-            raise ValueError(f"battle {battle}: outside 0..{n_battles - 1} of an iteration of {n_battles} battles")
+    for position, (battle, first) in enumerate(zip(battles, next_ordinals)):
         for ordinal in range(first, first + lookahead):
-            out.append(assign(master_seed, battle, ordinal, roles[battle], scripted_opponents, pool_members))
+            out.append(assign(master_seed, battle, ordinal, roles[position], scripted_opponents, pool_members))
     return out

@@ -127,6 +127,10 @@ class EpisodeRecord(Struct, forbid_unknown_fields=True, kw_only=True):
     undiscounted_return: float
     iteration: int = -1
     """Set by the learner: the iteration in which the episode finished."""
+    reward_terms: dict[str, float] = {}
+    """Signed episode sum of each reward term (weighted), from the final info."""
+    reward_terms_abs: dict[str, float] = {}
+    """Episode sum of |F_t| of each reward term (weighted): how loud each term was."""
 
 
 # ----------------------------------------------------------------- rollout -> learner
@@ -221,6 +225,9 @@ class Plan(_Msg, tag="plan"):
     assignments: list[Assignment]
     fresh: bool
     """Answer with a cycle-0 round per shard now (a new rollout, or restarted battles)."""
+    gamma: float
+    """The iteration's discount, evaluated once by the learner's schedule: every potential
+    reward term uses it (gamma * Phi(s') - Phi(s)), so the reward and GAE share one number."""
 
 
 class Step(_Msg, tag="step"):

@@ -81,7 +81,7 @@ def ladder(tmp_path):
 
 def test_plan_request_gets_counts_and_assignments(ladder):
     cfg = ladder.config
-    battles, nexts, lookahead = [0, 5, 95], [0, 3, 10], 4
+    battles, nexts, lookahead = [2 * i + 1 for i in range(96)], [i % 5 for i in range(96)], 4
     req = PlanRequest(request_id=ladder.client.next_id(), iteration=0, n_battles=96, battles=battles,
                       next_ordinals=nexts, lookahead=lookahead)
     reply = ladder.request(req)
@@ -89,8 +89,8 @@ def test_plan_request_gets_counts_and_assignments(ladder):
     assert reply.role_counts == (48, 34, 14)
     assert len(reply.assignments) == lookahead * len(battles)
     roles = battle_roles(cfg.master_seed, 96, cfg.ladder.mix)
-    expected = [assign(cfg.master_seed, b, k, roles[b], cfg.ladder.scripted_opponents)
-                for b, first in zip(battles, nexts) for k in range(first, first + lookahead)]
+    expected = [assign(cfg.master_seed, b, k, roles[i], cfg.ladder.scripted_opponents)
+                for i, (b, first) in enumerate(zip(battles, nexts)) for k in range(first, first + lookahead)]
     assert reply.assignments == expected
     assert ladder.metric("plans_served_total") == 1
     assert ladder.metric("role_battles", role="mirror") == 48
@@ -117,8 +117,9 @@ def test_report_episodes_is_acked_and_logged(ladder, tmp_path):
         (dict(kind=PlanRequest, n_battles=16, battles=[0], next_ordinals=[0], lookahead=0), "lookahead 0"),
         (dict(kind=PlanRequest, n_battles=16, battles=[0], next_ordinals=[0], lookahead=10_001), "lookahead 10001"),
         (dict(kind=PlanRequest, n_battles=16, battles=[0, 1], next_ordinals=[0], lookahead=1), "2 battles but 1"),
-        (dict(kind=PlanRequest, n_battles=16, battles=[3], next_ordinals=[-4], lookahead=1), "ordinal -4"),
-        (dict(kind=PlanRequest, n_battles=16, battles=[16], next_ordinals=[0], lookahead=1), "battle 16"),
+        (dict(kind=PlanRequest, n_battles=2, battles=[3, 5], next_ordinals=[0, -4], lookahead=1), "ordinal -4"),
+        (dict(kind=PlanRequest, n_battles=16, battles=[16], next_ordinals=[0], lookahead=1), "1 battles listed for an iteration of 16"),
+        (dict(kind=PlanRequest, n_battles=2, battles=[-1, 5], next_ordinals=[0, 0], lookahead=1), "battle -1"),
         (dict(kind=PlanRequest, n_battles=16, battles=[2, 2], next_ordinals=[0, 0], lookahead=1), "listed twice"),
         (dict(kind=PlanRequest, n_battles=0, battles=[], next_ordinals=[], lookahead=1), "n_battles 0"),
         (dict(kind=ReportEpisodes, run_name="../escape", episodes=[]), "'../escape'"),

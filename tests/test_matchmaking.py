@@ -180,31 +180,39 @@ def test_assign_refusals(args, named):
 # ----------------------------------------------------------------- plan_assignments
 
 
-def test_plan_assignments_battle_major_and_matches_assign():
-    battles, nexts, lookahead = [0, 7, 95, 40], [0, 3, 12, 1], 5
+def test_plan_assignments_battle_major_roles_by_position_streams_by_id():
+    # Ids are stable per rollout, so after a loss they need not be 0..n-1: roles follow the
+    # position in the iteration's list (exact role_counts), the episode draws follow the id.
+    battles = [100 + 3 * i for i in range(96)]
+    nexts = [i % 7 for i in range(96)]
+    lookahead = 5
     plan = plan_assignments(SEED, 96, battles, nexts, lookahead, SHIPPED, SCRIPTED)
     roles = battle_roles(SEED, 96, SHIPPED)
-    expected = [assign(SEED, b, k, roles[b], SCRIPTED) for b, first in zip(battles, nexts)
+    expected = [assign(SEED, b, k, roles[i], SCRIPTED) for i, (b, first) in enumerate(zip(battles, nexts))
                 for k in range(first, first + lookahead)]
     assert plan == expected
     assert len(plan) == len(battles) * lookahead
-    assert [(a.battle, a.ordinal) for a in plan[:6]] == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (7, 3)]
+    assert [(a.battle, a.ordinal) for a in plan[:6]] == [(100, 0), (100, 1), (100, 2), (100, 3), (100, 4), (103, 1)]
+    firsts = plan[::lookahead]
+    assert sum(a.role == "mirror" for a in firsts) == 48 and sum(a.role == "scripted" for a in firsts) == 14
 
 
 def test_plan_assignments_overlapping_requests_agree():
     # The learner re-asks for ordinals it already holds: the answer must not change.
-    first = plan_assignments(SEED, 16, [3], [0], 10, SHIPPED, SCRIPTED)
-    later = plan_assignments(SEED, 16, [3], [6], 4, SHIPPED, SCRIPTED)
-    assert first[6:] == later
+    ids = list(range(16))
+    first = plan_assignments(SEED, 16, ids, [0] * 16, 10, SHIPPED, SCRIPTED)
+    later = plan_assignments(SEED, 16, ids, [6] * 16, 4, SHIPPED, SCRIPTED)
+    assert [a for a in first if a.battle == 3][6:] == [a for a in later if a.battle == 3]
 
 
 @pytest.mark.parametrize(
     "battles, nexts, lookahead, named",
     [
         ([0, 1], [0], 2, "2 battles but 1 next_ordinals"),
-        ([0], [0], 0, "lookahead 0"),
-        ([16], [0], 1, "battle 16"),
-        ([2], [-1], 1, "ordinal -1"),
+        (list(range(16)), [0] * 16, 0, "lookahead 0"),
+        (list(range(15)), [0] * 15, 1, "15 battles listed for an iteration of 16"),
+        ([0] * 16, [0] * 16, 1, "distinct"),
+        (list(range(16)), [-1] + [0] * 15, 1, "ordinal -1"),
     ],
 )
 def test_plan_assignments_refusals(battles, nexts, lookahead, named):

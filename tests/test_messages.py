@@ -61,7 +61,7 @@ CASES = [
     (ToRollout, Welcome(env=EnvConfig(max_steps=40), master_seed=5, codec=TABLE, engine=ENGINE,
                         random_legal_noop_prob=0.9, rollout=RolloutConfig(battles=4)), {}),
     (ToRollout, Refused(reason="engine build differs"), {}),
-    (ToRollout, Plan(iteration=2, battles=[3, 4], restart_ordinals=[7, -1], assignments=ASSIGN, fresh=True), {}),
+    (ToRollout, Plan(iteration=2, battles=[3, 4], restart_ordinals=[7, -1], assignments=ASSIGN, fresh=True, gamma=0.997), {}),
     (ToRollout, Step(iteration=2, cycle=5, shard=1), {"actions": np.array([0, 2304, 17, 0], np.int16)}),
     (ToRollout, Close(reason="done"), {}),
     (ToRollout, Rejoin(reason="learner restarted"), {}),

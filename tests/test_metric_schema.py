@@ -133,6 +133,12 @@ def test_episode_metrics_by_hand_and_in_the_schema():
         "env/episodes_vs/scripted:noop": 2,
         "env/win_rate_vs/scripted:random_legal": 0.0,
         "env/episodes_vs/scripted:random_legal": 1,
+        "env/elixir_count_exact_frac": 1.0,
+        # The one mirror episode, on blue, was won: Wilson at n=1, z=1.96: centre (1 + z^2/2)/(1 + z^2)
+        # = 0.6033, half-width z sqrt(z^2/4)/(1 + z^2) = 0.3967.
+        "env/win_rate_by_seat": 1.0,
+        "env/win_rate_by_seat_ci95_lo": pytest.approx(0.20654, abs=1e-5),
+        "env/win_rate_by_seat_ci95_hi": 1.0,
     }
     assert [k for k in row if schema_key(k) is None] == []
     assert _episode_metrics([], 480) == {}  # nothing to measure: absent, not zero

@@ -41,6 +41,8 @@ from typing import Literal
 import msgspec
 import numpy as np
 
+from shared.stats import wilson_interval  # noqa: F401  (re-exported: the gate reports it)
+
 from services.ladder.rating import RatingTable
 
 Verdict = Literal["promote", "admit_cycle", "discard", "incomplete"]
@@ -110,21 +112,6 @@ def stratified_from_table(scores: Mapping[str, Sequence[float] | np.ndarray], ra
     if ratings is not None and champion in ratings:
         predicted = {o: ratings.predict(champion, o) for o in scores if o in ratings}
     return Stratified(scores=dict(scores), champion_predicted=predicted)
-
-
-def wilson_interval(wins: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a rate: ``wins`` successes (may be fractional: draws count
-    half) out of ``n``. Raises ValueError for n <= 0 or wins outside 0..n."""
-    if n <= 0:
-        raise ValueError(f"wilson_interval: n {n!r} must be > 0 (no games: the condition is skipped, not scored)")
-    if not 0.0 <= wins <= n:
-        raise ValueError(f"wilson_interval: wins {wins!r} must lie in 0..{n}")
-    p = wins / n
-    z2 = z * z
-    denom = 1.0 + z2 / n
-    centre = (p + z2 / (2 * n)) / denom
-    half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def seed_scores(values, what: str) -> tuple[np.ndarray, np.ndarray | None]:

@@ -198,9 +198,11 @@ def _check_plan(req: PlanRequest) -> None:
         )
     if len(set(req.battles)) != len(req.battles):
         raise BadRequest(f"battles {req.battles}: a battle is listed twice")
+    if len(req.battles) != req.n_battles:
+        raise BadRequest(f"{len(req.battles)} battles listed for an iteration of {req.n_battles}; list every battle")
     for battle, first in zip(req.battles, req.next_ordinals):
-        if not 0 <= battle < req.n_battles:
-            raise BadRequest(f"battle {battle}: outside 0..{req.n_battles - 1} of an iteration of {req.n_battles}")
+        if battle < 0:
+            raise BadRequest(f"battle {battle}: ids are >= 0")
         if first < 0:
             raise BadRequest(f"next_ordinals: battle {battle} has ordinal {first}; ordinals start at 0")
         if first + req.lookahead - 1 > MAX_ORDINAL:

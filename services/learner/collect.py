@@ -85,7 +85,7 @@ class Collector:
                 self.say(f"rollout {member.label()} failed ({msg.kind}): {msg.message.strip().splitlines()[-1] if msg.message.strip() else ''}")
                 self.fleet.mark_lost(member)
             elif isinstance(msg, Heartbeat):
-                pass
+                member.ready = member.ready or msg.state == "ready"
         return handled
 
     def _refused(self, reason: str, text: str) -> None:
@@ -226,6 +226,9 @@ class Collector:
                 if m.lost and m.instance not in stats.lost:
                     stats.lost.append(m.instance)
         stats.refused = self.stats_refused
+        # Canonical order, never arrival order: the row's means are float sums, and the result
+        # log is a record; both must not depend on which rollout answered first.
+        stats.episodes.sort(key=lambda e: (e.battle, e.ordinal, e.seat))
         stats.wait_seconds -= stats.inference_seconds
         return stats
 

@@ -24,6 +24,8 @@ class Member:
     pid: int
     battle_ids: list[int] = field(default_factory=list)
     active: bool = False
+    ready: bool = False
+    """Its battles are built (it said so after Welcome): it can answer a Plan in time."""
     lost: bool = False
     fresh: bool = True
     last_seen: float = field(default_factory=time.monotonic)
@@ -96,6 +98,8 @@ class Fleet:
             if m.active:
                 m.fresh = m.fresh or len(m.held) != m.shards
                 continue
+            if not m.ready:
+                continue  # still building its battles: it joins at a later boundary
             free, b = [], 0
             while len(free) < m.battles:
                 if b not in taken:

@@ -2,8 +2,8 @@
 
 Gauges are created on first sight of a row key, named by ``shared.metric_schema.prometheus_name``
 (base units as in the schema, family keys as one gauge with a label). A key absent from a row
-leaves its gauge untouched at the previous value... except that it would then lie, so a key
-missing from this row is removed from the exposition instead.
+would leave its gauge at the previous value, which would lie: a family label absent from this
+row is removed, and a plain gauge is set to NaN.
 """
 
 from __future__ import annotations
@@ -50,5 +50,9 @@ class LearnerMetrics:
                     g.remove(*values)
                 except KeyError:
                     pass
+            else:
+                # A key absent from this row is not measured: NaN, never the last value (every
+                # PromQL comparison with NaN is false, so no alert holds on a stale number).
+                g.set(float("nan"))
         self._present = present
         self.iterations.inc()

@@ -36,6 +36,8 @@ class Rectangle:
         self.deploy_status = np.full((T, R), -1, np.int8)
         self.step_valid = np.zeros((T, R), bool)
         self.final_rows: dict[tuple[int, int], np.ndarray] = {}
+        self.writes = 0
+        """Observation cells written: (T + 1) * R exactly on a rectangle no rollout left."""
 
     def store_obs(self, t: int, slots: np.ndarray, group: np.ndarray, tick: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Row ``t``'s observation half for ``slots``; ``rows`` holds the learner slots' packed
@@ -46,6 +48,7 @@ class Rectangle:
         self.group[t, slots] = group
         self.tick[t, slots] = tick
         self.obs_valid[t, slots] = True
+        self.writes += len(slots)
         if len(learner):
             self.rows[t, learner] = rows
             self.n_legal[t, learner] = POPCOUNT[rows[:, self.mask_offset :]].sum(axis=1)

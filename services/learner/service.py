@@ -31,7 +31,7 @@ from services.learner import checkpointing
 from services.learner.fleet import Fleet
 from services.learner.rectangle import Rectangle
 from shared import transport
-from shared.config import ConfigError, RunConfig, config_differences, load_config
+from shared.config import ConfigError, RunConfig, config_differences, dump_config, load_config
 from shared.identity import action_digest_of, compute_identity, describe_device, identity_differences, run_id
 from shared.matchmaking import role_counts
 from shared.messages import (
@@ -40,9 +40,13 @@ from shared.messages import (
 )
 from shared.schedules import value_at
 from shared.seeding import stream
+from shared.stats import wilson_interval
 
 STARTUP_WAIT_S = 120.0
 """How long the first iteration waits for ``min_rollouts`` before starting with fewer."""
+
+JOIN_WAIT_S = 30.0
+"""The longest a boundary waits for a registered rollout that is still building its battles."""
 
 MIN_EPISODE_DECISIONS = 10
 """No episode ends sooner: RoyaleGym allows only the no-op for a seat's first 9 decisions."""
@@ -50,6 +54,10 @@ MIN_EPISODE_DECISIONS = 10
 
 class StopRequested(Exception):
     pass
+
+
+class AlarmHalt(Exception):
+    """A halt-severity alarm spent its patience: the checkpoint and the bundle are written."""
 
 
 class DeterminismError(RuntimeError):
@@ -93,7 +101,10 @@ class Learner:
                  allow_identity_drift: bool = False, perturb_resume: tuple[str, ...] = (), say=print):
         import torch
 
+        from services.learner.alarms import AlarmMonitor
         from services.learner.collect import Collector
+        from services.learner.lr_backoff import LrBackoff
+        from services.learner.returns import ReturnScaler
         from services.learner.metrics import LearnerMetrics
         from services.learner.model import ActorCritic
         from services.learner.policy import Policy
@@ -129,8 +140,12 @@ class Learner:
         say(f"learner: actor {counts['actor']:,} parameters, critic {counts['critic']:,}; device {self.device}, "
             f"{cfg.determinism.torch_threads} threads, tier {cfg.determinism.tier}")
         self.policy = Policy(self.model, self.pf.codec, self.device)
+        self.return_scaler = ReturnScaler(cfg.advantage.reward_clip)
+        self.lr_backoff = LrBackoff(cfg.ppo.lr_backoff)
+        self.closed = False
 
         self.metrics = LearnerMetrics(metrics_port, metrics_host)
+        self.alarms = AlarmMonitor(cfg.alarms, self.metrics.registry, run_dir=self.run_dir, say=say)
         self.sock = transport.bind_router(bind, max_bytes=cfg.services.max_message_mb << 20,
                                           curve=transport.curve_server_keys())
         self.ladder = transport.Client(ladder, Decoder(FromLadder), name="ladder",
@@ -176,10 +191,11 @@ class Learner:
 
     def update_state(self) -> dict:
         """State of the update that lives outside the optimizers (return scaler, LR backoff)."""
-        return {}
+        return {"return_scaler": self.return_scaler.state(), "lr_backoff": self.lr_backoff.state()}
 
     def load_update_state(self, state: dict) -> None:
-        pass
+        self.return_scaler.load_state(state["return_scaler"])
+        self.lr_backoff.load_state(state["lr_backoff"])
 
     def _save(self, snapshot: checkpointing.Snapshot, attempts: int = 3) -> bool:
         names = list(snapshot.files)
@@ -255,6 +271,7 @@ class Learner:
         for opt, lr in ((self.opt_actor, self.cfg.ppo.lr_actor), (self.opt_critic, self.cfg.ppo.lr_critic)):
             for group in opt.param_groups:
                 group["lr"] = lr
+        self.lr_backoff.apply(self.opt_actor, self.opt_critic)  # a backoff outlives a resume
         self.saved_iteration = meta.iteration
         self.snapshot = checkpointing.capture(self)
         if self.snapshot.state_digest != meta.state_digest and not self.perturb_resume:
@@ -269,7 +286,7 @@ class Learner:
 
     # ------------------------------------------------------------------ one iteration
 
-    def _plan(self, members, slot_map) -> tuple[int, int, list]:
+    def _plan(self, members, slot_map, gamma: float) -> tuple[int, int, list]:
         cfg = self.cfg
         n = slot_map.n_battles
         mirror, pool, scripted = role_counts(tuple(cfg.ladder.mix), n)
@@ -289,7 +306,7 @@ class Learner:
             by_battle.setdefault(a.battle, []).append(a)
         for m in members:
             restart = [self.fleet.ordinal.get(b, 0) if m.fresh else -1 for b in m.battle_ids]
-            plan = Plan(iteration=self.iteration + 1, battles=m.battle_ids, restart_ordinals=restart,
+            plan = Plan(iteration=self.iteration + 1, battles=m.battle_ids, restart_ordinals=restart, gamma=gamma,
                         assignments=[a for b in m.battle_ids for a in by_battle.get(b, [])], fresh=m.fresh)
             transport.send(self.sock, plan, identity=m.identity)
         return T, learner_rows, list(reply.role_counts)
@@ -300,9 +317,15 @@ class Learner:
         start its first iteration with whichever rollout built its battles first)."""
         announced = False
         deadline = time.monotonic() + (STARTUP_WAIT_S if self.first_iteration else 0.0)
+        # A rollout that said Hello is building its battles (0.3 s a battle, more under load):
+        # wait for it, boundedly, so a restarted rollout rejoins at the next boundary.
+        join_deadline = time.monotonic() + max(self.cfg.rollout.round_timeout_s, JOIN_WAIT_S)
+        self.collector.poll(0, lambda *a: None)  # Hellos that arrived during the update count
         while not self.stopping:
-            waiting = sum(1 for m in self.fleet.members.values() if not m.lost)
-            if waiting >= self.min_rollouts or (waiting and time.monotonic() >= deadline):
+            members = [m for m in self.fleet.members.values() if not m.lost]
+            waiting = sum(1 for m in members if m.ready or m.active)
+            building = any(not (m.ready or m.active) for m in members) and time.monotonic() < join_deadline
+            if waiting and not building and (waiting >= self.min_rollouts or time.monotonic() >= deadline):
                 self.first_iteration = False
                 return self.fleet.arrange()
             if not announced:
@@ -320,7 +343,7 @@ class Learner:
         sched = evaluate_schedules(cfg, self.env_steps)
         members = self.wait_for_rollouts()
         slot_map = self.fleet.slot_map(members)
-        T, learner_rows, roles = self._plan(members, slot_map)
+        T, learner_rows, roles = self._plan(members, slot_map, sched["gamma"])
         rect = Rectangle(T, slot_map.n_slots, self.pf.codec.row_bytes, self.pf.codec.omask)
         it = self.iteration + 1
 
@@ -348,10 +371,19 @@ class Learner:
         t0 = time.perf_counter()
         trainable = rect.trainable()
         gamma, lam = sched["gamma"], cfg.advantage.gae_lambda
-        adv, ret = compute_gae(rect.reward, values, final_values, rect.terminated, rect.truncated, trainable, gamma, lam)
+        # Judge the batch before learning from it: a non-finite value or reward is counted
+        # (health/nan_guard_trips, a halting alarm) and the update is skipped.
+        nan_trips = int(np.count_nonzero(~np.isfinite(values[cells])) + np.count_nonzero(~np.isfinite(final_values))
+                        + np.count_nonzero(~np.isfinite(rect.reward[trainable])))
+        scale_stats: dict = {}
+        rewards = rect.reward
+        if cfg.advantage.standardize_rewards and not nan_trips:
+            rewards, scale_stats = self.return_scaler.scale(rect.reward, rect.terminated, rect.truncated, trainable, gamma)
+        adv, ret = compute_gae(rewards, values, final_values, rect.terminated, rect.truncated, trainable, gamma, lam)
+        nan_trips += int(np.count_nonzero(~np.isfinite(adv[trainable])))
         t_gae = time.perf_counter() - t0
         t_idx, r_idx = np.nonzero(trainable)
-        n_train = len(t_idx)
+        n_train = len(t_idx) if not nan_trips else 0
         update_stats: dict = {}
         t0 = time.perf_counter()
         if n_train:
@@ -374,6 +406,7 @@ class Learner:
 
             update_stats = ppo_update(self.model, self.opt_actor, self.opt_critic, data, cfg.ppo, epoch_rng, self.device,
                                       ent_coef=sched["ent_coef"], ent_coef_noop=sched["ent_coef_noop"])
+            self.lr_backoff.observe(update_stats.get("ppo/kl"), self.opt_actor, self.opt_critic)
         t_update = time.perf_counter() - t0
 
         # Counters and the row.
@@ -398,7 +431,13 @@ class Learner:
             "health/rows_invalid": lost_cells, "health/rows_invalid_frac": lost_cells / max(1, learner_rows * T),
             "health/trainable_rows": n_train, "health/messages_refused": stats.refused,
             "health/illegal_action_rate": stats.illegal / max(1, n_train),
+            "health/nan_guard_trips": nan_trips,
+            "health/buffer_fill_frac": rect.writes / ((T + 1) * rect.R),
+            "throughput/rollout_capacity_ratio": t_update / t_collect if t_collect > 0 else 0.0,
+            "ppo/ent_coef": sched["ent_coef"], "ppo/ent_coef_noop": sched["ent_coef_noop"],
         }
+        row.update(scale_stats)
+        row.update(self.lr_backoff.metrics(self.opt_actor, self.opt_critic))
         if stats.rows_received:
             row["throughput/wire_bytes_per_row"] = stats.wire_bytes / stats.rows_received
         if n_train:
@@ -422,12 +461,24 @@ class Learner:
         row["run/run_id"] = self.run_id
         if self.resumed_with_drift:
             row["run/resumed_with_drift"] = 1
-        if it % cfg.checkpoint.every_iterations == 0:
-            self._save(self.snapshot)
         row["time/checkpoint"] = time.perf_counter() - t0
         row["time/iteration"] = time.perf_counter() - t_iter
         row["throughput/overall_steps_per_second"] = n_train / row["time/iteration"]
+        # The row first, then the alarms read it, then the checkpoint it describes.
         self._write_row(row)
+        verdict = self.alarms.observe(row)
+        if verdict.halt_due or it % cfg.checkpoint.every_iterations == 0:
+            self._save(self.snapshot)
+        bundle = verdict.halt_due or any(r.bundle for r in verdict.fired)
+        if bundle:
+            from services.learner.alarms import write_bundle
+
+            path = write_bundle(self.run_dir, it, list(self.alarms.recent_rows), verdict.fired, dump_config(cfg),
+                                checkpoint_path=f"checkpoints/{it:08d}" if self.saved_iteration == it else None)
+            self.say(f"learner: diagnostic bundle written to {path}")
+        if verdict.halt_due:
+            names = ", ".join(r.name for r in verdict.fired if r.severity == "halt")
+            raise AlarmHalt(f"halted by alarm {names} at iteration {it}; see {self.run_dir}/bundles/ and alarms.jsonl")
         return row
 
     def _write_row(self, row: dict) -> None:
@@ -450,11 +501,17 @@ class Learner:
                 done += 1
         except StopRequested:
             pass
-        finally:
+        except AlarmHalt as exc:
+            self.say(f"learner: {exc}")
             self.shutdown()
+            return 3
+        finally:
+            if not self.closed:
+                self.shutdown()
         return 0
 
     def shutdown(self) -> None:
+        self.closed = True
         if self.snapshot is not None and self.saved_iteration < self.snapshot.iteration:
             self._save(self.snapshot)
         elif self.snapshot is None and self.saved_iteration < 0:
@@ -500,6 +557,31 @@ def _episode_metrics(episodes: list, max_steps: int) -> dict:
     out["env/draw_rate"] = float(np.mean([e.outcome == 0 for e in episodes]))
     out["env/return_mean"] = float(np.mean([e.undiscounted_return for e in episodes]))
     out["policy/cards_per_match"] = float(np.mean([e.cards_played for e in episodes]))
+    exact = [e.elixir_count_exact for e in episodes]
+    out["env/elixir_count_exact_frac"] = float(np.mean(exact))
+    terms: dict[str, list[float]] = {}
+    for e in episodes:
+        for name, value in e.reward_terms_abs.items():
+            terms.setdefault(name, []).append(value)
+    for name, values in terms.items():
+        out[f"env/reward_terms_step_abs/{name}"] = float(np.mean(values))
+    signed: dict[str, list[float]] = {}
+    for e in episodes:
+        for name, value in e.reward_terms.items():
+            signed.setdefault(name, []).append(value)
+    for name, values in signed.items():
+        out[f"env/reward_terms/{name}"] = float(np.mean(values))
+    if any(e.reward_terms_abs for e in episodes):
+        # Per seat, before any averaging: a zero-sum term averaged over both seats reads 0.
+        out["env/reward_shaping_abs"] = float(np.mean([sum(v for k, v in e.reward_terms_abs.items() if k != "terminal")
+                                                       for e in episodes]))
+        out["env/reward_terminal_abs"] = float(np.mean([e.reward_terms_abs.get("terminal", 0.0) for e in episodes]))
+    mirror_blue = [e for e in episodes if e.role == "mirror" and e.seat == "blue"]
+    if mirror_blue:
+        wins = sum(1.0 if e.outcome > 0 else 0.5 if e.outcome == 0 else 0.0 for e in mirror_blue)
+        lo, hi = wilson_interval(wins, len(mirror_blue))
+        out["env/win_rate_by_seat"] = wins / len(mirror_blue)
+        out["env/win_rate_by_seat_ci95_lo"], out["env/win_rate_by_seat_ci95_hi"] = lo, hi
     scripted = [e for e in episodes if e.opponent.startswith("scripted:")]
     if scripted:
         out["env/win_rate_scripted"] = float(np.mean([e.outcome > 0 for e in scripted]))

@@ -21,6 +21,7 @@ from shared.codec import Codec
 from shared.config import EnvConfig
 from shared.envs import build_env
 from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, SEATS, Assignment, EpisodeRecord
+from shared.rewards import TermMagnitudes, set_gamma
 from shared.seeding import derive_int, stream, stream_path
 
 EPISODE_STAT_KEYS = (
@@ -59,6 +60,7 @@ class Battle:
     tick: int = 0
     cards_played: list[int] = field(default_factory=lambda: [0, 0])
     returns: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    terms: TermMagnitudes = field(default_factory=TermMagnitudes)
 
 
 @dataclass
@@ -128,6 +130,12 @@ class Shard:
         battle.tick = 0
         battle.cards_played = [0, 0]
         battle.returns = [0.0, 0.0]
+        battle.terms = TermMagnitudes()
+
+    def set_gamma(self, gamma: float) -> None:
+        """The iteration's discount, into every battle's reward (every potential term)."""
+        for battle in self.battles:
+            set_gamma(battle.env.reward_fn, gamma)
 
     def start(self, battle_ids: list[int], ordinals: list[int]) -> None:
         """(Re)start the listed battles at the given ordinals (-1: leave the battle running)."""
@@ -169,6 +177,7 @@ class Shard:
                     a = int(battle.scripted[seat].act(obs, obs["action_mask"], battle.rng))
                 chosen[name] = a
             obs, rew, term, trunc, info = battle.env.step(chosen)
+            battle.terms.add(battle.env.reward_fn)
             battle.tick = int(info["blue"].get("tick", battle.tick))
             ended = bool(term["blue"] or trunc["blue"])
             for seat in (0, 1):
@@ -206,6 +215,8 @@ class Shard:
             elixir_leak_steps=int(stats["elixir_leak_steps"]),
             elixir_count_exact=bool(stats["elixir_count_exact"]),
             cards_played=battle.cards_played[seat], undiscounted_return=battle.returns[seat],
+            reward_terms={k[len("reward_sum/"):]: float(v) for k, v in info.items() if k.startswith("reward_sum/")},
+            reward_terms_abs=battle.terms.finish(seat),
         )
 
     def _result(self, reward, terminated, truncated, deploy, final_slots, final_obs, episodes,

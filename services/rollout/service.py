@@ -94,9 +94,13 @@ class RolloutService:
             ]
             self.say(f"rollout {self.instance}: welcomed; built {self.n_battles} battles in "
                      f"{time.perf_counter() - t0:.1f} s; row {codec.row_bytes} B")
+        # Only now can it answer a Plan within the round deadline: tell the learner.
+        self._send(Heartbeat(instance=self.instance, state="ready"))
 
     def _on_plan(self, msg: Plan) -> None:
         per = self.n_battles // self.n_shards
+        if not (0.0 < msg.gamma <= 1.0):
+            raise ProtocolError("schema", f"plan gamma {msg.gamma!r} is not in (0, 1]")
         if len(msg.battles) != self.n_battles or len(msg.restart_ordinals) != self.n_battles:
             raise ProtocolError("schema", f"plan lists {len(msg.battles)} battles, this rollout runs {self.n_battles}")
         for shard in self.shards:
@@ -108,6 +112,7 @@ class RolloutService:
                     shard.table[(a.battle, a.ordinal)] = a
             current = {b.battle_id: b.ordinal for b in shard.battles}
             shard.table = {k: v for k, v in shard.table.items() if k[0] in mine and k[1] > current.get(k[0], -1) - 1}
+            shard.set_gamma(msg.gamma)
             shard.start(ids, msg.restart_ordinals[lo : lo + per])
         if msg.fresh:
             for shard in self.shards:
@@ -154,7 +159,7 @@ class RolloutService:
                 self.last_heard = now
                 self._hello()
             elif now - self.last_sent > hb:
-                self._send(Heartbeat(instance=self.instance, state="running" if self.shards else "waiting"))
+                self._send(Heartbeat(instance=self.instance, state="ready" if self.shards else "waiting"))
             if not self.sock.poll(int(min(hb, 0.5) * 1000), zmq.POLLIN):
                 continue
             try:
