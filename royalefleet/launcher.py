@@ -64,6 +64,7 @@ def service_environments(cfg: RunConfig, config_path: str, runs_dir: str, iterat
             "ROYALEFLEET_CHECKPOINT": tcp(host, s.checkpoint_port),
             "ROYALEFLEET_RUNS_DIR": runs_dir,
             "ROYALEFLEET_METRICS_PORT": str(s.learner_metrics_port),
+            "ROYALEFLEET_HALT_PORT": str(s.learner_halt_port),
             "ROYALEFLEET_ITERATIONS": str(iterations),
             "ROYALEFLEET_MIN_ROLLOUTS": str(cfg.local.rollouts if rollouts is None else rollouts),
         },

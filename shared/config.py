@@ -264,6 +264,9 @@ class ServicesConfig(_Cfg):
     learner_metrics_port: Port = 9100
     ladder_metrics_port: Port = 9101
     checkpoint_metrics_port: Port = 9102
+    learner_halt_port: Port = 9108
+    """The learner's authenticated POST /halt endpoint (Grafana's halt contact point); it only
+    starts when ROYALEFLEET_HALT_TOKEN is set. 0 disables it."""
     rollout_metrics_port: Port = 9110
     """The first local rollout's port; the k-th local rollout uses this + k. 0 disables."""
     max_message_mb: PosInt = 64
@@ -469,7 +472,7 @@ def check_consistency(cfg: RunConfig) -> list[str]:
         problems.append(f"run_name: {cfg.run_name!r} is not a usable folder name")
     ports = {
         name: getattr(cfg.services, name)
-        for name in ("learner_port", "ladder_port", "checkpoint_port", "learner_metrics_port",
+        for name in ("learner_port", "ladder_port", "checkpoint_port", "learner_metrics_port", "learner_halt_port",
                      "ladder_metrics_port", "checkpoint_metrics_port")
     }
     seen: dict[int, str] = {}

@@ -174,6 +174,10 @@ class Round(_Msg, tag="round"):
     episodes: list[EpisodeRecord] = []
     env_seconds: float = 0.0
     """Wall time the rollout spent stepping this shard for this round."""
+    codec_clipped: int = 0
+    """Observation values of this round's rows clipped to fit their storage (healthy: 0)."""
+    codec_rounded: int = 0
+    """Observation values of this round's rows stored rounded (healthy: 0)."""
 
 
 class Heartbeat(_Msg, tag="heartbeat"):
@@ -365,6 +369,11 @@ class _Envelope(Struct, forbid_unknown_fields=True):
 class _VersionOnly(Struct):
     protocol: int | None = None
     """None when the header has no ``protocol`` at all: undecodable, not a version mismatch."""
+
+
+PROTOCOL_REFUSALS = ("undecodable", "version", "unknown_kind", "schema", "frames", "arrays")
+"""Every reason ``Decoder`` refuses a message for: services export each one at 0 from the start,
+so a dashboard's rate() has a series before the first refusal."""
 
 
 class ProtocolError(Exception):

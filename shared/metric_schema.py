@@ -61,6 +61,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "env/win_rate_by_seat_ci95_lo": ("fraction", "Wilson 95 % lower bound of blue's win rate in mirror battles"),
     "env/win_rate_by_seat_ci95_hi": ("fraction", "Wilson 95 % upper bound of blue's win rate in mirror battles"),
     "env/elixir_count_exact_frac": ("fraction", "learner episodes whose opponent-elixir count stayed exact (healthy 0.99-1.0)"),
+    "policy/tile_top1_share": ("fraction", "share of the learner's card plays this iteration on its most used tile (tile spam; healthy < 0.25)"),
+    "policy/card_tile_top10_share": ("fraction", "share of the learner's card plays on its ten most used (card, tile) pairs (healthy < 0.5)"),
+    "policy/cards_played": ("cards", "cards the learner played this iteration"),
     "policy/cards_per_match": ("cards", "cards the learner played per episode (the no-op collapse metric)"),
     # ppo
     "ppo/kl": ("nats", "choice-row KL (Schulman k3), last epoch"),
@@ -106,6 +109,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "health/trainable_rows": ("timesteps", "learner cells trained on this iteration"),
     "health/messages_refused": ("count", "malformed or unexpected messages refused this iteration"),
     "health/buffer_fill_frac": ("fraction", "rectangle cells written / cells the rectangle holds (exactly 1.0 when no rollout was lost)"),
+    "health/obs_codec_clipped": ("count", "observation values clipped to fit the codec this iteration (healthy: exactly 0)"),
+    "health/obs_codec_rounded": ("count", "observation values stored rounded in an integer plane this iteration (healthy: exactly 0)"),
     "health/nan_guard_trips": ("count", "non-finite losses, values or advantages caught this iteration"),
     "throughput/rollout_capacity_ratio": ("ratio", "time/update / time/collection: rollout capacity over update capacity (healthy >= 2)"),
     "health/illegal_action_rate": ("fraction", "learner actions the engine refused (deploy status > 0): a mask bug"),

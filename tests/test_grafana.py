@@ -31,7 +31,7 @@ needs_promtool = pytest.mark.skipif(
 
 # Row keys the dashboards show that the learner's row does not carry yet (besides the alarms').
 PENDING_DASHBOARD_KEYS = {
-    "env/reward_terms/{term}", "ladder/rating/{member}", "ladder/rating_se/{member}", "ladder/pool_size",
+    "ladder/rating/{member}", "ladder/rating_se/{member}", "ladder/pool_size",
     "ladder/gate_score_lower_bound", "ladder/gates_run", "ladder/gates_passed",
 }
 BOUNDED_LABELS = {"job", "reason", "severity", "alarm", "le", "role", "opponent", "member", "term"}

@@ -116,17 +116,14 @@ def run(argv: list[str], *, check: bool = True, capture: bool = True, timeout: f
 
 
 def docker_cli() -> list[str]:
-    """`docker compose` as users type it (the plugin in DOCKER_CONFIG); the plugin binary
-    itself where there is no docker CLI."""
-    if shutil.which("docker"):
-        return ["docker"]
-    return []
+    """The docker CLI (talking to podman's Docker API), or [] where there is none."""
+    return ["docker"] if shutil.which("docker") else []
 
 
 def compose(*args: str, **kw) -> subprocess.CompletedProcess:
-    cli = docker_cli()
-    exe = cli + ["compose"] if cli else [os.path.join(os.environ["DOCKER_CONFIG"], "cli-plugins", "docker-compose")]
-    return run(exe + ["-p", PROJECT, *args], **kw)
+    """`docker compose -p royalefleet-it ...` through deploy/podman/compose, the README's podman
+    route (it only sets the environment and execs `docker compose`)."""
+    return run([os.path.join(HERE, "compose"), "-p", PROJECT, *args], **kw)
 
 
 def container_cli() -> list[str]:
@@ -156,6 +153,9 @@ def wait_for(what: str, probe, timeout: float, every: float = 2.0):
 
 
 TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d:\d\d)\s?(.*)$")
+# podman 4.3's log API stamps a partial line (Python writes the text and the newline apart) and
+# its newline separately: "<ts> text<ts> ". The trailing stamp is not part of the line.
+TRAILING_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)\s*$")
 
 
 def parse_ts(stamp: str, zone: str) -> float:
@@ -170,8 +170,10 @@ def container_log(name: str) -> list[tuple[float, str]]:
     lines = []
     for raw in out.splitlines():
         m = TS.match(raw)
-        if m and m.group(3).strip():
-            lines.append((parse_ts(m.group(1), m.group(2)), m.group(3)))
+        if m:
+            text = TRAILING_TS.sub("", m.group(3)).rstrip()
+            if text:
+                lines.append((parse_ts(m.group(1), m.group(2)), text))
     return lines
 
 
@@ -327,6 +329,7 @@ def main() -> int:
             for key, value in re.findall(r"(\w+)='?([^'\s]*)'?", env.split("export", 1)[1]):
                 os.environ[key] = value
             os.environ.update(settings)
+            os.environ["ROYALEFLEET_PODMAN_DIR"] = work  # deploy/podman/compose's state folder
             log("compose settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
 
         with phase("base", f"BASE_IMAGE {BASE_IMAGE}"):
@@ -341,9 +344,9 @@ def main() -> int:
             run([os.path.join(HERE, "service.sh"), "start", work])
             compose("version")
 
-        with phase("build", "docker compose build (one image at a time)"):
+        with phase("build", "docker compose build (one image at a time: COMPOSE_PARALLEL_LIMIT=1)"):
             state["images_before"] = set(images_now())
-            compose("--parallel", "1", "build", capture=False, timeout=3600)
+            compose("build", capture=False, timeout=3600)
 
         services = [s for s in compose("config", "--services", quiet=True).stdout.split() if s not in NOT_RUN]
         with phase("up", f"docker compose up -d ({', '.join(services)}; 2 rollouts)"):
@@ -434,7 +437,7 @@ def main() -> int:
                 return [(t, line) for t, line in learner_lines() if "registered" in line and f"@{host}:" in line]
 
             t_reg, reg_line = wait_for(f"the learner to register {newcomer}", registered, timeout=120)[0]
-            log(f"learner: {reg_line}")
+            log(f"learner says: {reg_line}")
 
             def ready_time():
                 got = [t for t, line in container_log(newcomer) if "welcomed" in line]
@@ -453,8 +456,10 @@ def main() -> int:
             ends = progress(learner_lines())
             boundary = next((n for t, n in ends if t >= t_ref), None)
             j = joined["run/iteration"]
-            log(f"{newcomer} ready at +{t_ready - t_kill:.1f} s (kill = 0); joined at iteration {j}; first boundary "
-                f"after ready: after iteration {boundary}")
+            in_flight = max((n for t, n in ends if t <= t_reg), default=0) + 1
+            log(f"{newcomer}: registered during iteration {in_flight}, battles built "
+                f"{t_ready - t_reg:.1f} s later, first boundary after that: after iteration {boundary}; "
+                f"joined at iteration {j} (health/rollouts == 3)")
             if boundary is not None and j > boundary + 2:
                 raise Failed(f"{newcomer} joined at iteration {j}, later than the boundary after it was ready "
                              f"(after iteration {boundary}) allows")
@@ -483,7 +488,7 @@ def main() -> int:
                 return len(ids) > n_before and res and (ids[-1], res[-1])
 
             new_id_, res_line = wait_for("`resumed iteration N` after the restart", resumed, timeout=300)
-            log(f"learner: {res_line}")
+            log(f"learner says: {res_line}")
             if new_id_ != run_id:
                 raise Failed(f"the restarted learner has run id {new_id_}, not {run_id}")
             m = re.search(r"resumed iteration (\d+)", res_line)

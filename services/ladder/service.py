@@ -22,7 +22,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from shared.config import RunConfig
 from shared.matchmaking import ROLES, is_pool_fallback, plan_assignments, role_counts
-from shared.messages import Ack, Decoder, Error, PlanReply, PlanRequest, ProtocolError, ReportEpisodes, ToLadder
+from shared.messages import (
+    PROTOCOL_REFUSALS, Ack, Decoder, Error, PlanReply, PlanRequest, ProtocolError, ReportEpisodes, ToLadder,
+)
 from shared.transport import bind_router, curve_server_keys, recv, send
 
 from services.ladder.results import ResultLog, check_run_name
@@ -53,6 +55,8 @@ class Metrics:
         self.refused = Counter(
             p + "messages_refused", "Messages answered with Error, by short reason", ["reason"], registry=r
         )
+        for reason in (*PROTOCOL_REFUSALS, "bad_request", "io"):
+            self.refused.labels(reason)
         self.replies_unsent = Counter(
             p + "replies_unsent", "Replies that could not be queued (peer gone or its queue full)", registry=r
         )

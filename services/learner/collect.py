@@ -41,6 +41,8 @@ class CollectStats:
     refused: int = 0
     env_steps: int = 0
     illegal: int = 0
+    codec_clipped: int = 0
+    codec_rounded: int = 0
 
 
 class Collector:
@@ -181,6 +183,8 @@ class Collector:
             for ep in body.episodes:
                 ep.iteration = iteration
             stats.episodes.extend(body.episodes)
+            stats.codec_clipped += body.codec_clipped
+            stats.codec_rounded += body.codec_rounded
             stats.rounds += 1
             stats.wire_bytes += sum(a.nbytes for a in arrays.values())
             stats.rows_received += len(learner) + len(arrays["final_rows"])

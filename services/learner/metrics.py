@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from shared.messages import PROTOCOL_REFUSALS
 from shared.metric_schema import SCHEMA, prometheus_name, schema_key
 
 
@@ -18,8 +19,12 @@ class LearnerMetrics:
         self.registry = r = CollectorRegistry()
         self.refused = Counter("royalefleet_learner_messages_refused", "Messages refused by the learner",
                                ["reason"], registry=r)
+        for reason in (*PROTOCOL_REFUSALS, "unexpected", "out_of_order"):
+            self.refused.labels(reason)
         self.checkpoint_failures = Counter("royalefleet_learner_checkpoint_failures",
                                            "Checkpoints that could not be written after retries", registry=r)
+        self.halt_requests = Counter("royalefleet_learner_halt_requests", "Requests to the halt endpoint, by outcome",
+                                     ["outcome"], registry=r)
         self.iterations = Counter("royalefleet_learner_iterations", "Iterations finished by this process", registry=r)
         self._gauges: dict[str, Gauge] = {}
         self._present: set[tuple[str, tuple]] = set()

@@ -98,7 +98,8 @@ def apply_determinism(cfg: RunConfig, device: str) -> dict:
 class Learner:
     def __init__(self, cfg: RunConfig, *, bind: str, ladder: str, checkpoint: str, runs_dir: str,
                  metrics_port: int | None, metrics_host: str, iterations: int, min_rollouts: int = 1,
-                 allow_identity_drift: bool = False, perturb_resume: tuple[str, ...] = (), say=print):
+                 allow_identity_drift: bool = False, perturb_resume: tuple[str, ...] = (), halt_port: int = 0,
+                 say=print):
         import torch
 
         from services.learner.alarms import AlarmMonitor
@@ -156,6 +157,14 @@ class Learner:
                                      timeout_s=cfg.services.request_timeout_s,
                                      curve=transport.curve_client_keys())
         self.fleet = Fleet()
+        self.halt_reason: str | None = None
+        self.halt_endpoint = None
+        token = os.environ.get("ROYALEFLEET_HALT_TOKEN", "")
+        if token and halt_port:
+            from services.learner.halt import HaltEndpoint
+
+            self.halt_endpoint = HaltEndpoint(metrics_host, halt_port, token, self.request_halt, self.metrics.halt_requests)
+            say(f"learner: halt endpoint on http://{metrics_host}:{self.halt_endpoint.port}/halt (bearer token)")
         self.collector = Collector(self.sock, Decoder(ToLearner), self.fleet, self._welcome, self.pf.engine, say,
                                    self.metrics.refused)
         self.iteration = 0
@@ -178,6 +187,13 @@ class Learner:
             return
         self.collector.stop_requested = True
         self.say("learner: stop requested; finishing at the next safe point")
+
+    def request_halt(self, reason: str) -> None:
+        """From the halt endpoint's thread: stop at the next safe point, as an alarm halt does."""
+        if self.halt_reason is None:
+            self.halt_reason = reason
+            self.say(f"learner: {reason}")
+        self.collector.stop_requested = True
 
     @property
     def stopping(self) -> bool:
@@ -432,10 +448,12 @@ class Learner:
             "health/trainable_rows": n_train, "health/messages_refused": stats.refused,
             "health/illegal_action_rate": stats.illegal / max(1, n_train),
             "health/nan_guard_trips": nan_trips,
+            "health/obs_codec_clipped": stats.codec_clipped, "health/obs_codec_rounded": stats.codec_rounded,
             "health/buffer_fill_frac": rect.writes / ((T + 1) * rect.R),
             "throughput/rollout_capacity_ratio": t_update / t_collect if t_collect > 0 else 0.0,
             "ppo/ent_coef": sched["ent_coef"], "ppo/ent_coef_noop": sched["ent_coef_noop"],
         }
+        row.update(play_metrics(rect, self.pf, T))
         row.update(scale_stats)
         row.update(self.lr_backoff.metrics(self.opt_actor, self.opt_critic))
         if stats.rows_received:
@@ -500,7 +518,8 @@ class Learner:
                 self.run_iteration()
                 done += 1
         except StopRequested:
-            pass
+            if self.halt_reason is not None:
+                return self._operator_halt()
         except AlarmHalt as exc:
             self.say(f"learner: {exc}")
             self.shutdown()
@@ -510,8 +529,22 @@ class Learner:
                 self.shutdown()
         return 0
 
+    def _operator_halt(self) -> int:
+        """An operator halt: the bundle names the reason; shutdown writes the checkpoint."""
+        from services.learner.alarms import write_bundle
+
+        path = write_bundle(self.run_dir, self.iteration, list(self.alarms.recent_rows), [], dump_config(self.cfg),
+                            checkpoint_path=f"checkpoints/{self.iteration:08d}")
+        with open(os.path.join(path, "operator_halt.txt"), "w") as fh:
+            fh.write(self.halt_reason + "\n")
+        self.say(f"learner: halted by the operator at iteration {self.iteration} ({self.halt_reason}); bundle {path}")
+        self.shutdown()
+        return 3
+
     def shutdown(self) -> None:
         self.closed = True
+        if self.halt_endpoint is not None:
+            self.halt_endpoint.close()
         if self.snapshot is not None and self.saved_iteration < self.snapshot.iteration:
             self._save(self.snapshot)
         elif self.snapshot is None and self.saved_iteration < 0:
@@ -528,6 +561,31 @@ def evaluate_schedules(cfg: RunConfig, env_steps: int) -> dict[str, float]:
         "gamma": value_at(cfg.advantage.gamma, env_steps),
         "ent_coef": value_at(cfg.ppo.ent_coef, env_steps),
         "ent_coef_noop": value_at(cfg.ppo.ent_coef_noop, env_steps),
+    }
+
+
+def play_metrics(rect: Rectangle, pf, T: int) -> dict:
+    """Where the learner plays: ``policy/tile_top1_share`` (share of its card plays on its most
+    used tile: tile spam) and ``policy/card_tile_top10_share`` (share on its ten most used
+    (card, tile) pairs: an exploited artefact). Absent when it played no card."""
+    acted = rect.acted & (rect.actions > 0)
+    t_idx, r_idx = np.nonzero(acted)
+    if not len(t_idx):
+        return {}
+    spec = pf.spec
+    tiles_per_slot = spec.height * spec.width
+    a = rect.actions[t_idx, r_idx] - 1
+    hand_slot, tile = a // tiles_per_slot, a % tiles_per_slot
+    # The card in that hand slot, read off the row's own one-hot (by field name, never by offset).
+    vector = pf.codec.unpack(rect.rows[t_idx, r_idx])["vector"]
+    hand = vector[:, spec.field("own_hand_cards")].reshape(len(a), spec.hand_slots, -1)
+    card = hand[np.arange(len(a)), hand_slot].argmax(axis=1)
+    _, tile_counts = np.unique(tile, return_counts=True)
+    _, pair_counts = np.unique(card * tiles_per_slot + tile, return_counts=True)
+    return {
+        "policy/tile_top1_share": float(tile_counts.max() / len(a)),
+        "policy/card_tile_top10_share": float(np.sort(pair_counts)[::-1][:10].sum() / len(a)),
+        "policy/cards_played": int(len(a)),
     }
 
 
@@ -634,6 +692,9 @@ def main(argv=None) -> int:
                    help="stop after this many iterations, 0 = run until stopped [ROYALEFLEET_ITERATIONS]")
     p.add_argument("--min-rollouts", type=int, default=int(env("ROYALEFLEET_MIN_ROLLOUTS", "1")),
                    help="rollouts the first iteration waits for (up to 120 s) [ROYALEFLEET_MIN_ROLLOUTS] (default %(default)s)")
+    p.add_argument("--halt-port", type=int, default=int(env("ROYALEFLEET_HALT_PORT", "-1")),
+                   help="port of the authenticated POST /halt endpoint (needs ROYALEFLEET_HALT_TOKEN; 0 = off) "
+                   "[ROYALEFLEET_HALT_PORT] (default: services.learner_halt_port)")
     p.add_argument("--allow-identity-drift", action="store_true",
                    default=env("ROYALEFLEET_ALLOW_IDENTITY_DRIFT", "") not in ("", "0"),
                    help="resume a checkpoint whose run identity differs, recording the drift in drift.json "
@@ -682,6 +743,7 @@ def make_learner(cfg: RunConfig, a, perturb, say) -> "Learner":
         min_rollouts=a.min_rollouts,
         allow_identity_drift=a.allow_identity_drift,
         perturb_resume=perturb,
+        halt_port=s.learner_halt_port if a.halt_port < 0 else a.halt_port,
         say=say,
     )
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
+from shared.messages import PROTOCOL_REFUSALS
+
 PREFIX = "royalefleet_rollout_"
 
 
@@ -24,6 +26,8 @@ class RolloutMetrics:
         self.send_failures = Counter(PREFIX + "send_failures", "Messages that could not be queued", registry=r)
         self.refused = Counter(PREFIX + "messages_refused", "Messages from the learner refused",
                                ["reason"], registry=r)
+        for reason in PROTOCOL_REFUSALS:
+            self.refused.labels(reason)
         self.codec_clipped = Counter(PREFIX + "obs_codec_clipped", "Observation values clipped to fit the codec", registry=r)
         self.codec_rounded = Counter(PREFIX + "obs_codec_rounded", "Observation values rounded to fit the codec", registry=r)
         self.illegal_actions = Counter(PREFIX + "illegal_actions", "Learner actions the mask did not allow", registry=r)

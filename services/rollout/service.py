@@ -130,7 +130,8 @@ class RolloutService:
 
     def _send_round(self, iteration: int, cycle: int, shard: Shard, result) -> None:
         body = Round(instance=self.instance, iteration=iteration, cycle=cycle, shard=shard.index,
-                     episodes=result.episodes, env_seconds=result.env_seconds)
+                     episodes=result.episodes, env_seconds=result.env_seconds,
+                     codec_clipped=result.codec_clipped, codec_rounded=result.codec_rounded)
         arrays = result.arrays()
         self._send(body, arrays)
         m = self.metrics
