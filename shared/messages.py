@@ -334,12 +334,42 @@ class NotFound(_Msg, tag="not_found"):
     reason: str
 
 
+class SaveSnapshot(_Msg, tag="save_snapshot"):
+    """Store a frozen actor for the pool: array ``actor`` (uint8) is ``actor.safetensors``
+    (fp16 weights); ``spec`` is JSON bytes (digests, env step, iteration, run id)."""
+
+    request_id: int
+    run_name: str
+    spec: bytes
+
+
+class SnapshotSaved(_Msg, tag="snapshot_saved"):
+    request_id: int
+    snapshot_id: str
+    path: str
+    created: bool
+
+
+class LoadSnapshot(_Msg, tag="load_snapshot"):
+    request_id: int
+    run_name: str
+    snapshot_id: str
+
+
+class SnapshotLoaded(_Msg, tag="snapshot_loaded"):
+    """Array ``actor`` (uint8): the verified ``actor.safetensors``."""
+
+    request_id: int
+    snapshot_id: str
+    spec: bytes
+
+
 ToLearner = Union[Hello, Round, Heartbeat, Failure]
 ToRollout = Union[Welcome, Refused, Plan, Step, Close, Rejoin]
 ToLadder = Union[PlanRequest, ReportEpisodes]
 FromLadder = Union[PlanReply, Ack, Error]
-ToCheckpoint = Union[SaveCheckpoint, LoadLatest]
-FromCheckpoint = Union[Saved, Loaded, NotFound, Error]
+ToCheckpoint = Union[SaveCheckpoint, LoadLatest, SaveSnapshot, LoadSnapshot]
+FromCheckpoint = Union[Saved, Loaded, NotFound, Error, SnapshotSaved, SnapshotLoaded]
 
 # Which arrays each kind carries: name -> (dtype, ndim). Anything else is refused.
 ARRAYS: dict[type, dict[str, tuple[str, int]]] = {
@@ -351,6 +381,8 @@ ARRAYS: dict[type, dict[str, tuple[str, int]]] = {
     Step: {"actions": ("int16", 1)},
     SaveCheckpoint: {"*": ("uint8", 1)},
     Loaded: {"*": ("uint8", 1)},
+    SaveSnapshot: {"actor": ("uint8", 1)},
+    SnapshotLoaded: {"actor": ("uint8", 1)},
 }
 
 

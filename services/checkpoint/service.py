@@ -44,10 +44,15 @@ from services.checkpoint.store import (
     check_folder_name,
     checkpoint_name,
 )
+from services.checkpoint.snapshots import SnapshotCorrupt, SnapshotStore
 from shared.messages import (
     Decoder,
     Error,
     LoadLatest,
+    LoadSnapshot,
+    SaveSnapshot,
+    SnapshotLoaded,
+    SnapshotSaved,
     Loaded,
     NotFound,
     ProtocolError,
@@ -173,6 +178,10 @@ class CheckpointService:
             return self.save(body, arrays)
         if isinstance(body, LoadLatest):
             return self.load_latest(body)
+        if isinstance(body, SaveSnapshot):
+            return self.save_snapshot(body, arrays)
+        if isinstance(body, LoadSnapshot):
+            return self.load_snapshot(body)
         raise Refusal("unknown_kind", f"the checkpoint service does not take {type(body).__name__}")
 
     # ------------------------------------------------------------------ requests
@@ -260,6 +269,42 @@ class CheckpointService:
             names=list(files), meta=bytes(manifest.meta),
         )
         return reply, {name: np.frombuffer(data, dtype=np.uint8) for name, data in files.items()}
+
+
+    def _snapshots(self, run_name: str) -> SnapshotStore:
+        try:
+            check_folder_name(run_name, "run_name")
+        except ValueError as exc:
+            raise Refusal("run_name", str(exc)) from None
+        return SnapshotStore(self.runs_dir / run_name / "snapshots")
+
+    def save_snapshot(self, msg: SaveSnapshot, arrays: Mapping[str, np.ndarray]):
+        store = self._snapshots(msg.run_name)
+        if set(arrays) != {"actor"}:
+            raise Refusal("names", "a snapshot carries exactly one array, 'actor'")
+        try:
+            sid, path, created = store.write(arrays["actor"].tobytes(), msg.spec)
+        except (ValueError, msgspec.DecodeError) as exc:
+            raise Refusal("meta", f"snapshot spec refused: {exc}") from None
+        except (OSError, SnapshotCorrupt) as exc:
+            raise Refusal("write_failed", f"writing a snapshot of run {msg.run_name!r} failed: {exc}") from None
+        if created:
+            self.out(f"snapshot {path} {arrays['actor'].nbytes / MIB:.2f} MB")
+        return SnapshotSaved(request_id=msg.request_id, snapshot_id=sid, path=str(path), created=created), None
+
+    def load_snapshot(self, msg: LoadSnapshot):
+        store = self._snapshots(msg.run_name)
+        try:
+            actor, spec = store.read(msg.snapshot_id)
+        except ValueError as exc:
+            raise Refusal("names", str(exc)) from None
+        except FileNotFoundError:
+            return NotFound(request_id=msg.request_id, reason=f"run {msg.run_name!r} has no snapshot {msg.snapshot_id}"), None
+        except SnapshotCorrupt as exc:
+            self.metrics.verify_failures.inc()
+            raise Refusal("corrupt_index", str(exc)) from None
+        return (SnapshotLoaded(request_id=msg.request_id, snapshot_id=msg.snapshot_id, spec=spec),
+                {"actor": np.frombuffer(actor, dtype=np.uint8)})
 
 
 # ----------------------------------------------------------------------------- settings

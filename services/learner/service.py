@@ -36,7 +36,7 @@ from shared.identity import action_digest_of, compute_identity, describe_device,
 from shared.matchmaking import role_counts
 from shared.messages import (
     Ack, Decoder, Error, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan, PlanReply,
-    PlanRequest, ReportEpisodes, SaveCheckpoint, Saved, ToLearner, Welcome,
+    PlanRequest, ReportEpisodes, SaveCheckpoint, Saved, SaveSnapshot, SnapshotSaved, ToLearner, Welcome,
 )
 from shared.schedules import value_at
 from shared.seeding import stream
@@ -235,6 +235,29 @@ class Learner:
                  "the state stays in memory and the next save tries again")
         return False
 
+    def _snapshot_actor(self) -> None:
+        """A frozen copy of the actor (fp16, no critic, no optimizer) into the snapshot store:
+        a pool candidate every ``ladder.pool.candidate_every_env_steps``."""
+        import copy
+
+        from services.learner.statefiles import module_to_bytes
+
+        actor = module_to_bytes(copy.deepcopy(self.model.actor).half())
+        spec = msgspec.json.encode({
+            "run_id": self.run_id, "iteration": self.iteration, "env_steps": self.env_steps,
+            "arch_digest": self.identity.arch_digest, "obs_digest": self.identity.obs_digest,
+            "codec_table_digest": self.identity.codec_table_digest, "dtype": "float16"})
+        try:
+            reply, _ = self.ckpt.request(SaveSnapshot(request_id=self.ckpt.next_id(), run_name=self.cfg.run_name,
+                                                      spec=spec), {"actor": np.frombuffer(actor, np.uint8)})
+        except transport.ServiceTimeout as exc:
+            self.say(f"learner: snapshot not written: {exc}")
+            return
+        if isinstance(reply, SnapshotSaved):
+            self.say(f"learner: pool candidate snapshot {reply.snapshot_id} at {self.env_steps:,} env steps")
+        else:
+            self.say(f"learner: the checkpoint service refused the snapshot: {getattr(reply, 'reason', reply)}")
+
     def resume(self) -> None:
         """Continue from the run's newest checkpoint that verifies, or start fresh.
 
@@ -428,7 +451,11 @@ class Learner:
         # Counters and the row.
         self.iteration = it
         self.timesteps += n_train
+        every = cfg.ladder.pool.candidate_every_env_steps
+        crossed = (self.env_steps + stats.env_steps) // every > self.env_steps // every
         self.env_steps += stats.env_steps
+        if crossed and n_train:
+            self._snapshot_actor()
         learner_eps = [e for e in stats.episodes if e.player == "learner"]
         self.episodes += len(learner_eps)
         lost_cells = _lost_cells(rect, T)
