@@ -42,8 +42,6 @@ from shared.identity import RunIdentity
 from shared.messages import CodecTable
 
 STATE_FILES = ("actor/", "critic/", "optimizers/", "update_state/")
-COMPONENTS = ("actor", "critic", "optimizers", "update_state", "rng", "counters", "ladder_position",
-              "codec", "config", "identity")
 
 
 class Counters(msgspec.Struct, forbid_unknown_fields=True):
@@ -83,28 +81,87 @@ def state_digest(files: dict[str, bytes]) -> str:
     return h.hexdigest()[:16]
 
 
+class Component:
+    """One folder of a checkpoint: its files, and the pair of functions that write and read
+    them. Adding state to a checkpoint is adding a Component to COMPONENTS."""
+
+    def __init__(self, name: str, files: tuple[str, ...], save, load):
+        self.name, self.files, self.save, self.load = name, files, save, load
+
+
+def _json(value) -> bytes:
+    return msgspec.json.encode(value)
+
+
+def _save_optimizers(learner) -> dict[str, bytes]:
+    out = {}
+    for name, opt in (("actor", learner.opt_actor), ("critic", learner.opt_critic)):
+        out[f"optimizers/{name}.safetensors"], out[f"optimizers/{name}.json"] = optimizer_to_bytes(opt)
+    return out
+
+
+def _load_optimizers(learner, f) -> None:
+    bytes_to_optimizer(learner.opt_actor, f["optimizers/actor.safetensors"], f["optimizers/actor.json"])
+    bytes_to_optimizer(learner.opt_critic, f["optimizers/critic.safetensors"], f["optimizers/critic.json"])
+
+
+def _load_counters(learner, f) -> None:
+    c = msgspec.json.decode(f["counters/counters.json"], type=Counters)
+    learner.iteration, learner.timesteps, learner.env_steps, learner.episodes = (
+        c.iteration, c.timesteps, c.env_steps, c.episodes)
+
+
+def _load_ordinals(learner, f) -> None:
+    learner.fleet.ordinal = {int(k): int(v) for k, v in msgspec.json.decode(f["ladder_position/ordinals.json"]).items()}
+
+
+def _load_codec(learner, f) -> None:
+    if msgspec.json.decode(f["codec/table.json"], type=CodecTable) != learner.pf.table:
+        raise ResumeRefused("the checkpoint's codec table differs from this run's: the observation layout changed")
+
+
+COMPONENTS = (
+    Component("actor", ("actor/model.safetensors",),
+              lambda L: {"actor/model.safetensors": module_to_bytes(L.model.actor)},
+              lambda L, f: bytes_to_module(L.model.actor, f["actor/model.safetensors"])),
+    Component("critic", ("critic/model.safetensors",),
+              lambda L: {"critic/model.safetensors": module_to_bytes(L.model.critic)},
+              lambda L, f: bytes_to_module(L.model.critic, f["critic/model.safetensors"])),
+    Component("optimizers", ("optimizers/actor.safetensors", "optimizers/actor.json",
+                             "optimizers/critic.safetensors", "optimizers/critic.json"),
+              _save_optimizers, _load_optimizers),
+    Component("update_state", ("update_state/state.json",),
+              lambda L: {"update_state/state.json": _json(L.update_state())},
+              lambda L, f: L.load_update_state(msgspec.json.decode(f["update_state/state.json"]))),
+    Component("rng", ("rng/torch_cpu.safetensors",),
+              lambda L: {"rng/torch_cpu.safetensors": torch_rng_state()},
+              lambda L, f: set_torch_rng_state(f["rng/torch_cpu.safetensors"])),
+    Component("counters", ("counters/counters.json",),
+              lambda L: {"counters/counters.json": _json(L.counters())}, _load_counters),
+    Component("ladder_position", ("ladder_position/ordinals.json",),
+              lambda L: {"ladder_position/ordinals.json": _json({str(k): v for k, v in sorted(L.fleet.ordinal.items())})},
+              _load_ordinals),
+    Component("codec", ("codec/table.json",), lambda L: {"codec/table.json": _json(L.pf.table)}, _load_codec),
+    # Read by people and, through the manifest's meta, by the resume's identity check; a load
+    # keeps the run's own config and identity, so these two load nothing.
+    Component("config", ("config/config.json",), lambda L: {"config/config.json": _json(L.cfg)}, lambda L, f: None),
+    Component("identity", ("identity/identity.json",),
+              lambda L: {"identity/identity.json": _json(L.identity)}, lambda L, f: None),
+)
+
+
 def capture(learner) -> Snapshot:
     """Everything a resume needs, as file bytes, for the state the current row describes."""
-    enc = msgspec.json.encode
-    files = {
-        "actor/model.safetensors": module_to_bytes(learner.model.actor),
-        "critic/model.safetensors": module_to_bytes(learner.model.critic),
-        "update_state/state.json": enc(learner.update_state()),
-        "rng/torch_cpu.safetensors": torch_rng_state(),
-        "counters/counters.json": enc(learner.counters()),
-        "ladder_position/ordinals.json": enc({str(k): v for k, v in sorted(learner.fleet.ordinal.items())}),
-        "codec/table.json": enc(learner.pf.table),
-        "config/config.json": enc(learner.cfg),
-        "identity/identity.json": enc(learner.identity),
-    }
-    for name, opt in (("actor", learner.opt_actor), ("critic", learner.opt_critic)):
-        tensors, meta = optimizer_to_bytes(opt)
-        files[f"optimizers/{name}.safetensors"] = tensors
-        files[f"optimizers/{name}.json"] = meta
+    files: dict[str, bytes] = {}
+    for component in COMPONENTS:
+        written = component.save(learner)
+        if set(written) != set(component.files):
+            raise RuntimeError(f"component {component.name} wrote {sorted(written)}, declares {component.files}")
+        files.update(written)
     digest = state_digest(files)
     meta = CheckpointMeta(iteration=learner.iteration, run_id=learner.run_id, state_digest=digest,
                           counters=learner.counters(), identity=learner.identity, config=learner.cfg)
-    return Snapshot(learner.iteration, files, enc(meta), digest)
+    return Snapshot(learner.iteration, files, _json(meta), digest)
 
 
 def restore(learner, files: dict[str, bytes], *, skip: tuple[str, ...] = ()) -> None:
@@ -112,36 +169,15 @@ def restore(learner, files: dict[str, bytes], *, skip: tuple[str, ...] = ()) -> 
 
     ``skip`` names components NOT to load: a deliberately perturbed resume, used only by the
     verify-resume test to show that the comparison catches a resume that lost state."""
-    dec = msgspec.json.decode
-    missing = [n for n in _expected_files() if n not in files]
+    missing = [n for c in COMPONENTS for n in c.files if n not in files]
     if missing:
         raise ResumeRefused(f"checkpoint lacks {', '.join(missing)}; it cannot be resumed strictly")
-    if "actor" not in skip:
-        bytes_to_module(learner.model.actor, files["actor/model.safetensors"])
-    if "critic" not in skip:
-        bytes_to_module(learner.model.critic, files["critic/model.safetensors"])
-    if "optimizers" not in skip:
-        bytes_to_optimizer(learner.opt_actor, files["optimizers/actor.safetensors"], files["optimizers/actor.json"])
-        bytes_to_optimizer(learner.opt_critic, files["optimizers/critic.safetensors"], files["optimizers/critic.json"])
-    if "update_state" not in skip:
-        learner.load_update_state(dec(files["update_state/state.json"]))
-    if "rng" not in skip:
-        set_torch_rng_state(files["rng/torch_cpu.safetensors"])
-    c = dec(files["counters/counters.json"], type=Counters)
-    learner.iteration, learner.timesteps, learner.env_steps, learner.episodes = (
-        c.iteration, c.timesteps, c.env_steps, c.episodes)
-    if "ladder_position" not in skip:
-        learner.fleet.ordinal = {int(k): int(v) for k, v in dec(files["ladder_position/ordinals.json"]).items()}
-    table = dec(files["codec/table.json"], type=CodecTable)
-    if table != learner.pf.table:
-        raise ResumeRefused("the checkpoint's codec table differs from this run's: the observation layout changed")
-
-
-def _expected_files() -> list[str]:
-    return ["actor/model.safetensors", "critic/model.safetensors", "optimizers/actor.safetensors",
-            "optimizers/actor.json", "optimizers/critic.safetensors", "optimizers/critic.json",
-            "update_state/state.json", "rng/torch_cpu.safetensors", "counters/counters.json",
-            "ladder_position/ordinals.json", "codec/table.json", "config/config.json", "identity/identity.json"]
+    unknown = sorted(set(skip) - {c.name for c in COMPONENTS})
+    if unknown:
+        raise ResumeRefused(f"unknown component(s) {unknown}; components: {', '.join(c.name for c in COMPONENTS)}")
+    for component in COMPONENTS:
+        if component.name not in skip:
+            component.load(learner, files)
 
 
 def described(meta: CheckpointMeta, metrics_path: str) -> tuple[bool, str]:
