@@ -12,8 +12,9 @@
 #   docker build --target learner -t localhost/royalefleet-learner .
 #
 # BASE_IMAGE: any Debian-family image with python3 >= 3.12 and its venv module. An air-gapped
-# site builds from its own (for example one made with debootstrap and `podman import`; give it a
-# PATH). PYPI_INDEX_URL / PYPI_EXTRA_INDEX_URL: a package index to use instead of PyPI.
+# site builds from its own: deploy/podman/make-base-image.sh makes one with debootstrap (Debian
+# trixie, Python 3.13) and `podman import`. PYPI_INDEX_URL / PYPI_EXTRA_INDEX_URL: a package
+# index to use instead of PyPI.
 # Every dependency is pinned (docker/requirements-*.txt, which agree with pyproject.toml).
 # No `# syntax=` line and no RUN --mount: the classic builder (podman, DOCKER_BUILDKIT=0) builds it.
 

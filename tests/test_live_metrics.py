@@ -66,3 +66,28 @@ def test_a_running_stack_exports_what_dashboards_and_rules_read_and_halts_on_req
     bundle = run / "bundles" / str(last)
     assert (bundle / "operator_halt.txt").read_text().strip() == "maintenance window"
     assert any("halted by the operator" in line for line in up.lines)
+
+
+def test_a_halt_alarm_stops_the_run_with_a_checkpoint_and_a_bundle(tmp_path):
+    # noop_collapse_severe reads policy/cards_per_match (learner seats); a threshold no policy
+    # can stay above and a patience of 1 make it fire on the first iteration with an episode.
+    # Checkpoints every 5 iterations: the one written at iteration 1 is the halt's.
+    cfg_path = tiny_config(tmp_path / "runs", env={"max_steps": 12}, checkpoint={"every_iterations": 5},
+                           alarms={"cards_per_match_halt": 1000.0, "patience_overrides": {"noop_collapse_severe": 1}})
+    up = Up(cfg_path)
+    try:
+        assert up.wait_exit(240) == 3, "\n".join(up.lines[-20:])
+    finally:
+        if up.proc.poll() is None:
+            up.kill()
+    run = tmp_path / "runs" / "default"
+    rows = read_rows(run)
+    assert len(rows) == 1 and rows[0]["policy/cards_per_match"] < 1000
+    assert any(line.startswith("alarm [halt] noop_collapse_severe") for line in up.lines)
+    fired = [json.loads(x) for x in (run / "alarms.jsonl").read_text().splitlines()]
+    assert any(f["alarm"] == "noop_collapse_severe" and f["iteration"] == 1 for f in fired), fired
+    index = json.loads((run / "checkpoints" / "index.json").read_text())
+    assert index["entries"][-1]["iteration"] == 1  # the state the halting row describes
+    halt = json.loads((run / "bundles" / "1" / "halt.json").read_text())
+    assert "noop_collapse_severe" in json.dumps(halt)
+    assert not up.children()

@@ -42,6 +42,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -100,19 +101,48 @@ def free_port() -> int:
 
 
 def run(argv: list[str], *, check: bool = True, capture: bool = True, timeout: float = 600,
-        quiet: bool = False) -> subprocess.CompletedProcess:
+        quiet: bool = False, on_line=None) -> subprocess.CompletedProcess:
+    """Run a command. capture=False streams its output, each line stamped with the test's clock
+    (and handed to on_line); the last lines are kept for the error message either way."""
     if not quiet:
-        log("$ " + " ".join(argv))
-    try:
-        out = subprocess.run(argv, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE if capture else None,
-                             stderr=subprocess.STDOUT if capture else None)
-    except subprocess.TimeoutExpired as exc:
-        raise Failed(f"{' '.join(argv)}: no answer in {timeout:.0f} s") from exc
+        log("$ " + " ".join(a.removeprefix(ROOT + "/") for a in argv))
+    if capture:
+        try:
+            out = subprocess.run(argv, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except subprocess.TimeoutExpired as exc:
+            raise Failed(f"{' '.join(argv)}: no answer in {timeout:.0f} s") from exc
+    else:
+        tail: list[str] = []
+        with subprocess.Popen(argv, text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, bufsize=1) as proc:
+            timer = threading.Timer(timeout, proc.kill)
+            timer.start()
+            try:
+                for line in proc.stdout:
+                    line = line.rstrip("\n")
+                    print(f"[{time.monotonic() - T0:7.1f}s]   {line}", flush=True)
+                    tail = (tail + [line])[-40:]
+                    if on_line:
+                        on_line(line)
+                proc.wait()
+            except BaseException:
+                proc.kill()
+                raise
+            finally:
+                timer.cancel()
+        if proc.returncode == -signal.SIGKILL:
+            raise Failed(f"{' '.join(argv)}: killed (not done in {timeout:.0f} s)\n" + "\n".join(tail))
+        out = subprocess.CompletedProcess(argv, proc.returncode, "\n".join(tail) + "\n", None)
     if check and out.returncode != 0:
         tail = "\n".join((out.stdout or "").splitlines()[-40:])
         raise Failed(f"{' '.join(argv)} exited {out.returncode}\n{tail}")
     return out
+
+
+def script(name: str, *args: str, **kw) -> subprocess.CompletedProcess:
+    """One of deploy/podman's scripts, through bash (no reliance on the checkout's mode bits)."""
+    return run(["bash", os.path.join(HERE, name), *args], **kw)
 
 
 def docker_cli() -> list[str]:
@@ -123,7 +153,7 @@ def docker_cli() -> list[str]:
 def compose(*args: str, **kw) -> subprocess.CompletedProcess:
     """`docker compose -p royalefleet-it ...` through deploy/podman/compose, the README's podman
     route (it only sets the environment and execs `docker compose`)."""
-    return run([os.path.join(HERE, "compose"), "-p", PROJECT, *args], **kw)
+    return script("compose", "-p", PROJECT, *args, **kw)
 
 
 def container_cli() -> list[str]:
@@ -297,6 +327,21 @@ def conmons_of_project() -> list[str]:
     return [line.strip()[:120] for line in out if "conmon" in line and f"-n {PROJECT}-" in line]
 
 
+def helpers_cpu(work: str) -> None:
+    """CPU seconds the two helpers used (their own and their finished children's)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parts = []
+    for name, pidfile in (("API service", "service.pid"), ("health ticker", "ticker.pid")):
+        try:
+            pid = open(os.path.join(work, pidfile)).read().strip()
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            parts.append(f"{name} {sum(int(x) for x in fields[11:15]) / tick:.0f} s")
+        except (OSError, ValueError, IndexError):
+            pass
+    if parts:
+        log(f"helpers' CPU over the test: {', '.join(parts)} (wall {time.monotonic() - T0:.0f} s)")
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -324,8 +369,8 @@ def main() -> int:
     failure = None
     try:
         with phase("setup", "podman, debootstrap, Docker Compose v2 (idempotent)"):
-            run([os.path.join(HERE, "setup.sh"), work], capture=False, timeout=900)
-            env = run([os.path.join(HERE, "service.sh"), "env", work], quiet=True).stdout
+            script("setup.sh", work, capture=False, timeout=900)
+            env = script("service.sh", "env", work, quiet=True).stdout
             for key, value in re.findall(r"(\w+)='?([^'\s]*)'?", env.split("export", 1)[1]):
                 os.environ[key] = value
             os.environ.update(settings)
@@ -336,17 +381,26 @@ def main() -> int:
             if podman("image", "exists", BASE_IMAGE, check=False, quiet=True).returncode == 0:
                 log(f"{BASE_IMAGE} is already here: used as it is, and kept")
             else:
-                run([os.path.join(HERE, "make-base-image.sh"), BASE_IMAGE], capture=False, timeout=1200)
+                script("make-base-image.sh", BASE_IMAGE, capture=False, timeout=1200)
                 state["base_made"] = True
 
         with phase("helpers", "the Docker API on a socket and the health ticker"):
             state["helpers"] = True
-            run([os.path.join(HERE, "service.sh"), "start", work])
+            script("service.sh", "start", work)
             compose("version")
 
         with phase("build", "docker compose build (one image at a time: COMPOSE_PARALLEL_LIMIT=1)"):
             state["images_before"] = set(images_now())
-            compose("build", capture=False, timeout=3600)
+            marks: dict[str, list[float]] = {}
+
+            def build_line(line: str) -> None:
+                m = re.match(r"\s*Service (\S+)\s+(Building|Built)", line)
+                if m:
+                    marks.setdefault(m.group(1), []).append(time.monotonic())
+
+            compose("build", capture=False, timeout=3600, on_line=build_line)
+            log("build times: " + ", ".join(f"{svc} {t[-1] - t[0]:.0f} s" for svc, t in marks.items() if len(t) > 1)
+                + " (services naming an image already built reuse its cached layers)")
 
         services = [s for s in compose("config", "--services", quiet=True).stdout.split() if s not in NOT_RUN]
         with phase("up", f"docker compose up -d ({', '.join(services)}; 2 rollouts)"):
@@ -456,8 +510,8 @@ def main() -> int:
             ends = progress(learner_lines())
             boundary = next((n for t, n in ends if t >= t_ref), None)
             j = joined["run/iteration"]
-            in_flight = max((n for t, n in ends if t <= t_reg), default=0) + 1
-            log(f"{newcomer}: registered during iteration {in_flight}, battles built "
+            done_before = max((n for t, n in ends if t <= t_reg), default=0)
+            log(f"{newcomer}: registered after iteration {done_before} finished, battles built "
                 f"{t_ready - t_reg:.1f} s later, first boundary after that: after iteration {boundary}; "
                 f"joined at iteration {j} (health/rollouts == 3)")
             if boundary is not None and j > boundary + 2:
@@ -543,7 +597,8 @@ def main() -> int:
             if podman("rmi", BASE_IMAGE, check=False).returncode != 0:
                 leftovers.append(f"image {BASE_IMAGE}")
         if state["helpers"]:
-            run([os.path.join(HERE, "service.sh"), "stop", work], check=False)
+            helpers_cpu(work)
+            script("service.sh", "stop", work, check=False)
             for pidfile in ("service.pid", "ticker.pid"):
                 if os.path.exists(os.path.join(work, pidfile)):
                     leftovers.append(f"helper {pidfile}")
