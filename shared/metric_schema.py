@@ -63,6 +63,10 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "env/elixir_count_exact_frac": ("fraction", "learner episodes whose opponent-elixir count stayed exact (healthy 0.99-1.0)"),
     "policy/tile_top1_share": ("fraction", "share of the learner's card plays this iteration on its most used tile (tile spam; healthy < 0.25)"),
     "policy/card_tile_top10_share": ("fraction", "share of the learner's card plays on its ten most used (card, tile) pairs (healthy < 0.5)"),
+    "policy/legal_actions_p05": ("actions", "5th percentile of legal actions (no-op included) over the learner's trainable rows"),
+    "policy/legal_actions_p50": ("actions", "median of legal actions (no-op included) over the learner's trainable rows"),
+    "policy/legal_actions_p95": ("actions", "95th percentile of legal actions (no-op included) over the learner's trainable rows"),
+    "policy/noop_rate": ("fraction", "share of the learner's choice rows (more than one legal action) on which it waited"),
     "policy/cards_played": ("cards", "cards the learner played this iteration"),
     "policy/cards_per_match": ("cards", "cards the learner played per episode (the no-op collapse metric)"),
     # ppo

@@ -401,6 +401,9 @@ def main() -> int:
             compose("build", capture=False, timeout=3600, on_line=build_line)
             log("build times: " + ", ".join(f"{svc} {t[-1] - t[0]:.0f} s" for svc, t in marks.items() if len(t) > 1)
                 + " (services naming an image already built reuse its cached layers)")
+            du = run(["du", "-sh", "/var/lib/containers/storage"], check=False, quiet=True).stdout.split()
+            if du:
+                log(f"container storage after the build: {du[0]} (du -sh /var/lib/containers/storage)")
 
         services = [s for s in compose("config", "--services", quiet=True).stdout.split() if s not in NOT_RUN]
         with phase("up", f"docker compose up -d ({', '.join(services)}; 2 rollouts)"):

@@ -481,6 +481,7 @@ class Learner:
             "ppo/ent_coef": sched["ent_coef"], "ppo/ent_coef_noop": sched["ent_coef_noop"],
         }
         row.update(play_metrics(rect, self.pf, T))
+        row.update(choice_metrics(rect, trainable))
         row.update(scale_stats)
         row.update(self.lr_backoff.metrics(self.opt_actor, self.opt_critic))
         if stats.rows_received:
@@ -589,6 +590,21 @@ def evaluate_schedules(cfg: RunConfig, env_steps: int) -> dict[str, float]:
         "ent_coef": value_at(cfg.ppo.ent_coef, env_steps),
         "ent_coef_noop": value_at(cfg.ppo.ent_coef_noop, env_steps),
     }
+
+
+def choice_metrics(rect: Rectangle, trainable: np.ndarray) -> dict:
+    """How much choice the learner had and how often it waited: legal-action counts over its
+    trainable rows (the no-op included), and the no-op share of its choice rows."""
+    n_legal = rect.n_legal[:-1][trainable]
+    if not len(n_legal):
+        return {}
+    p05, p50, p95 = np.percentile(n_legal, [5, 50, 95])
+    out = {"policy/legal_actions_p05": float(p05), "policy/legal_actions_p50": float(p50),
+           "policy/legal_actions_p95": float(p95)}
+    choice = trainable & (rect.n_legal[:-1] > 1)
+    if choice.any():
+        out["policy/noop_rate"] = float(np.mean(rect.actions[choice] == 0))
+    return out
 
 
 def play_metrics(rect: Rectangle, pf, T: int) -> dict:
