@@ -233,7 +233,6 @@ class Collector:
         # Canonical order, never arrival order: the row's means are float sums, and the result
         # log is a record; both must not depend on which rollout answered first.
         stats.episodes.sort(key=lambda e: (e.battle, e.ordinal, e.seat))
-        stats.wait_seconds -= stats.inference_seconds
         return stats
 
 
