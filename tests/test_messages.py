@@ -15,6 +15,7 @@ from zmq.utils.monitor import recv_monitor_message
 from shared import transport
 from shared.config import EnvConfig, RolloutConfig
 from shared.messages import (
+    LoadSnapshot, SaveSnapshot, SnapshotLoaded, SnapshotSaved,
     ARRAYS, PROTOCOL_VERSION, Ack, Assignment, Close, CodecTable, Decoder, EngineBuild, EpisodeRecord,
     Error, Failure, FromCheckpoint, FromLadder, Heartbeat, Hello, Loaded, LoadLatest, NotFound, Plan,
     PlaneCodec, PlanReply, PlanRequest, ProtocolError, Refused, Rejoin, ReportEpisodes, Round,
@@ -76,6 +77,12 @@ CASES = [
      {"a/m.st": np.arange(300, dtype=np.uint16).view(np.uint8).copy(), "b.json": np.frombuffer(b"{}", np.uint8)}),
     (ToCheckpoint, LoadLatest(request_id=5, run_name="r"), {}),
     (FromCheckpoint, Saved(request_id=4, path="/x/y", bytes_written=602), {}),
+    (ToCheckpoint, SaveSnapshot(request_id=6, run_name="r", spec=b'{"env_steps": 9}'),
+     {"actor": np.arange(10, dtype=np.uint8)}),
+    (ToCheckpoint, LoadSnapshot(request_id=7, run_name="r", snapshot_id="0123456789abcdef"), {}),
+    (FromCheckpoint, SnapshotSaved(request_id=6, snapshot_id="0123456789abcdef", path="/s", created=True), {}),
+    (FromCheckpoint, SnapshotLoaded(request_id=7, snapshot_id="0123456789abcdef", spec=b"{}"),
+     {"actor": np.arange(10, dtype=np.uint8)}),
     (FromCheckpoint, Loaded(request_id=5, path="/x/y", iteration=5, names=["a"], meta=b"m"),
      {"a": np.zeros(0, np.uint8)}),
     (FromCheckpoint, NotFound(request_id=5, reason="no checkpoint"), {}),

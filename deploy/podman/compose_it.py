@@ -106,12 +106,15 @@ def run(argv: list[str], *, check: bool = True, capture: bool = True, timeout: f
     (and handed to on_line); the last lines are kept for the error message either way."""
     if not quiet:
         log("$ " + " ".join(a.removeprefix(ROOT + "/") for a in argv))
-    if capture:
+    if capture:  # stdout is the answer; stderr (warnings) only goes into an error message
         try:
             out = subprocess.run(argv, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except subprocess.TimeoutExpired as exc:
             raise Failed(f"{' '.join(argv)}: no answer in {timeout:.0f} s") from exc
+        if check and out.returncode != 0:
+            tail = "\n".join(((out.stdout or "") + (out.stderr or "")).splitlines()[-40:])
+            raise Failed(f"{' '.join(argv)} exited {out.returncode}\n{tail}")
     else:
         tail: list[str] = []
         with subprocess.Popen(argv, text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -121,7 +124,8 @@ def run(argv: list[str], *, check: bool = True, capture: bool = True, timeout: f
             try:
                 for line in proc.stdout:
                     line = line.rstrip("\n")
-                    print(f"[{time.monotonic() - T0:7.1f}s]   {line}", flush=True)
+                    if not NOISE.match(line):
+                        print(f"[{time.monotonic() - T0:7.1f}s]   {line}", flush=True)
                     tail = (tail + [line])[-40:]
                     if on_line:
                         on_line(line)
@@ -138,6 +142,9 @@ def run(argv: list[str], *, check: bool = True, capture: bool = True, timeout: f
         tail = "\n".join((out.stdout or "").splitlines()[-40:])
         raise Failed(f"{' '.join(argv)} exited {out.returncode}\n{tail}")
     return out
+
+
+NOISE = re.compile(r"^\(Reading database \.\.\. (\d+%)?$|^\s*$")  # dpkg's progress, blank lines
 
 
 def script(name: str, *args: str, **kw) -> subprocess.CompletedProcess:
@@ -196,14 +203,15 @@ def parse_ts(stamp: str, zone: str) -> float:
 
 def container_log(name: str) -> list[tuple[float, str]]:
     """(unix time, line) of a container's output, oldest first."""
-    out = run(container_cli() + ["logs", "-t", name], quiet=True, timeout=60).stdout
+    got = run(container_cli() + ["logs", "-t", name], quiet=True, timeout=60)
     lines = []
-    for raw in out.splitlines():
+    for raw in (got.stdout + "\n" + got.stderr).splitlines():  # the container's stdout, stderr
         m = TS.match(raw)
         if m:
             text = TRAILING_TS.sub("", m.group(3)).rstrip()
             if text:
                 lines.append((parse_ts(m.group(1), m.group(2)), text))
+    lines.sort(key=lambda tl: tl[0])  # stable: stdout and stderr interleaved by time
     return lines
 
 
@@ -264,7 +272,8 @@ def diagnostics() -> None:
         print(compose("ps", "-a", check=False, quiet=True).stdout, flush=True)
         for svc in ("keys", "checkpoint", "ladder", "learner", "rollout", "prometheus"):
             for name in container_names(svc):
-                out = run(container_cli() + ["logs", "--tail", "40", name], check=False, quiet=True).stdout
+                got = run(container_cli() + ["logs", "--tail", "40", name], check=False, quiet=True)
+                out = got.stdout + got.stderr
                 print(f"----- {name} (last 40 lines)\n{out}", flush=True)
     except Exception as exc:  # diagnostics must never hide the failure
         print(f"(diagnostics failed: {exc})", flush=True)
@@ -404,6 +413,7 @@ def main() -> int:
             du = run(["du", "-sh", "/var/lib/containers/storage"], check=False, quiet=True).stdout.split()
             if du:
                 log(f"container storage after the build: {du[0]} (du -sh /var/lib/containers/storage)")
+            helpers_cpu(work)
 
         services = [s for s in compose("config", "--services", quiet=True).stdout.split() if s not in NOT_RUN]
         with phase("up", f"docker compose up -d ({', '.join(services)}; 2 rollouts)"):

@@ -29,7 +29,7 @@ for p in "${PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   say "apt-get install ${missing[*]}"
-  apt-get update -qq
+  apt-get update -qq || say "apt-get update reported errors (another source?); installing anyway"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
