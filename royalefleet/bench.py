@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import socket
 import tempfile
 import time
 
@@ -69,23 +68,10 @@ def bare_env_speed(cfg: RunConfig, seconds: float) -> tuple[float, int]:
     return sum(d / t for d, t in results), n
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def stack_speed(cfg: RunConfig, iterations: int, say) -> list[dict]:
-    from royalefleet.launcher import Stack
+    from royalefleet.launcher import Stack, on_free_ports
 
-    p = _free_ports(7)
-    services = msgspec.structs.replace(
-        cfg.services, learner_port=p[0], ladder_port=p[1], checkpoint_port=p[2], learner_metrics_port=p[3],
-        ladder_metrics_port=p[4], checkpoint_metrics_port=p[5], rollout_metrics_port=p[6])
+    services = on_free_ports(cfg.services)
     with tempfile.TemporaryDirectory(prefix="royalefleet-bench-") as tmp:
         run_cfg = msgspec.structs.replace(cfg, runs_dir=tmp, run_name="bench", services=services)
         code = Stack(run_cfg, iterations=iterations, say=lambda s: say("  " + s) if s.startswith("it ") else None).run()

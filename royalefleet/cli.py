@@ -114,6 +114,17 @@ def cmd_checkpoints(args) -> int:
     return 0 if all(e.ok for e in entries) else 1
 
 
+def stack_options(sp) -> None:
+    """The options of the commands that start the local stack (up, resume)."""
+    sp.add_argument("--iterations", type=int, default=0,
+                    help="stop cleanly after this many iterations (default 0: until Ctrl-C)")
+    sp.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
+    sp.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
+    sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
+    sp.add_argument("--allow-identity-drift", action="store_true",
+                    help="resume a checkpoint whose run identity differs, recording the drift (drift.json)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="royalefleet",
@@ -135,24 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Start checkpoint, ladder, learner and rollout services on loopback and train. "
                         "A run folder that holds a checkpoint is resumed.")
     common(up)
-    up.add_argument("--iterations", type=int, default=0,
-                    help="stop cleanly after this many iterations (default 0: until Ctrl-C)")
-    up.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
-    up.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
-    up.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
-    up.add_argument("--allow-identity-drift", action="store_true",
-                    help="resume a checkpoint whose run identity differs, recording the drift (drift.json)")
+    stack_options(up)
     up.set_defaults(func=cmd_up)
 
     rs = sub.add_parser("resume", help="like up, but refuse to start when the run has no checkpoint",
                         description="Resume a run from its newest checkpoint that verifies (same options as up).")
     common(rs)
-    rs.add_argument("--iterations", type=int, default=0, help="stop cleanly after this many more iterations")
-    rs.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
-    rs.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
-    rs.add_argument("--verbose", action="store_true", help="echo every service's output")
-    rs.add_argument("--allow-identity-drift", action="store_true",
-                    help="resume even if the run identity differs, recording the drift")
+    stack_options(rs)
     rs.set_defaults(func=cmd_up, require_checkpoint=True)
 
     vr = sub.add_parser("verify-resume", help="prove that a stopped and resumed run continues row for row",

@@ -79,6 +79,26 @@ def service_environments(cfg: RunConfig, config_path: str, runs_dir: str, iterat
     return envs
 
 
+PORT_FIELDS = ("learner_port", "ladder_port", "checkpoint_port", "learner_metrics_port", "ladder_metrics_port",
+               "checkpoint_metrics_port", "rollout_metrics_port", "learner_halt_port")
+
+
+def on_free_ports(services):
+    """``services`` with every port replaced by one free on loopback now: for the scratch stacks
+    of bench and verify-resume, which must not collide with a user's running stack."""
+    import msgspec
+
+    socks = [socket.socket() for _ in PORT_FIELDS]
+    try:
+        for sk in socks:
+            sk.bind(("127.0.0.1", 0))
+        ports = [sk.getsockname()[1] for sk in socks]
+    finally:
+        for sk in socks:
+            sk.close()
+    return msgspec.structs.replace(services, **dict(zip(PORT_FIELDS, ports)))
+
+
 def module_of(name: str) -> str:
     return "services." + name.split("-")[0]
 

@@ -58,16 +58,12 @@ def _rows(path: str) -> list[dict]:
 def verify_resume(cfg: RunConfig, *, iterations: int, split: int, rollouts: int = 2, say=print,
                   perturb: str = "", keep_dir: str | None = None) -> list[str]:
     """Returns the differences found (empty: the resume is exact)."""
-    from royalefleet.bench import _free_ports
-    from royalefleet.launcher import Stack
+    from royalefleet.launcher import Stack, on_free_ports
 
     if not 0 < split < iterations:
         raise ValueError(f"split {split} must be between 0 and iterations {iterations}")
     tmp = keep_dir or tempfile.mkdtemp(prefix="royalefleet-verify-resume-")
-    p = _free_ports(7)
-    services = msgspec.structs.replace(
-        cfg.services, learner_port=p[0], ladder_port=p[1], checkpoint_port=p[2], learner_metrics_port=p[3],
-        ladder_metrics_port=p[4], checkpoint_metrics_port=p[5], rollout_metrics_port=p[6])
+    services = on_free_ports(cfg.services)
     quiet = lambda s: say("  " + s) if s.startswith(("it ", "learner: resumed", "learner: PERTURBED")) else None  # noqa: E731
 
     def run(name: str, n: int, extra_env: dict | None = None) -> None:
