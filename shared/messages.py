@@ -248,9 +248,12 @@ class Close(_Msg, tag="close"):
 
 
 class Rejoin(_Msg, tag="rejoin"):
-    """The learner does not know this instance (it restarted): say Hello again."""
+    """The learner does not know this instance (it restarted): say Hello again. ``instance`` is
+    the one it does not know; a rollout that has since said Hello under a new instance ignores
+    the Rejoins its old heartbeats still draw, instead of saying Hello once for each."""
 
     reason: str
+    instance: str = ""
 
 
 # ----------------------------------------------------------------- learner <-> ladder

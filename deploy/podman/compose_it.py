@@ -16,7 +16,7 @@ Phases (each one timed; the times are printed as it goes and in a table at the e
              (DNS service discovery)
   kill       `docker kill` one rollout: the loss is counted (health/rollouts_lost,
              health/rows_invalid) and training goes on
-  scale      `up --scale rollout=3`: the newcomer joins at the iteration boundary after it is ready
+  scale      `up --scale rollout=3`: the newcomer joins at the next iteration boundary
   restart    `stop learner`, `start learner`: it resumes from its checkpoint, same run id
   down       `down -v --rmi all`; then nothing of the test is left: containers, networks,
              volumes, images it built (intermediates too), the base image if it made it, the
@@ -511,25 +511,24 @@ def main() -> int:
                 return got[0] if got else None
 
             t_ready = wait_for(f"{newcomer} to build its battles (`welcomed`)", ready_time, timeout=120)
-            t_ref = max(t_reg, t_ready)
 
             def three():
                 return [r for r in rows(work) if r["health/rollouts"] == 3]
 
             joined = wait_for("a row with health/rollouts == 3", three, timeout=120)[0]
-            # The first boundary after the newcomer was ready: the end of the first iteration that
-            # finished after t_ref. Its message may land while the learner updates (no polling),
-            # so it joins at that boundary or the next.
+            # Membership changes only at an iteration boundary, and the learner waits there
+            # (boundedly) for a rollout that is still building its battles. So a rollout registered
+            # after iteration k finished is in iteration k + 1, or k + 2 when its Hello was read
+            # during k + 1's collection.
             ends = progress(learner_lines())
-            boundary = next((n for t, n in ends if t >= t_ref), None)
-            j = joined["run/iteration"]
             done_before = max((n for t, n in ends if t <= t_reg), default=0)
+            j = joined["run/iteration"]
             log(f"{newcomer}: registered after iteration {done_before} finished, battles built "
-                f"{t_ready - t_reg:.1f} s later, first boundary after that: after iteration {boundary}; "
-                f"joined at iteration {j} (health/rollouts == 3)")
-            if boundary is not None and j > boundary + 2:
-                raise Failed(f"{newcomer} joined at iteration {j}, later than the boundary after it was ready "
-                             f"(after iteration {boundary}) allows")
+                f"{t_ready - t_reg:.1f} s later; 3 rollouts from iteration {j} on")
+            if j > done_before + 2:
+                raise Failed(f"{newcomer} registered after iteration {done_before} but the first row with 3 "
+                             f"rollouts is iteration {j}: it should join at the next boundary "
+                             f"(iteration {done_before + 1}, or {done_before + 2} if it registered mid-iteration)")
 
         with phase("restart", "docker compose stop learner / start learner: resume, same run id"):
             n_before = len([1 for _, line in learner_lines() if re.search(r"\brun id ", line)])

@@ -78,7 +78,8 @@ class Collector:
             member = self.fleet.get(msg.instance)
             if member is None or member.identity != identity or member.lost:
                 if not isinstance(msg, Failure):
-                    self._send(identity, Rejoin(reason="this learner does not know instance " + msg.instance))
+                    self._send(identity, Rejoin(reason="this learner does not know instance " + msg.instance,
+                                                instance=msg.instance))
                 continue
             member.last_seen = time.monotonic()
             if isinstance(msg, Round):

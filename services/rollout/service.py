@@ -178,6 +178,8 @@ class RolloutService:
                 elif isinstance(msg, Welcome):
                     self._on_welcome(msg)
                 elif isinstance(msg, Rejoin):
+                    if msg.instance and msg.instance != self.instance:
+                        continue  # drawn by a heartbeat of an instance already replaced
                     self.say(f"rollout {self.instance}: learner asks to rejoin ({msg.reason})")
                     self.instance = uuid.uuid4().hex[:12]
                     self._hello()
