@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 import msgspec
-import safetensors.torch
+from safetensors.torch import load as safetensors_load, save as safetensors_save
 import torch
 
 OPTIMIZER_FORMAT = 1
@@ -39,13 +39,13 @@ def _plain(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _save(tensors: dict[str, torch.Tensor], kind: str) -> bytes:
-    return safetensors.torch.save({k: _plain(v) for k, v in tensors.items()}, metadata={"royalefleet": kind})
+    return safetensors_save({k: _plain(v) for k, v in tensors.items()}, metadata={"royalefleet": kind})
 
 
 def _load(data: bytes, kind: str) -> dict[str, torch.Tensor]:
     """Tensors of a safetensors blob, on CPU. Raises ValueError if ``data`` is not one."""
     try:
-        loaded = safetensors.torch.load(bytes(data))
+        loaded = safetensors_load(bytes(data))  # safetensors: no code runs on load, unlike torch.load
     except Exception as exc:  # safetensors raises its own SafetensorError, not a ValueError
         raise ValueError(f"{kind}: not a valid safetensors file ({exc})") from None
     # Each tensor into its own torch allocation (64-byte aligned). A tensor read out of the
