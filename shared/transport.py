@@ -34,7 +34,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import msgspec
 import zmq
 
 from shared.messages import Decoder, ProtocolError, encode
@@ -389,7 +388,3 @@ def curve_client(sock: zmq.Socket, client_secret_file: str, server_public_file: 
 
 def tcp(host: str, port: int) -> str:
     return f"tcp://{host}:{port}"
-
-
-def decode_json(data: bytes, type_):
-    return msgspec.json.decode(data, type=type_)

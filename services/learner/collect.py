@@ -53,6 +53,7 @@ class Collector:
         self.say = say
         self.refused_counter = refused_counter
         self.stop_requested = False
+        self.refused_count = 0
 
     # ------------------------------------------------------------------ messages
 
@@ -95,7 +96,7 @@ class Collector:
         if self.refused_counter is not None:
             self.refused_counter.labels(reason).inc()
         self.say(text)
-        self.stats_refused = getattr(self, "stats_refused", 0) + 1
+        self.refused_count += 1
 
     def _on_hello(self, identity: bytes, msg: Hello) -> None:
         if msg.engine != self.engine:
@@ -124,7 +125,7 @@ class Collector:
         cycle-0 round held from the previous iteration."""
         T = rect.T
         stats = CollectStats()
-        self.stats_refused = 0
+        self.refused_count = 0
         expected: dict[tuple[str, int], int] = {}
         deadline: dict[tuple[str, int], float] = {}
         uniforms: dict[int, np.ndarray] = {}
@@ -230,7 +231,7 @@ class Collector:
                     self.fleet.mark_lost(m)
                 if m.lost and m.instance not in stats.lost:
                     stats.lost.append(m.instance)
-        stats.refused = self.stats_refused
+        stats.refused = self.refused_count
         # Canonical order, never arrival order: the row's means are float sums, and the result
         # log is a record; both must not depend on which rollout answered first.
         stats.episodes.sort(key=lambda e: (e.battle, e.ordinal, e.seat))
