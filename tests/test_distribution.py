@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from services.learner.distribution import MaskedCategorical
+from shared.nn.distribution import MaskedCategorical
 
 LN2 = math.log(2.0)
 

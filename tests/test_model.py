@@ -10,7 +10,7 @@ import torch
 
 from shared.config import EnvConfig, NetConfig
 from shared.envs import ObsSpec
-from services.learner.model import ActorCritic, board_input_channels, legal_fraction, mask_planes
+from shared.nn.model import ActorCritic, board_input_channels, legal_fraction, mask_planes
 
 H, W, P = 32, 18, 4
 TILES = H * W  # 576

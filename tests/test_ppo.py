@@ -12,8 +12,8 @@ from torch import nn
 
 from shared.config import NetConfig, PPOConfig
 from shared.envs import ObsSpec
-from services.learner.distribution import MaskedCategorical
-from services.learner.model import ActorCritic
+from shared.nn.distribution import MaskedCategorical
+from shared.nn.model import ActorCritic
 from services.learner.ppo import (
     UpdateData, adam_eps_floor_frac, clipped_objective, make_optimizers, ppo_update, standardize_advantages,
 )

@@ -11,6 +11,8 @@ import shared
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = sorted(f"shared.{m.name}" for m in pkgutil.iter_modules(shared.__path__))
+"""Every shared module, plus the package shared.nn itself (its __init__ is torch-free); the
+modules INSIDE shared.nn are the torch half, used by the learner and evaluator only."""
 
 
 def run(code: str) -> dict:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from services.checkpoint.snapshots import SnapshotCorrupt, SnapshotStore, snapshot_id
-from services.learner.statefiles import bytes_to_module, module_to_bytes
+from shared.nn.statefiles import bytes_to_module, module_to_bytes
 from shared import transport
 from shared.messages import Decoder, FromCheckpoint, LoadSnapshot, NotFound, SaveSnapshot, SnapshotLoaded, SnapshotSaved
 from tests.stack import free_ports

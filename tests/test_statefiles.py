@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from services.learner.statefiles import (
+from shared.nn.statefiles import (
     bytes_to_module,
     bytes_to_optimizer,
     module_to_bytes,

@@ -33,7 +33,7 @@ import hashlib
 
 import msgspec
 
-from services.learner.statefiles import (
+from shared.nn.statefiles import (
     bytes_to_module, bytes_to_optimizer, module_to_bytes, optimizer_to_bytes, set_torch_rng_state,
     torch_rng_state,
 )

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from shared.config import PPOConfig
-from services.learner.distribution import NOOP, MaskedCategorical
+from shared.nn.distribution import NOOP, MaskedCategorical
 
 ADV_EPS = 1e-8
 """Added to the advantage std: a single choice row standardises to 0, not NaN."""

@@ -107,8 +107,8 @@ class Learner:
         from services.learner.lr_backoff import LrBackoff
         from services.learner.returns import ReturnScaler
         from services.learner.metrics import LearnerMetrics
-        from services.learner.model import ActorCritic
-        from services.learner.policy import Policy
+        from shared.nn.model import ActorCritic
+        from shared.nn.policy import Policy
         from services.learner.ppo import make_optimizers
         from services.learner.preflight import run_preflight
         from shared.codec import CODEC_VERSION, describe_table, table_digest
@@ -240,7 +240,7 @@ class Learner:
         a pool candidate every ``ladder.pool.candidate_every_env_steps``."""
         import copy
 
-        from services.learner.statefiles import module_to_bytes
+        from shared.nn.statefiles import module_to_bytes
 
         actor = module_to_bytes(copy.deepcopy(self.model.actor).half())
         spec = msgspec.json.encode({

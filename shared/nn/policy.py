@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from services.learner.distribution import MaskedCategorical
+from shared.nn.distribution import MaskedCategorical
 from shared.codec import Codec
 
 
