@@ -94,6 +94,9 @@ class LocalConfig(_Cfg):
     """Rollout processes the local stack starts."""
     restart_rollouts: bool = True
     """Restart a rollout process that died (it rejoins at the next iteration)."""
+    evaluators: NonNegInt = 1
+    """Evaluator processes the local stack starts (``python -m services.evaluator``): they play
+    the gate's evaluation games. 0 starts none (gates then wait for an evaluator)."""
 
 
 class NetConfig(_Cfg):
@@ -106,6 +109,12 @@ class NetConfig(_Cfg):
     value_hidden: PosInt = 256
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """``auto`` picks cuda when torch sees a GPU, the CPU otherwise."""
+    autocast: Literal["bfloat16", "off"] = "bfloat16"
+    """Mixed precision of the trunk and heads ON CUDA: ``bfloat16`` autocast (no GradScaler
+    needed; logits and values come out float32 whatever this says), or ``off`` for float32
+    throughout. Inert on the CPU, which always computes in float32 (royalelearn-facts §5,
+    Precision). Not part of the architecture digest (a snapshot moves between precisions);
+    part of the algorithm digest, because it changes the numbers a run produces."""
 
 
 class PPOConfig(_Cfg):
@@ -194,7 +203,11 @@ class PoolConfig(_Cfg):
 
     candidate_every_env_steps: PosInt = 4_000_000
     max_resident_opponents: PosInt = 2
+    """Distinct pool snapshots the learner's pool battles meet at a time (the resident set,
+    drawn by PFSP and redrawn when the pool changes: services/ladder/resident.py)."""
     pool_working_size: PosInt = 48
+    """Members the PFSP sampler keeps; beyond it eviction thins the sampler (never the archive).
+    Also bounds the ``member`` label of the ``ladder/rating/{member}`` gauges."""
     pfsp_weighting: Literal["hard", "variance", "linear", "uniform"] = "hard"
     pfsp_power: PosFloat = 2.0
     pfsp_uniform_floor: Fraction01 = 0.2
@@ -246,6 +259,21 @@ class LadderConfig(_Cfg):
     rater: RaterConfig = msgspec.field(default_factory=RaterConfig)
 
 
+class EvaluationConfig(_Cfg):
+    """How the ladder hands evaluation games to evaluator workers (operational: never part of
+    the run identity; a gate's numbers do not depend on them, royalelearn-facts 6.4)."""
+
+    job_seeds: PosInt = 4
+    """Evaluation seeds in one job; each seed is played twice (both sides), so a job is
+    2 x job_seeds full matches (about 8 s each on the reference's machine, facts section 10)."""
+    job_deadline_s: PosFloat = 900.0
+    """A job not reported this long after it was handed out is handed out again."""
+    no_job_retry_s: PosFloat = 5.0
+    """How long an evaluator waits before asking again when the ladder has no job."""
+    snapshot_cache: PosInt = 4
+    """Frozen snapshots an evaluator keeps loaded (least recently used dropped first)."""
+
+
 class CheckpointConfig(_Cfg):
     every_iterations: PosInt = 5
     """Write a checkpoint every this many iterations (and always at a clean stop)."""
@@ -269,11 +297,16 @@ class ServicesConfig(_Cfg):
     starts when ROYALEFLEET_HALT_TOKEN is set. 0 disables it."""
     rollout_metrics_port: Port = 9110
     """The first local rollout's port; the k-th local rollout uses this + k. 0 disables."""
+    evaluator_metrics_port: Port = 9200
+    """The first local evaluator's /metrics port; the k-th uses this + k. 0 disables."""
     max_message_mb: PosInt = 64
     """Largest message a service accepts (ZMQ_MAXMSGSIZE): a bigger one is dropped by ZeroMQ
     before it is read."""
     request_timeout_s: PosFloat = 30.0
     """How long a request to the ladder or the checkpoint service may take before it is retried."""
+    ladder_status_timeout_s: PosFloat = 2.0
+    """How long the learner waits, once per iteration, for the ladder's status (the ``ladder/``
+    keys of its metric row); without an answer those keys are absent that iteration."""
 
 
 class DeterminismConfig(_Cfg):
@@ -301,6 +334,7 @@ class RunConfig(_Cfg):
     services: ServicesConfig = msgspec.field(default_factory=ServicesConfig)
     determinism: DeterminismConfig = msgspec.field(default_factory=DeterminismConfig)
     alarms: AlarmConfig = msgspec.field(default_factory=AlarmConfig)
+    evaluation: EvaluationConfig = msgspec.field(default_factory=EvaluationConfig)
 
 
 # ----------------------------------------------------------------------------- profiles
@@ -464,6 +498,14 @@ def check_consistency(cfg: RunConfig) -> list[str]:
         problems.append(f"ladder.mix: {list(cfg.ladder.mix)} sums to zero; give at least one role a share")
     if cfg.ladder.mix[2] > 0 and not cfg.ladder.scripted_opponents:
         problems.append("ladder.scripted_opponents: empty while ladder.mix gives scripted battles a share")
+    gate, seeds = cfg.ladder.gate, cfg.ladder.pool.eval_seed_count
+    for name in ("champion_games", "anchor_games", "stratified_games"):
+        games = getattr(gate, name)
+        if (games + 1) // 2 > seeds:
+            problems.append(
+                f"ladder.gate.{name}: {games} paired battles need {(games + 1) // 2} evaluation seeds, but "
+                f"ladder.pool.eval_seed_count is {seeds}; lower the games or raise the seed count"
+            )
     if cfg.net.channels % cfg.net.norm_groups:
         problems.append(
             f"net.norm_groups: {cfg.net.norm_groups} does not divide net.channels={cfg.net.channels}"

@@ -21,10 +21,10 @@ env_spec_digest        the env config by value (decision clock, truncation, rewa
 obs_digest,            what the policy sees and can do (read off the built env)
 action_digest
 frame_stack            the trunk's input width
-arch_digest            the network (NetConfig without the device)
+arch_digest            the network (NetConfig without the device and the autocast setting)
 codec_version,         how a row is stored
 codec_table_digest
-algo_digest            PPO, GAE, schedules, reward scaling, LR backoff
+algo_digest            PPO, GAE, schedules, reward scaling, LR backoff, CUDA autocast
 rollout_digest         battles and shards per rollout, local rollouts, mask-only scripted seats
 ladder_digest          who the learner plays: mix, scripted opponents, pool, gate, rater
 =====================  =================================================================
@@ -85,8 +85,8 @@ def config_digests(cfg: RunConfig) -> dict[str, str]:
     """The identity digests that depend on the config alone."""
     return {
         "env_spec_digest": digest(cfg.env),
-        "arch_digest": digest(_without(cfg.net, "device")),
-        "algo_digest": digest({"ppo": cfg.ppo, "advantage": cfg.advantage}),
+        "arch_digest": digest(_without(cfg.net, "device", "autocast")),
+        "algo_digest": digest({"ppo": cfg.ppo, "advantage": cfg.advantage, "autocast": cfg.net.autocast}),
         "rollout_digest": digest({"battles": cfg.rollout.battles, "shards": cfg.rollout.shards,
                                   "local_rollouts": cfg.local.rollouts,
                                   "mask_only_scripted": cfg.rollout.mask_only_scripted}),

@@ -10,7 +10,7 @@ import torch
 
 from shared.config import EnvConfig, NetConfig
 from shared.envs import ObsSpec
-from shared.nn.model import ActorCritic, board_input_channels, legal_fraction, mask_planes
+from shared.nn.model import ActorCritic, autocast_enabled, board_input_channels, legal_fraction, mask_planes
 
 H, W, P = 32, 18, 4
 TILES = H * W  # 576
@@ -193,3 +193,43 @@ def test_hand_built_layout_is_the_real_one_and_a_real_observation_runs():
     assert torch.equal(mask_planes(batch["mask"], SPEC)[0], torch.from_numpy(seat["mask_planes"]).bool())
     logits = ActorCritic(SPEC, TINY, seed=0).actor_logits(batch)
     assert logits.shape == (1, 2305) and torch.isfinite(logits).all()
+
+
+# ----------------------------------------------------------------------------- precision
+
+
+@pytest.mark.parametrize("device_type,setting,expected", [
+    ("cuda", "bfloat16", True), ("cuda", "off", False), ("cpu", "bfloat16", False), ("cpu", "off", False),
+])
+def test_bf16_autocast_only_on_cuda_when_asked(device_type, setting, expected):
+    assert autocast_enabled(device_type, setting) is expected
+
+
+def test_an_unknown_autocast_setting_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"net.autocast 'fp8': expected 'bfloat16' or 'off'"):
+        autocast_enabled("cuda", "fp8")
+
+
+def test_cpu_forward_runs_outside_autocast_even_when_bf16_is_configured(model):
+    seen = {}
+    handle = model.actor.register_forward_hook(lambda m, i, o: seen.setdefault("on", torch.is_autocast_enabled("cpu")))
+    try:
+        model.actor_logits(random_obs(2))
+    finally:
+        handle.remove()
+    assert model.net_config.autocast == "bfloat16" and seen == {"on": False}
+
+
+def test_logits_and_values_stay_float32_under_bf16_autocast(model):
+    """What CUDA runs, exercised with CPU autocast (the same dtype rules): the heads' outputs
+    are float32, and they agree with the float32 forward to bf16 precision."""
+    obs = random_obs(4, seed=3)
+    with torch.no_grad():
+        ref_logits, ref_values = model.actor(obs), model.critic(obs)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            logits, values = model.actor(obs), model.critic(obs)
+    assert logits.dtype == torch.float32 and values.dtype == torch.float32
+    # bf16 keeps 8 significant bits: a relative error of a few 2**-8 through two conv layers.
+    assert torch.allclose(logits, ref_logits, rtol=0.05, atol=0.02)
+    assert torch.allclose(values, ref_values, rtol=0.05, atol=0.05)
+    assert not torch.equal(logits, ref_logits)  # autocast really ran in bf16

@@ -28,6 +28,7 @@ with A = 1 + hand_slots * H * W and ``mask[:, 0]`` (the no-op) True on every row
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -48,6 +49,28 @@ HIDDEN_GAIN = math.sqrt(2.0)
 HEAD_GAIN = 0.01
 VALUE_GAIN = 1.0
 EMBED_STD = 0.02
+
+
+# ----------------------------------------------------------------------------- precision
+
+
+def autocast_enabled(device_type: str, setting: str) -> bool:
+    """Whether the forward passes run under bf16 autocast: on CUDA with ``net.autocast``
+    "bfloat16" only. The CPU always computes in float32 (its bf16 kernels are slower on the
+    machines this runs on, and a CPU run should not change numbers with a setting meant for
+    GPUs). Raises ValueError for a setting other than "bfloat16" / "off"."""
+    if setting not in ("bfloat16", "off"):
+        raise ValueError(f"net.autocast {setting!r}: expected 'bfloat16' or 'off'")
+    return device_type == "cuda" and setting == "bfloat16"
+
+
+def precision(device_type: str, setting: str):
+    """The context the forward passes run in: ``torch.autocast(cuda, bfloat16)`` when
+    ``autocast_enabled``, else a null context. Logits and values are cast to float32 at the
+    end of each head either way (royalelearn-facts §5, Precision)."""
+    if autocast_enabled(device_type, setting):
+        return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 # ----------------------------------------------------------------------------- input assembly
@@ -273,12 +296,14 @@ class ActorCritic(nn.Module):
             raise RuntimeError(f"reset_parameters has no rule for: {', '.join(missed)}")
 
     def actor_logits(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B, A) float32 raw logits."""
-        return self.actor(obs)
+        """(B, A) float32 raw logits (float32 under bf16 autocast too)."""
+        with precision(obs["spatial"].device.type, self.net_config.autocast):
+            return self.actor(obs)
 
     def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """(B,) float32."""
-        return self.critic(obs)
+        with precision(obs["spatial"].device.type, self.net_config.autocast):
+            return self.critic(obs)
 
     def parameter_count(self) -> dict[str, int]:
         return {
