@@ -5,6 +5,8 @@
     royalefleet bench    measure bare RoyaleGym speed against the stack's, and the wire bytes
     royalefleet resume / verify-resume / identity / checkpoints   runs that stop and continue
     royalefleet rate     refit the ratings from a result log
+    royalefleet eval     play a paired evaluation between two players (snapshots or anchors)
+    royalefleet gate     re-run a logged gate decision and compare its numbers
     royalefleet keys     CURVE keys for authenticated cross-host traffic
 """
 
@@ -71,7 +73,8 @@ def cmd_config(args) -> int:
 def cmd_bench(args) -> int:
     from royalefleet.bench import run_bench
 
-    return run_bench(_load(args), seconds=args.seconds, iterations=args.iterations)
+    return run_bench(_load(args), seconds=args.seconds, iterations=args.iterations, update_only=args.update_only,
+                     update_batches=args.update_batches, reference=args.reference)
 
 
 def cmd_verify_resume(args) -> int:
@@ -175,9 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     common(ck)
     ck.set_defaults(func=cmd_checkpoints)
 
-    from royalefleet import cmd_keys, cmd_rate
+    from royalefleet import cmd_eval, cmd_gate, cmd_keys, cmd_rate
 
     cmd_rate.add_parser(sub)
+    cmd_eval.add_parser(sub)
+    cmd_gate.add_parser(sub)
     cmd_keys.add_parser(sub)
 
     cf = sub.add_parser("config", help="print or write a fully populated config",
@@ -187,12 +192,21 @@ def build_parser() -> argparse.ArgumentParser:
     cf.add_argument("-o", "--output", help="file to write (default: standard output)")
     cf.set_defaults(func=cmd_config)
 
-    bn = sub.add_parser("bench", help="measure env speed, stack speed and wire bytes per row",
+    bn = sub.add_parser("bench", help="measure env speed, stack speed, wire bytes per row and update speed",
                         description="Prints bare RoyaleGym decisions/s with random-legal play on the same battles, "
-                        "the stack's collected rows/s, their ratio, and the wire bytes per observation row.")
+                        "the stack's collected rows/s, their ratio, the wire bytes per observation row, and the PPO "
+                        "update's rows/s beside the reference's on the same batch (docs/throughput.md).")
     common(bn)
     bn.add_argument("--seconds", type=float, default=20.0, help="seconds of bare env stepping (default 20)")
     bn.add_argument("--iterations", type=int, default=2, help="stack iterations to time (default 2)")
+    bn.add_argument("--update-only", action="store_true",
+                    help="only the PPO update on a synthetic iteration of real observations, ours beside the "
+                    "reference's (royalelearn, when installed) on the same batch")
+    bn.add_argument("--update-batches", type=int, default=1, choices=range(1, 65), metavar="K",
+                    help="the update benchmark's rows: K x ppo.batch_size (default 1)")
+    bn.add_argument("--reference", choices=("our-size", "all", "none"), default="our-size",
+                    help="the reference's update beside ours: at our network's size (default), also with its own "
+                    "default network (all: minutes more), or none")
     bn.set_defaults(func=cmd_bench)
     return p
 

@@ -310,7 +310,10 @@ def training_dashboard() -> dict:
                                                              (L("env/reward_terminal_abs"), "terminal")],
            description="shaping_dominates warns when shaping is the larger for 5 iterations."),
         ts("Win rates", [(L("env/win_rate_vs/{opponent}"), "{{opponent}}"), (L("env/win_rate_scripted"), "all scripted"),
-                         (L("env/draw_rate"), "draws")], unit="percentunit"),
+                         (L("env/win_rate_pool"), "all pool snapshots"), (L("env/draw_rate"), "draws")],
+           unit="percentunit", description="Against pool snapshots: one series over whichever snapshots PFSP "
+                                           "drew this iteration (env/episodes_pool games); per-member strength is "
+                                           "the ladder dashboard's ratings."),
         ts("Cards per match", [(L("policy/cards_per_match"), "cards")],
            description="About 22 expected; noop_collapse warns under 8, noop_collapse_severe halts under 3."),
     ]
@@ -349,9 +352,11 @@ def ladder_dashboard() -> dict:
         ts("Pool size", [(L("ladder/pool_size"), "members")]),
         ts("Battles by role (last plan)", [("royalefleet_ladder_role_battles", "{{role}}"),
                                            ("royalefleet_ladder_pool_fallback_battles", "pool battles on a scripted opponent")]),
-        ts("Win rate against each opponent", [(L("env/win_rate_vs/{opponent}"), "{{opponent}}")], unit="percentunit"),
+        ts("Win rate against each opponent", [(L("env/win_rate_vs/{opponent}"), "{{opponent}}"),
+                                              (L("env/win_rate_pool"), "pool snapshots (all)")], unit="percentunit"),
         ts("Ladder service", [("rate(royalefleet_ladder_plans_served_total[5m])", "plans/s"),
                               ("rate(royalefleet_ladder_episodes_recorded_total[5m])", "episodes recorded/s"),
+                              ("rate(royalefleet_ladder_eval_games_recorded_total[5m])", "evaluation games/s"),
                               ("sum by (reason) (rate(royalefleet_ladder_messages_refused_total[5m]))", "refused: {{reason}}")]),
     ]
     gate = [
@@ -361,8 +366,26 @@ def ladder_dashboard() -> dict:
            unit="percentunit", description="A candidate passes at 0.52 (ladder.gate.champion_lower_bound)."),
         ts("Gates run and passed", [(L("ladder/gates_run"), "run"), (L("ladder/gates_passed"), "passed")]),
     ]
-    return dashboard("royalefleet-ladder", "royalefleet: ladder", "Ratings with standard errors, the pool and the gate.",
-                     [("Ratings", ratings), ("Pool", pool), ("Gate", gate)])
+    evaluators = [
+        ts("Evaluation games and jobs", [
+            ("sum(rate(royalefleet_evaluator_games_played_total[5m]))", "games played/s (all evaluators)"),
+            ("sum(rate(royalefleet_evaluator_jobs_reported_total[5m]))", "jobs reported/s"),
+            ("sum by (reason) (rate(royalefleet_evaluator_jobs_failed_total[5m]))", "jobs given up/s: {{reason}}"),
+            ("rate(royalefleet_ladder_eval_games_recorded_total[5m])", "games recorded/s (ladder)"),
+        ], description="Games an evaluator played against games the ladder wrote: played but not recorded are "
+                       "games of a job cut short or reported twice (a job past evaluation.job_deadline_s is "
+                       "handed out again)."),
+        ts("Evaluators", [
+            ('count(up{job="evaluator"} == 1)', "scraped and up"),
+            ('count(up{job="evaluator"} == 0)', "scraped and down"),
+            ("sum(royalefleet_evaluator_busy)", "playing a job"),
+            ("sum(rate(royalefleet_evaluator_snapshots_loaded_total[5m]))", "snapshots loaded/s"),
+        ], description="Idle evaluators ask the ladder for a job every few seconds; all busy while a gate "
+                       "waits means the gate is short of evaluators (FLEET_EVALUATORS, local.evaluators)."),
+    ]
+    return dashboard("royalefleet-ladder", "royalefleet: ladder",
+                     "Ratings with standard errors, the pool, the gate and its evaluators.",
+                     [("Ratings", ratings), ("Pool", pool), ("Gate", gate), ("Evaluators", evaluators)])
 
 
 def fleet_dashboard() -> dict:
@@ -541,16 +564,18 @@ def contact_points() -> dict:
 
 SCRAPE_TARGETS = {"learner": "learner:9100", "ladder": "ladder:9101", "checkpoint": "checkpoint:9102"}
 ROLLOUT_DNS_NAME, ROLLOUT_PORT = "rollout", 9110
+EVALUATOR_DNS_NAME, EVALUATOR_PORT = "evaluator", 9200
+SCALED_TARGETS = {"rollout": (ROLLOUT_DNS_NAME, ROLLOUT_PORT), "evaluator": (EVALUATOR_DNS_NAME, EVALUATOR_PORT)}
+"""Scrape job -> (Compose service name, metrics port) for the scaled services (``deploy.replicas``)."""
 
 
 def prometheus_config() -> dict:
     jobs = [{"job_name": job, "static_configs": [{"targets": [target]}]} for job, target in SCRAPE_TARGETS.items()]
-    jobs.append({
-        "job_name": "rollout",
+    for job, (name, port) in SCALED_TARGETS.items():
         # One A record per replica of the scaled compose service: every replica is its own
         # target (a static 'rollout:9110' would hit a different replica on each scrape).
-        "dns_sd_configs": [{"names": [ROLLOUT_DNS_NAME], "type": "A", "port": ROLLOUT_PORT, "refresh_interval": "15s"}],
-    })
+        jobs.append({"job_name": job,
+                     "dns_sd_configs": [{"names": [name], "type": "A", "port": port, "refresh_interval": "15s"}]})
     return {
         "global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
         "rule_files": ["rules/alarms.yml"],

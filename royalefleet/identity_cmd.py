@@ -9,7 +9,7 @@ def identity_for(cfg: RunConfig):
     """(RunIdentity, run_id) for ``cfg`` against a freshly built environment and this device."""
     import torch
 
-    from services.learner.preflight import run_preflight
+    from shared.preflight import run_preflight
     from shared.codec import CODEC_VERSION, table_digest
     from shared.identity import action_digest_of, compute_identity, describe_device, run_id
 

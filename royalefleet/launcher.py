@@ -34,8 +34,10 @@ def service_environments(cfg: RunConfig, config_path: str, runs_dir: str, iterat
                          rollouts: int | None = None) -> dict[str, dict[str, str]]:
     """The environment variables of every local service: name -> {var: value}.
 
-    Rollout k is named ``rollout-k``. Thread counts are pinned before numpy or torch load
-    (a fixed count is part of run-exactness; a rollout needs one thread).
+    Rollout k is named ``rollout-k``, evaluator k ``evaluator-k`` (``local.evaluators``; one that
+    dies is restarted under ``local.restart_evaluators``, see ``Stack._watch_evaluators``). Thread
+    counts are pinned before numpy or torch load (a fixed count is part of run-exactness; a
+    rollout needs one thread).
     """
     s = cfg.services
     host = s.host
@@ -76,11 +78,18 @@ def service_environments(cfg: RunConfig, config_path: str, runs_dir: str, iterat
             "ROYALEFLEET_SHARDS": str(cfg.rollout.shards),
             "ROYALEFLEET_METRICS_PORT": str(s.rollout_metrics_port + k if s.rollout_metrics_port else 0),
         }
+    for k in range(cfg.local.evaluators):
+        envs[f"evaluator-{k}"] = common | one | {
+            "ROYALEFLEET_CONFIG": config_path,
+            "ROYALEFLEET_LADDER": tcp(host, s.ladder_port),
+            "ROYALEFLEET_CHECKPOINT": tcp(host, s.checkpoint_port),
+            "ROYALEFLEET_METRICS_PORT": str(s.evaluator_metrics_port + k if s.evaluator_metrics_port else 0),
+        }
     return envs
 
 
 PORT_FIELDS = ("learner_port", "ladder_port", "checkpoint_port", "learner_metrics_port", "ladder_metrics_port",
-               "checkpoint_metrics_port", "rollout_metrics_port", "learner_halt_port")
+               "checkpoint_metrics_port", "rollout_metrics_port", "learner_halt_port", "evaluator_metrics_port")
 
 
 def on_free_ports(services):
@@ -120,6 +129,7 @@ class Child:
     echo: bool
     proc: subprocess.Popen | None = None
     restarts: int = 0
+    given_up: bool = False  # exited and left down; said once
     threads: list = field(default_factory=list)
 
     def start(self, say) -> None:
@@ -166,6 +176,8 @@ def ports_in_use(cfg: RunConfig, rollouts: int) -> list[str]:
               "checkpoint metrics": s.checkpoint_metrics_port}
     if s.rollout_metrics_port:
         wanted |= {f"rollout-{k} metrics": s.rollout_metrics_port + k for k in range(rollouts)}
+    if s.evaluator_metrics_port:  # an evaluator that cannot bind exits 1, and would be restarted
+        wanted |= {f"evaluator-{k} metrics": s.evaluator_metrics_port + k for k in range(cfg.local.evaluators)}
     busy = []
     for name, port in wanted.items():
         if not port:
@@ -238,9 +250,11 @@ class Stack:
             for name in SERVICE_ORDER:
                 self.children[name].start(self.say)
             for name, c in self.children.items():
-                if name.startswith("rollout-"):
+                if name.startswith(("rollout-", "evaluator-")):
                     c.start(self.say)
-            self.say(f"started checkpoint, ladder, learner and {self.n_rollouts} rollout(s); Ctrl-C stops them cleanly")
+            n_eval = sum(n.startswith("evaluator-") for n in self.children)
+            self.say(f"started checkpoint, ladder, learner, {self.n_rollouts} rollout(s) and {n_eval} evaluator(s); "
+                     "Ctrl-C stops them cleanly")
             return self._watch()
         finally:
             self._stop_all()
@@ -280,6 +294,28 @@ class Stack:
                         self.say(f"{name} was refused and is not restarted; last lines:\n{c.tail()}")
                         self.interrupts = 1
                         learner.signal(signal.SIGTERM)
+            if not self.interrupts:
+                self._watch_evaluators()
+
+    def _watch_evaluators(self) -> None:
+        """Restart an evaluator that exited (``local.restart_evaluators``), unless it exited 2 (its
+        config was refused: a restart fails the same way); either way say so, once per exit. The
+        run goes on without it: a job it held is handed out again after
+        ``evaluation.job_deadline_s``, and gates wait for the evaluators left."""
+        for name, c in self.children.items():
+            if not name.startswith("evaluator-") or c.given_up or c.alive():
+                continue
+            code = c.proc.returncode
+            if self.cfg.local.restart_evaluators and code != 2:
+                c.restarts += 1
+                self.say(f"{name} exited (code {code}); restarting it (restart {c.restarts}); a job it held is "
+                         "handed out again after evaluation.job_deadline_s")
+                c.start(self.say)
+            else:
+                why = ("its config was refused" if code == 2 else "local.restart_evaluators is off")
+                self.say(f"{name} exited (code {code}) and is not restarted ({why}); gates wait for the other "
+                         f"evaluators; last lines of {c.log_path}:\n{c.tail()}")
+                c.given_up = True
 
     def _stop_all(self) -> None:
         learner = self.children["learner"]

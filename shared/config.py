@@ -65,6 +65,13 @@ class EnvConfig(_Cfg):
     potential and rewards never playing (royalelearn-facts lesson 13)."""
     reward_weights: RewardWeights = msgspec.field(default_factory=RewardWeights)
     """Shaping weights of the ``potential`` reward composition."""
+    deck: tuple[str, ...] = ()
+    """Empty (the default): a random deck of 8 different cards per seat and episode, RoyaleGym's
+    ``DefaultStateMutator()``. Otherwise 8 card NAMES (e.g. RoyaleGym's starter deck ``Knight,
+    Archer, Giant, Minions, Fireball, Zap, Cannon, Musketeer``) dealt to both seats every
+    episode, shuffled independently: a fixed-deck curriculum, like the reference's SeatDecks
+    with one deck for both sides. Names are checked against the engine's catalogue when the
+    first battle is built."""
 
 
 class RolloutConfig(_Cfg):
@@ -97,6 +104,10 @@ class LocalConfig(_Cfg):
     evaluators: NonNegInt = 1
     """Evaluator processes the local stack starts (``python -m services.evaluator``): they play
     the gate's evaluation games. 0 starts none (gates then wait for an evaluator)."""
+    restart_evaluators: bool = True
+    """Restart an evaluator process that died, except one that exited 2 (its config was
+    refused; a restart would fail the same way). Its job in flight is handed out again after
+    ``evaluation.job_deadline_s``. Off: the launcher says so and the gate waits for the others."""
 
 
 class NetConfig(_Cfg):
@@ -107,6 +118,10 @@ class NetConfig(_Cfg):
     norm_groups: PosInt = 8
     vector_embed: PosInt = 32
     value_hidden: PosInt = 256
+    noop_bias: Annotated[float, Meta(ge=-20.0, le=20.0)] = 0.0
+    """A constant added to the no-op logit (royalelearn-facts §5, the pointer head). 0 starts
+    with p(no-op) = 1 / n_legal, a policy that plays a card whenever it can; 8 starts nearly
+    passive (p(no-op) ~ 0.88 with ~400 legal plays), which the reference's own runs used."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """``auto`` picks cuda when torch sees a GPU, the CPU otherwise."""
     autocast: Literal["bfloat16", "off"] = "bfloat16"
@@ -213,7 +228,6 @@ class PoolConfig(_Cfg):
     pfsp_uniform_floor: Fraction01 = 0.2
     weight_floor_scale: NonNegFloat = 0.01
     eval_seed_count: PosInt = 500
-    refit_every_iterations: PosInt = 10
 
 
 class AlarmConfig(_Cfg):
@@ -486,6 +500,9 @@ def check_consistency(cfg: RunConfig) -> list[str]:
     problems += schedule_problems("ppo.ent_coef", cfg.ppo.ent_coef, low=0.0)
     problems += schedule_problems("ppo.ent_coef_noop", cfg.ppo.ent_coef_noop, low=0.0)
     problems += schedule_problems("advantage.gamma", cfg.advantage.gamma, low=1e-6, high=1.0)
+    deck = cfg.env.deck
+    if deck and (len(deck) != 8 or len(set(deck)) != 8):
+        problems.append(f"env.deck: {list(deck)} must be 8 different card names (or empty for random decks)")
     for name in ("crown", "tower_hp", "elixir"):
         w = getattr(cfg.env.reward_weights, name)
         if not math.isfinite(w):

@@ -69,6 +69,31 @@ def build_reward(cfg: EnvConfig):
     raise ValueError(f"env.reward: unknown reward {cfg.reward!r}; choose potential or royalegym_default")
 
 
+def _checked_deck(deck: tuple[str, ...]) -> tuple[str, ...]:
+    """``deck`` if every name is in the engine's card catalogue; ValueError naming the unknown
+    ones (with close matches) otherwise. RoyaleGym itself would fail later, at a reset."""
+    import difflib
+
+    from royalegym import RustEngine
+
+    names = [c if isinstance(c, str) else getattr(c, "name", str(c)) for c in _catalogue(RustEngine)]
+    unknown = [d for d in deck if d not in names]
+    if unknown:
+        hints = "; ".join(f"{u!r}: did you mean {difflib.get_close_matches(u, names, n=3)}?" for u in unknown)
+        raise ValueError(f"env.deck: unknown card name(s) {unknown} ({hints}); the catalogue has {len(names)} cards")
+    return deck
+
+
+_CATALOGUE: list = []
+
+
+def _catalogue(engine_cls) -> list:
+    """The engine's card list, read once per process (building an engine costs ~0.3 s)."""
+    if not _CATALOGUE:
+        _CATALOGUE.extend(engine_cls().cards())
+    return _CATALOGUE
+
+
 def build_env(cfg: EnvConfig, *, gamma: float | None = None):
     """One ``ClashParallelEnv`` on its own ``RustEngine`` (never shared between envs).
 
@@ -92,7 +117,7 @@ def build_env(cfg: EnvConfig, *, gamma: float | None = None):
         reward_fn=reward_fn,
         termination_cond=GameOverCondition(),
         truncation_cond=StepLimitCondition(max_steps=cfg.max_steps) if cfg.max_steps else None,
-        state_mutator=DefaultStateMutator(),
+        state_mutator=DefaultStateMutator(decks=[list(_checked_deck(cfg.deck))] * 2) if cfg.deck else DefaultStateMutator(),
         decision_ms=cfg.decision_ms,
     )
 
@@ -140,3 +165,27 @@ def engine_build(env) -> EngineBuild:
         cards_digest=hashlib.sha256(json.dumps(cards, default=str).encode()).hexdigest()[:16],
         royalegym_version=royalegym.__version__,
     )
+
+
+EPISODE_STAT_KEYS = (
+    "episode_steps", "episode_ticks", "own_crowns", "enemy_crowns", "own_tower_hp_frac",
+    "enemy_tower_hp_frac", "elixir_leak_steps", "elixir_count_exact",
+)
+"""The per-seat ``info`` keys RoyaleGym sets at an episode's end, copied into its
+``EpisodeRecord`` (0 when absent) by the rollout's battles and the evaluator's games alike."""
+
+
+def make_scripted(opponent: str, random_legal_noop_prob: float):
+    """A scripted player by its ladder id: None for ``scripted:noop`` (always the no-op, no
+    object needed), RoyaleGym's ``RandomLegalOpponent(random_legal_noop_prob)`` for
+    ``scripted:random_legal`` (its ``act(obs, mask, rng)`` draws from the caller's generator).
+    The rollout's scripted seats and the evaluator's anchors are built here, so an anchor is
+    exactly the training opponent. Raises ValueError for an unknown id."""
+    from royalegym import RandomLegalOpponent
+    from royalegym.opponents import NOOP  # noqa: F401  (imported to fail loudly if it moves)
+
+    if opponent == "scripted:noop":
+        return None
+    if opponent == "scripted:random_legal":
+        return RandomLegalOpponent(random_legal_noop_prob)
+    raise ValueError(f"unknown scripted opponent {opponent!r}; known: scripted:noop, scripted:random_legal")

@@ -123,14 +123,15 @@ def battle_roles(master_seed: int, n_battles: int, mix: Sequence[float]) -> list
 
 
 def assign(master_seed: int, battle: int, ordinal: int, role: str, scripted_opponents: Sequence[str],
-           pool_members: Sequence[str] = ()) -> Assignment:
+           pool_members: Sequence[str] = (), pool_weights: Sequence[float] | None = None) -> Assignment:
     """Who plays episode ``ordinal`` of battle ``battle``, a pure function of the arguments.
 
     * ``mirror``: opponent ``"learner"``, learner_seat -1 (the live policy holds both seats).
     * ``scripted``: opponent uniform over ``scripted_opponents``, learner_seat uniform 0/1.
-    * ``pool``: opponent uniform over ``pool_members``; while the pool is empty, a scripted
-      opponent drawn exactly as for ``scripted`` and the role stays ``pool`` (a pool
-      fallback: see ``is_pool_fallback``). PFSP weighting is a later issue.
+    * ``pool``: opponent drawn from ``pool_members`` (the ladder's resident set) with
+      probabilities ``pool_weights`` (its PFSP weights; None: uniform), learner_seat uniform
+      0/1; while the pool is empty, a scripted opponent drawn exactly as for ``scripted`` and
+      the role stays ``pool`` (a pool fallback: see ``is_pool_fallback``).
 
     Draws come from stream ``match/battle/{battle}/ordinal/{ordinal}``: the seat first, then the
     opponent, so an episode's seat does not depend on how many candidates there are (the pool
@@ -149,8 +150,38 @@ def assign(master_seed: int, battle: int, ordinal: int, role: str, scripted_oppo
         raise ValueError(f"battle {battle} is a {role} battle but scripted_opponents is empty")
     rng = stream(master_seed, "match/battle/{battle}/ordinal/{ordinal}", battle=battle, ordinal=ordinal)
     seat = int(rng.integers(2))
-    opponent = candidates[int(rng.integers(len(candidates)))]
+    if role == "pool" and pool_members and pool_weights is not None:
+        opponent = candidates[_weighted_index(rng.random(), _cumulative(pool_weights, len(pool_members)))]
+    else:
+        opponent = candidates[int(rng.integers(len(candidates)))]
     return Assignment(battle, ordinal, role, opponent, seat)  # type: ignore[arg-type]
+
+
+def _cumulative(weights: Sequence[float], n: int) -> list[float]:
+    """Normalised cumulative sums of ``n`` weights. Raises ValueError naming the weights for a
+    wrong length, a negative or non-finite weight, or an all-zero list."""
+    try:
+        w = [float(x) for x in weights]
+    except (TypeError, ValueError):
+        raise ValueError(f"pool_weights {weights!r}: expected one number per pool member") from None
+    if len(w) != n:
+        raise ValueError(f"pool_weights {w}: {len(w)} weights for {n} pool members; one each")
+    if any(not math.isfinite(x) or x < 0 for x in w) or sum(w) <= 0:
+        raise ValueError(f"pool_weights {w}: expected finite numbers >= 0, not all 0")
+    total, acc, out = math.fsum(w), 0.0, []
+    for x in w:
+        acc += x
+        out.append(acc / total)
+    return out
+
+
+def _weighted_index(u: float, cumulative: Sequence[float]) -> int:
+    """The first k with u < cumulative[k] (u in [0, 1)); the last index if rounding left the
+    total a hair under 1."""
+    for k, c in enumerate(cumulative):
+        if u < c:
+            return k
+    return len(cumulative) - 1
 
 
 def is_pool_fallback(assignment: Assignment) -> bool:
@@ -160,7 +191,7 @@ def is_pool_fallback(assignment: Assignment) -> bool:
 
 def plan_assignments(master_seed: int, n_battles: int, battles: Sequence[int], next_ordinals: Sequence[int],
                      lookahead: int, mix: Sequence[float], scripted_opponents: Sequence[str], *,
-                     pool_members: Sequence[str] = ()) -> list[Assignment]:
+                     pool_members: Sequence[str] = (), pool_weights: Sequence[float] | None = None) -> list[Assignment]:
     """``lookahead`` assignments per listed battle, battle-major: for each ``battles[i]`` in
     order, ordinals ``next_ordinals[i] .. next_ordinals[i] + lookahead - 1``. Length
     ``len(battles) * lookahead``.
@@ -169,11 +200,14 @@ def plan_assignments(master_seed: int, n_battles: int, battles: Sequence[int], n
     while it lives, so after a loss they need not be 0..n-1); the roles are laid over their
     POSITIONS: ``battles[i]`` plays ``battle_roles(master_seed, n_battles, mix)[i]``, so the
     iteration holds exactly ``role_counts(mix, n_battles)`` whatever the ids. The episode draws
-    use the id (``match/battle/{id}/ordinal/{k}``).
+    use the id (``match/battle/{id}/ordinal/{k}``). ``pool_members`` / ``pool_weights`` are the
+    ladder's resident set and its PFSP weights (see ``assign``), passed in so that the plan
+    stays a pure function of its arguments.
 
     Raises ValueError for a length mismatch (battles, next_ordinals and n_battles must agree),
-    lookahead < 1, a negative or repeated battle id, a negative ordinal, or anything
-    ``role_counts`` / ``assign`` refuse.
+    lookahead < 1, a negative or repeated battle id, a negative ordinal, pool weights that are
+    not one finite number >= 0 per member (not all 0), or anything ``role_counts`` / ``assign``
+    refuse.
     """
     if len(battles) != len(next_ordinals):
         raise ValueError(f"{len(battles)} battles but {len(next_ordinals)} next_ordinals; one each")
@@ -183,9 +217,12 @@ def plan_assignments(master_seed: int, n_battles: int, battles: Sequence[int], n
         raise ValueError(f"lookahead {lookahead}: must be >= 1")
     if len(set(battles)) != len(battles) or any(b < 0 for b in battles):
         raise ValueError(f"battles {list(battles)}: ids must be distinct and >= 0")
+    if pool_members and pool_weights is not None:
+        _cumulative(pool_weights, len(pool_members))  # refuse bad weights even with no pool battle
     roles = battle_roles(master_seed, n_battles, mix)
     out = []
     for position, (battle, first) in enumerate(zip(battles, next_ordinals)):
         for ordinal in range(first, first + lookahead):
-            out.append(assign(master_seed, battle, ordinal, roles[position], scripted_opponents, pool_members))
+            out.append(assign(master_seed, battle, ordinal, roles[position], scripted_opponents, pool_members,
+                              pool_weights))
     return out

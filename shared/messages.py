@@ -17,6 +17,9 @@ Seams and their messages:
     rollout  -> learner     Hello, Round, Heartbeat, Failure
     learner  -> rollout     Welcome, Refused, Plan, Step, Close, Rejoin
     learner  -> ladder      PlanRequest, ReportEpisodes           (replies PlanReply, Ack, Error)
+    learner  -> ladder      AdmitCandidate, LadderStatusRequest   (replies Admitted, LadderStatus, Error)
+    evaluator -> ladder     EvalJobRequest, EvalReport            (replies EvalJob, NoJob, Ack, Error)
+    evaluator -> checkpoint LoadSnapshot                          (replies SnapshotLoaded, NotFound, Error)
     learner  -> checkpoint  SaveCheckpoint, LoadLatest            (replies Saved, Loaded, NotFound, Error)
 """
 
@@ -38,6 +41,23 @@ GROUP_LEARNER = 0
 """The live policy plays this seat: the learner infers for it and trains on its rows."""
 GROUP_SCRIPTED = -2
 """A scripted opponent plays this seat inside the rollout; no row crosses the wire."""
+
+# ---- PLAY: seats held by a frozen pool snapshot (issue 5) ----
+GROUP_FROZEN = 1
+"""A frozen snapshot (player id ``snap:<snapshot_id>``) plays this seat. Its observation row
+crosses the wire like a learner row; the learner infers for it with that snapshot's actor
+(which snapshot: the learner's assignment for the slot's (battle, ordinal)) and never trains
+on it (the reference's ``discard_opponent_rows``, royalelearn-facts 4)."""
+SNAPSHOT_PREFIX = "snap:"
+"""The player-id prefix of a pool member: ``snap:<snapshot_id>``, the checkpoint service's
+content id (``services/checkpoint/snapshots.py``)."""
+
+
+def snapshot_of(player: str) -> str | None:
+    """The snapshot id of player id ``snap:<id>``; None for any other player (``learner``,
+    ``scripted:...``)."""
+    return player[len(SNAPSHOT_PREFIX):] if player.startswith(SNAPSHOT_PREFIX) else None
+# ---- end PLAY ----
 
 SEATS = ("blue", "red")
 
@@ -155,13 +175,16 @@ class Round(_Msg, tag="round"):
 
     * the round's OWN cycle ``t``: arrays ``group`` (int8, per slot: who holds the seat from
       here on), ``tick`` (int32), ``ordinal`` (int32: the episode each slot is now in), and
-      ``rows`` (uint8 (n_learner, row_bytes): the packed observation of every slot whose
-      ``group`` is GROUP_LEARNER, in slot order);
+      ``rows`` (uint8 (n_held, row_bytes): the packed observation of every slot whose
+      ``group`` is >= 0, i.e. GROUP_LEARNER and GROUP_FROZEN slots, in slot order; the learner
+      splits them by group: learner rows go into the rectangle, frozen rows are inferred by
+      their snapshot and never stored for training; GROUP_SCRIPTED slots send no row);
     * the step that ARRIVED here, which began at cycle ``t - 1``: ``reward`` (float32),
       ``terminated`` / ``truncated`` (uint8 0/1), ``deploy_status`` (int8: -1 no command,
       0 accepted, >0 an engine refusal, i.e. a mask bug), plus ``final_slots`` (int16) and
       ``final_rows`` (uint8 (k, row_bytes)): the last observation of every learner slot whose
-      episode was truncated by that step, for the bootstrap V(final_obs).
+      episode was truncated by that step, for the bootstrap V(final_obs). Learner slots only:
+      a frozen seat's truncation sends no final row (nothing bootstraps from it).
 
     The round at cycle 0 has no step behind it and carries zeros in the second half. Slots are
     the shard's battles in order, blue then red: local slot ``2 * i + seat``.
@@ -236,7 +259,8 @@ class Plan(_Msg, tag="plan"):
 
 class Step(_Msg, tag="step"):
     """Advance one shard by one decision. Array ``actions`` (int16, per local slot): the
-    learner's action for GROUP_LEARNER slots; ignored for scripted ones."""
+    learner's action for GROUP_LEARNER slots and the frozen snapshot's for GROUP_FROZEN slots
+    (both inferred by the learner); ignored for scripted ones."""
 
     iteration: int
     cycle: int
@@ -293,6 +317,67 @@ class Error(_Msg, tag="error"):
 
     request_id: int
     reason: str
+
+
+# ----------------------------------------------------------------- POOL: admission and ladder status
+
+
+class AdmitCandidate(_Msg, tag="admit_candidate"):
+    """A pool candidate: the learner stored snapshot ``snapshot_id`` (the checkpoint service's
+    content id, 16 hex) at ``env_steps`` decisions, iteration ``iteration``. The ladder files it
+    as pool member ``snap:<snapshot_id>`` (services/ladder/pool.py ``PoolState.submit``)."""
+
+    request_id: int
+    run_name: str
+    snapshot_id: str
+    env_steps: int
+    iteration: int
+
+
+class Admitted(_Msg, tag="admitted"):
+    """What the pool did with a candidate: ``admitted_free`` (the run's first: it is the champion
+    now), ``pending`` (it waits for a gate) or ``duplicate`` (already known; nothing changed, so
+    a retried request is harmless)."""
+
+    request_id: int
+    snapshot_id: str
+    status: Literal["admitted_free", "pending", "duplicate"]
+
+
+class LadderStatusRequest(_Msg, tag="ladder_status_request"):
+    request_id: int
+    run_name: str
+
+
+class LadderStatus(_Msg, tag="ladder_status"):
+    """The pool, the gate counters and the current fit, for the learner's metric row
+    (``ladder/...`` keys). A number that does not exist is None (absent from the row), never 0:
+    no champion yet, no evaluation game fitted, no pair with enough games for the residual.
+
+    Ratings are Elo (``scripted:noop`` pinned at 0) from the fit of the result log's eval
+    games; ``ratings`` / ``rating_se`` hold the sampled pool members the fit holds, at most
+    ``ladder.pool.pool_working_size`` of them. ``pfsp_effective`` is None while the pool is
+    empty, else whether every PFSP prediction of the resident set came from the fit."""
+
+    request_id: int
+    pool_size: int
+    pending: int = 0
+    archive_size: int = 0
+    champion: str | None = None
+    champion_env_steps: int | None = None
+    gates_run: int = 0
+    gates_passed: int = 0
+    consecutive_gate_failures: int = 0
+    champion_rating: float | None = None
+    champion_rating_se: float | None = None
+    transitivity_residual: float | None = None
+    pfsp_effective: bool | None = None
+    resident: list[str] = []
+    ratings: dict[str, float] = {}
+    rating_se: dict[str, float] = {}
+    gate_score_lower_bound: float | None = None
+    """EVAL: the Wilson 95 % lower bound of the last gate's score against its champion
+    (condition 1; services/ladder/gate_runner.py); None before the first gate."""
 
 
 # ----------------------------------------------------------------- learner <-> checkpoint
@@ -367,10 +452,60 @@ class SnapshotLoaded(_Msg, tag="snapshot_loaded"):
     spec: bytes
 
 
+# ----------------------------------------------------------------- EVAL: evaluator <-> ladder
+# Evaluation jobs (the gate's games, a free-admitted champion's anchor games), played by
+# ``python -m services.evaluator`` and handed out by ``services.ladder.gate_runner``.
+
+
+class EvalJobRequest(_Msg, tag="eval_job_request"):
+    """An evaluator asks the ladder for work. ``worker`` names it in the ladder's log
+    (``host:pid``); the reply is EvalJob or NoJob."""
+
+    request_id: int
+    worker: str
+
+
+class EvalJob(_Msg, tag="eval_job"):
+    """Play ``a`` against ``b`` on every evaluation seed index in ``seeds``, each twice:
+    ``a`` blue (ordinal 0), then ``a`` red (ordinal 1). Players are ``snap:<snapshot_id>``
+    (a frozen snapshot of run ``run_name``) or a scripted anchor (``scripted:noop``,
+    ``scripted:random_legal``). ``job_id`` is the records' ``iteration`` and names the
+    action streams, so the same job gives the same games wherever it is played. Report
+    within ``deadline_s`` seconds or the job is handed to another evaluator."""
+
+    request_id: int
+    job_id: int
+    run_name: str
+    a: str
+    b: str
+    seeds: list[int]
+    deadline_s: float
+
+
+class NoJob(_Msg, tag="no_job"):
+    """Nothing to play now: ask again after ``retry_after_s`` seconds."""
+
+    request_id: int
+    retry_after_s: float
+    reason: str = ""
+
+
+class EvalReport(_Msg, tag="eval_report"):
+    """A finished job: two EpisodeRecords (blue seat, red seat) per game, ``role="eval"``.
+    The ladder answers Ack(count) once they are fsynced to the run's result log (a report of a
+    job already reported is acknowledged with count 0 and not written again)."""
+
+    request_id: int
+    job_id: int
+    run_name: str
+    worker: str
+    records: list[EpisodeRecord]
+
+
 ToLearner = Union[Hello, Round, Heartbeat, Failure]
 ToRollout = Union[Welcome, Refused, Plan, Step, Close, Rejoin]
-ToLadder = Union[PlanRequest, ReportEpisodes]
-FromLadder = Union[PlanReply, Ack, Error]
+ToLadder = Union[PlanRequest, ReportEpisodes, AdmitCandidate, LadderStatusRequest, EvalJobRequest, EvalReport]
+FromLadder = Union[PlanReply, Ack, Error, Admitted, LadderStatus, EvalJob, NoJob]
 ToCheckpoint = Union[SaveCheckpoint, LoadLatest, SaveSnapshot, LoadSnapshot]
 FromCheckpoint = Union[Saved, Loaded, NotFound, Error, SnapshotSaved, SnapshotLoaded]
 

@@ -48,6 +48,10 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "env/win_rate_scripted": ("fraction", "learner wins / episodes against scripted opponents (draws and truncations count as not won)"),
     "env/win_rate_vs/{opponent}": ("fraction", "learner win rate against one opponent this iteration"),
     "env/episodes_vs/{opponent}": ("episodes", "learner episodes against one opponent this iteration"),
+    "env/win_rate_pool": ("fraction", "learner wins / episodes against pool snapshots this iteration, all snapshots together "
+                          "(draws and truncations count as not won; episodes whose snapshot could not play, "
+                          "health/frozen_episodes_unreported, are left out)"),
+    "env/episodes_pool": ("episodes", "learner episodes against pool snapshots this iteration: the count behind env/win_rate_pool"),
     "env/draw_rate": ("fraction", "learner episodes ending in a draw or a truncation"),
     "env/episode_steps_p50": ("decisions", "median episode length"),
     "env/episode_steps_p95": ("decisions", "95th percentile of episode length"),
@@ -118,6 +122,32 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "health/nan_guard_trips": ("count", "non-finite losses, values or advantages caught this iteration"),
     "throughput/rollout_capacity_ratio": ("ratio", "time/update / time/collection: rollout capacity over update capacity (healthy >= 2)"),
     "health/illegal_action_rate": ("fraction", "learner actions the engine refused (deploy status > 0): a mask bug"),
+    # PLAY: seats held by frozen pool snapshots (services/learner/frozen.py)
+    "time/frozen_inference": ("s", "resolving and inferring the frozen-snapshot seats' actions during collection"),
+    "health/frozen_rows": ("timesteps", "frozen-snapshot seat rows answered this iteration (inferred or no-op; never trained)"),
+    "health/frozen_noop_rows": ("timesteps", "frozen seat rows that played the no-op because their snapshot could not play (healthy: 0)"),
+    "health/frozen_noop_rows_by_reason/{reason}": ("timesteps", "frozen seat rows played as the no-op, by why the snapshot could not play (not_found, refused, timeout, digest_mismatch, bad_weights, no_assignment, no_actors)"),
+    "health/frozen_episodes_unreported": ("episodes", "seat-episodes kept out of the result log because a frozen seat in them played the no-op"),
+    "health/frozen_loads": ("count", "frozen actors loaded from the checkpoint service this iteration (LRU misses)"),
+    "health/frozen_hits": ("count", "frozen actor look-ups served from the LRU this iteration"),
+    "health/frozen_load_failures": ("count", "frozen actor loads that failed this iteration (each snapshot at most once)"),
+    "health/frozen_resident": ("count", "frozen actors held in the LRU at the end of the iteration (at most ladder.pool.max_resident_opponents + 2)"),
+    # POOL: the ladder's status, asked once per iteration (services/learner/ladder_status.py). All absent when
+    # the ladder did not answer; a number that does not exist yet is absent, never 0.
+    "ladder/pool_size": ("count", "snapshots in the PFSP sampler (the pool's members; the archive keeps evicted ones)"),
+    "ladder/pending_candidates": ("count", "candidate snapshots waiting for a gate"),
+    "ladder/gates_run": ("count", "gate decisions applied to the pool since the run began (promote, admit_cycle, discard)"),
+    "ladder/gates_passed": ("count", "gate decisions that promoted a new champion since the run began"),
+    "ladder/consecutive_gate_failures": ("count", "gate decisions since the last promotion (gate_starved warns at 5)"),
+    "ladder/champion_id": ("id", "the champion's member id, snap:<snapshot id>; absent before the first admission"),
+    "ladder/champion_env_steps": ("decisions", "run/env_steps when the champion's snapshot was taken"),
+    "ladder/champion_rating": ("Elo", "the champion's fitted rating (Bradley-Terry-Davidson over the eval games, scripted:noop = 0)"),
+    "ladder/champion_rating_se": ("Elo", "standard error of the champion's rating"),
+    "ladder/transitivity_residual": ("fraction", "share of pairs with >= min_pair_games eval games whose observed score is > 2 SE off the fit; absent when no pair has enough"),
+    "ladder/pfsp_effective": ("flag", "1 when every PFSP prediction of the resident set came from the fit, 0 when some fell back to an even 0.5; absent while the pool is empty"),
+    "ladder/rating/{member}": ("Elo", "fitted rating of one pool member (at most ladder.pool.pool_working_size members)"),
+    "ladder/rating_se/{member}": ("Elo", "standard error of one pool member's rating"),
+    "ladder/gate_score_lower_bound": ("fraction", "the last gate's Wilson 95 % lower bound of the candidate's score against the champion (passes at ladder.gate.champion_lower_bound); absent before a gate"),
 }
 
 

@@ -23,13 +23,18 @@ STREAMS: dict[str, str] = {
     "env/battle/{battle}/ordinal/{ordinal}": "the reset seed of one episode of one battle (decks, engine)",
     "match/battle/{battle}/ordinal/{ordinal}": "who plays one episode of one battle: opponent and learner seat",
     "match/roles/battles/{battles}": "the permutation laying mirror/pool/scripted roles over battle indices",
+    "match/resident/pool_version/{version}": "the PFSP draw of the resident pool opponents for one version of the pool",
     "scripted/battle/{battle}/ordinal/{ordinal}": "a scripted opponent's own draws during one episode",
     "act/iteration/{iteration}/cycle/{cycle}": "the (R,) uniforms the learner samples one cycle's actions from",
+    "act/frozen/iteration/{iteration}/cycle/{cycle}": "the (R,) uniforms one cycle's frozen-snapshot seats sample from",
     "ppo/minibatch/iteration/{iteration}/epoch/{epoch}": "the row permutation of one PPO epoch",
     "preflight/sample": "the random-legal play that samples observations for the codec table",
     "torch/init": "initial network weights",
     "eval/bootstrap/{comparison}": "bootstrap resamples over seeds for one gate comparison",
     "eval/stratified/{candidate}": "the pool members a candidate's gate plays for condition 3",
+    "eval/seed_set": "the fixed evaluation seed set (ladder.pool.eval_seed_count env seeds), drawn once",
+    "eval/act/job/{job}/seed/{seed}/side/{side}/seat/{seat}":
+        "one seat's action uniforms (and a scripted player's draws) in one evaluation game",
 }
 
 _FIELDS = {t: {f for _, f, _, _ in string.Formatter().parse(t) if f} for t in STREAMS}

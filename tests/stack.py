@@ -30,13 +30,14 @@ def free_ports(n: int) -> list[int]:
 
 def tiny_config(runs_dir: Path, **overrides) -> Path:
     """A tiny-profile config on free ports, written under ``runs_dir``; returns its path."""
-    p = free_ports(8)
+    p = free_ports(9)
     doc = {
         "profile": "tiny",
         "runs_dir": str(runs_dir),
         "services": {"learner_port": p[0], "ladder_port": p[1], "checkpoint_port": p[2],
                      "learner_metrics_port": p[3], "ladder_metrics_port": p[4],
-                     "checkpoint_metrics_port": p[5], "rollout_metrics_port": p[6], "learner_halt_port": p[7]},
+                     "checkpoint_metrics_port": p[5], "rollout_metrics_port": p[6], "learner_halt_port": p[7],
+                     "evaluator_metrics_port": p[8]},
     }
     for key, value in overrides.items():
         if isinstance(value, dict):

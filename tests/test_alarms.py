@@ -45,9 +45,8 @@ REFERENCE = {
 # Keys alarms read that the learner's row does not carry yet (the schema gets them with the
 # features that measure them). The table may only shrink this set, never read a new unknown key.
 PENDING_ROW_KEYS = {
-    # Not in the row yet: the ladder's pool and gate (their issue), and device memory (CUDA only:
-    # absent on a CPU learner by design).
-    "ladder/transitivity_residual", "ladder/consecutive_gate_failures", "health/vram_driver_free_mb",
+    # Not in the row yet: device memory (CUDA only: absent on a CPU learner by design).
+    "health/vram_driver_free_mb",
 }
 
 # ----------------------------------------------------------------------------- a healthy, real-looking row

@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from services.learner.preflight import run_preflight
 from shared.codec import (
     CODEC_VERSION, MIN_TABLE_STATES, Codec, CodecError, decide_table, describe_table, table_digest,
 )
 from shared.config import EnvConfig
 from shared.envs import ObsSpec, build_env
 from shared.messages import CodecTable, PlaneCodec
+from shared.preflight import run_preflight
 
 MASTER_SEED = 20260921
 HP_PLANES = {"own_hp", "enemy_hp"}

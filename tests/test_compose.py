@@ -312,6 +312,32 @@ def test_health_and_order():
     assert {"runs", "checkpoints", "results", "keys"} <= set(volumes)
 
 
+def test_prometheus_scrapes_every_service_on_its_metrics_port():
+    """Each scrape target names a compose.yaml service and the port that service exports on; a
+    scaled service (deploy.replicas) is found by DNS, one target per replica, never statically."""
+    try:
+        from royalefleet import grafana as gen
+    except ImportError:
+        pytest.skip("royalefleet.grafana is not here")
+    services = compose("compose.yaml")["services"]
+    targets = {}
+    for job in gen.prometheus_config()["scrape_configs"]:
+        if "dns_sd_configs" in job:
+            (sd,) = job["dns_sd_configs"]
+            (name,) = sd["names"]
+            assert sd["type"] == "A" and "replicas" in services[name]["deploy"], job
+            targets[name] = str(sd["port"])
+        else:
+            ((host_port,),) = [c["targets"] for c in job["static_configs"]]
+            name, _, port = host_port.partition(":")
+            assert "replicas" not in services[name].get("deploy", {}), job
+            targets[name] = port
+    exporting = {name: svc["environment"]["ROYALEFLEET_METRICS_PORT"] for name, svc in services.items()
+                 if "ROYALEFLEET_METRICS_PORT" in (svc.get("environment") or {})}
+    assert targets == exporting
+    assert targets["evaluator"] == "9200" and targets["rollout"] == "9110"
+
+
 def test_monitoring_mounts_and_grafana_variables():
     services = compose("compose.yaml")["services"]
     assert "./prometheus:/etc/prometheus:ro" in services["prometheus"]["volumes"]

@@ -132,7 +132,7 @@ def test_every_field_problem_is_listed_at_once_each_naming_its_field():
 
 def test_an_unknown_field_with_no_close_name_lists_the_struct_fields():
     problems = refusal({"profile": "tiny", "env": {"zzzz": 1}})
-    assert problems == ["env.zzzz: unknown field; EnvConfig has max_steps, decision_ms, reward, reward_weights"]
+    assert problems == ["env.zzzz: unknown field; EnvConfig has max_steps, decision_ms, reward, reward_weights, deck"]
 
 
 @pytest.mark.parametrize("doc, expected", [
@@ -144,10 +144,18 @@ def test_an_unknown_field_with_no_close_name_lists_the_struct_fields():
     ({"advantage": {"gae_lambda": 1.01}}, "advantage.gae_lambda: Expected `float` <= 1.0 (got 1.01)"),
     ({"master_seed": -1}, "master_seed: Expected `int` >= 0 (got -1)"),
     ({"local": {"restart_rollouts": 1}}, "local.restart_rollouts: Expected `bool`, got `int` (got 1)"),
+    ({"local": {"restart_evaluators": "no"}}, "local.restart_evaluators: Expected `bool`, got `str` (got 'no')"),
     ({"ppo": 3}, "ppo: expected an object, got int 3"),
 ])
 def test_out_of_range_and_wrong_type_refusals(doc, expected):
     assert refusal({"profile": "tiny", **doc}) == [expected]
+
+
+def test_the_removed_refit_interval_is_an_unknown_field():
+    """ladder.pool.refit_every_iterations is gone: the ladder refits whenever evaluation games
+    arrive (docs/ladder.md), so a config still naming it is refused rather than ignored."""
+    (problem,) = refusal({"profile": "tiny", "ladder": {"pool": {"refit_every_iterations": 10}}})
+    assert problem.startswith("ladder.pool.refit_every_iterations: unknown field; PoolConfig has ")
 
 
 def test_every_cross_field_problem_is_listed_at_once():

@@ -146,6 +146,32 @@ def test_episode_metrics_by_hand_and_in_the_schema():
     assert not any("scripted" in k for k in _episode_metrics(EPISODES[3:], 480))
 
 
+def test_the_pool_win_rate_is_one_key_over_every_snapshot_and_leaves_out_the_no_op_seats():
+    import msgspec
+
+    from services.learner.service import progress_line
+
+    def pool(opponent, outcome, battle=0, ordinal=0, **kw):
+        return msgspec.structs.replace(ep(opponent, outcome, **kw), role="pool", battle=battle, ordinal=ordinal)
+
+    episodes = [pool("snap:aaaaaaaaaaaaaaaa", 1), pool("snap:aaaaaaaaaaaaaaaa", -1, ordinal=1),
+                pool("snap:bbbbbbbbbbbbbbbb", 1, battle=1), pool("snap:bbbbbbbbbbbbbbbb", 0, battle=1, ordinal=1, truncated=True),
+                pool("snap:cccccccccccccccc", 1, battle=3, ordinal=2),
+                pool("scripted:noop", 1, battle=4)]  # an empty pool's fallback: scripted, not pool
+    row = _episode_metrics(episodes, 480)
+    assert (row["env/win_rate_pool"], row["env/episodes_pool"]) == (0.6, 5)   # 3 won of 5; draw not won
+    assert (row["env/win_rate_scripted"], row["env/episodes_vs/scripted:noop"]) == (1.0, 1)
+    assert not [k for k in row if "snap" in k]   # never a key (so a label) per snapshot id
+    assert [k for k in row if schema_key(k) is None] == []
+    # battle 3's snapshot could not play (its seat played the no-op): no game against it.
+    row = _episode_metrics(episodes, 480, tainted={(3, 2)})
+    assert (row["env/win_rate_pool"], row["env/episodes_pool"]) == (0.5, 4)
+    assert "env/win_rate_pool" not in _episode_metrics(episodes, 480, tainted={(0, 0), (0, 1), (1, 0), (1, 1), (3, 2)})
+    assert "env/win_rate_pool" not in _episode_metrics(EPISODES, 480)
+    line = progress_line({"run/iteration": 3, "run/timesteps": 10, **_episode_metrics(episodes, 480)})
+    assert "| win vs scripted 1.00 (n=1) | win vs pool 0.60 (n=5) |" in line
+
+
 # ----------------------------------------------------------------------------- names and definitions
 
 

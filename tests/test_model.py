@@ -233,3 +233,15 @@ def test_logits_and_values_stay_float32_under_bf16_autocast(model):
     assert torch.allclose(logits, ref_logits, rtol=0.05, atol=0.02)
     assert torch.allclose(values, ref_values, rtol=0.05, atol=0.05)
     assert not torch.equal(logits, ref_logits)  # autocast really ran in bf16
+
+
+def test_noop_bias_is_a_constant_on_the_noop_logit_only():
+    obs = random_obs(3, seed=5)
+    plain = ActorCritic(SPEC, TINY, seed=7)
+    biased = ActorCritic(SPEC, msgspec.structs.replace(TINY, noop_bias=8.0), seed=7)
+    with torch.no_grad():
+        a, b = plain.actor_logits(obs), biased.actor_logits(obs)
+    assert torch.equal(b[:, 1:], a[:, 1:])
+    assert torch.allclose(b[:, 0] - a[:, 0], torch.full((3,), 8.0), atol=1e-6)
+    # Not a parameter: the optimizer cannot see it, and the parameter count is unchanged.
+    assert plain.parameter_count() == biased.parameter_count()

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import zmq
 
-from services.learner.preflight import run_preflight
 from services.rollout.battles import Shard
 from shared import transport
 from shared.config import EnvConfig
 from shared.messages import GROUP_LEARNER, Assignment, Decoder, Round, ToLearner
+from shared.preflight import run_preflight
 
 MASTER_SEED = 20260921
 

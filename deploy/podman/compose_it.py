@@ -270,7 +270,7 @@ def diagnostics() -> None:
     log("diagnostics: state of the stack")
     try:
         print(compose("ps", "-a", check=False, quiet=True).stdout, flush=True)
-        for svc in ("keys", "checkpoint", "ladder", "learner", "rollout", "prometheus"):
+        for svc in ("keys", "checkpoint", "ladder", "learner", "rollout", "evaluator", "prometheus"):
             for name in container_names(svc):
                 got = run(container_cli() + ["logs", "--tail", "40", name], check=False, quiet=True)
                 out = got.stdout + got.stderr

@@ -15,6 +15,7 @@ import threading
 from prometheus_client import start_http_server
 
 from shared.config import ConfigError, load_config, profile
+from services.ladder.pool import PoolCorrupt
 from services.ladder.service import LadderService, Metrics
 
 DEFAULTS = {
@@ -80,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         service = LadderService(config, bind=args.bind, runs_dir=args.runs_dir, metrics=metrics,
                                 say=lambda text: print(text, flush=True))
+    except PoolCorrupt as exc:
+        print(f"ladder: refusing to start: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"ladder: {exc}", file=sys.stderr)
         return 1

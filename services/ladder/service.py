@@ -3,6 +3,10 @@
 * PlanRequest -> PlanReply: ``shared.matchmaking.plan_assignments`` for the request's
   battles, with the role counts of an iteration of ``n_battles`` battles.
 * ReportEpisodes -> Ack(count) once the records are fsynced to that run's result log.
+* AdmitCandidate -> Admitted(status): a pool candidate filed in ``<run>/ladder/pool.json``
+  (services/ladder/run_pool.py); LadderStatusRequest -> LadderStatus for the learner's row.
+* Pool-role assignments draw from the resident set (PFSP, redrawn when the pool changes);
+  scripted while the pool is empty.
 * Anything refused -> Error(request_id, reason naming the bad value): a malformed message
   (ProtocolError, request_id -1), a bad request, a log that cannot be written. Counted in
   ``royalefleet_ladder_messages_refused_total{reason}``; never a crash.
@@ -14,6 +18,7 @@ with: the learner must be started with the same config (PlanRequest carries neit
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,9 +30,14 @@ from shared.matchmaking import ROLES, is_pool_fallback, plan_assignments, role_c
 from shared.messages import (
     PROTOCOL_REFUSALS, Ack, Decoder, Error, PlanReply, PlanRequest, ProtocolError, ReportEpisodes, ToLadder,
 )
+from shared.messages import AdmitCandidate, Admitted, LadderStatusRequest
+from shared.messages import EvalJobRequest, EvalReport  # EVAL: evaluator jobs (services/ladder/gate_runner.py)
 from shared.transport import bind_router, curve_server_keys, recv, send
 
+from services.ladder.gate_runner import GateRunner, ReportRefused
+from services.ladder.pool import PoolCorrupt
 from services.ladder.results import ResultLog, check_run_name
+from services.ladder.run_pool import PoolRefusal, PoolWriteError, RunPool
 
 MAX_BATTLES = 1_000_000
 """Largest ``n_battles`` a PlanRequest may name: the role permutation is built over all of them."""
@@ -37,6 +47,9 @@ MAX_PLAN_ASSIGNMENTS = 100_000
 draw, so this bounds one reply at ~7 s of ladder time and a few MB on the wire."""
 MAX_ORDINAL = 2**31 - 1
 """Ordinals travel as int32 in a Round's ``ordinal`` array."""
+POOL_SYNC_S = 1.0
+"""How often the serve loop brings the pool gauges up to date (the gate runner changes the pool
+and the evaluators the log between requests)."""
 
 
 class BadRequest(ValueError):
@@ -55,7 +68,7 @@ class Metrics:
         self.refused = Counter(
             p + "messages_refused", "Messages answered with Error, by short reason", ["reason"], registry=r
         )
-        for reason in (*PROTOCOL_REFUSALS, "bad_request", "io"):
+        for reason in (*PROTOCOL_REFUSALS, "bad_request", "io", "pool"):
             self.refused.labels(reason)
         self.replies_unsent = Counter(
             p + "replies_unsent", "Replies that could not be queued (peer gone or its queue full)", registry=r
@@ -73,6 +86,29 @@ class Metrics:
             p + "pool_fallback_assignments", "Pool-role assignments served with a scripted opponent (empty pool)",
             registry=r,
         )
+        # The pool, the gate and the fit (services/ladder/run_pool.py sync_metrics). No snapshot
+        # id is ever a label here: per-member ratings are the learner's row gauges.
+        self.pool_size = Gauge(p + "pool_size", "Members of the PFSP sampler (the pool)", registry=r)
+        self.pool_pending = Gauge(p + "pool_pending", "Candidates waiting for a gate", registry=r)
+        self.champion_env_steps = Gauge(
+            p + "champion_env_steps", "Env steps (decisions) at which the champion's snapshot was taken; NaN without one",
+            registry=r)
+        self.gates_run = Counter(p + "gates_run", "Gate decisions applied to the pool (promote, admit_cycle, discard)",
+                                 registry=r)
+        self.gates_passed = Counter(p + "gates_passed", "Gate decisions that promoted a new champion", registry=r)
+        self.consecutive_gate_failures = Gauge(
+            p + "consecutive_gate_failures", "Gate decisions since the last promotion", registry=r)
+        self.champion_rating = Gauge(p + "champion_rating", "The champion's fitted rating, Elo (scripted:noop = 0); NaN "
+                                     "before it is fitted", registry=r)
+        self.champion_rating_se = Gauge(p + "champion_rating_se", "Standard error of the champion's rating, Elo",
+                                        registry=r)
+        self.transitivity_residual = Gauge(
+            p + "transitivity_residual", "Share of well-played pairs more than 2 SE off the fit; NaN when no pair "
+            "has enough games", registry=r)
+        self.eval_games_recorded = Counter(
+            p + "eval_games_recorded", "Evaluation games that reached the result log", registry=r)
+        self.seen_gates: tuple[int, int] | None = None
+        self.seen_eval_games: int | None = None
 
 
 class LadderService:
@@ -89,11 +125,17 @@ class LadderService:
         self.runs_dir = Path(runs_dir)
         self.metrics = metrics or Metrics()
         self.say = say
+        self.pool = RunPool(config, self.runs_dir, say=say)  # PoolCorrupt: refuse to start, bind nothing
         self._decoder = Decoder(ToLadder, max_array_bytes=0)
         max_bytes = config.services.max_message_mb << 20
         self.sock = bind_router(bind, max_bytes=max_bytes, ctx=ctx, curve=curve_server_keys())
         self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._read_existing_log()
+        self.pool.sync_metrics(self.metrics)
+        self._synced = time.monotonic()
+        self._pool_problem: str | None = None
+        self.gates = GateRunner(config, self.runs_dir, say=say)  # EVAL: the gate's jobs and decisions
+        self._gate_problem: str | None = None
 
     # ----------------------------------------------------------------- start-up
 
@@ -116,9 +158,24 @@ class LadderService:
                 return self._plan(body)
             if isinstance(body, ReportEpisodes):
                 return self._report(body)
+            if isinstance(body, AdmitCandidate):
+                reply = Admitted(request_id=body.request_id, snapshot_id=body.snapshot_id, status=self.pool.admit(body))
+                self.pool.sync_metrics(self.metrics)
+                return reply
+            if isinstance(body, LadderStatusRequest):
+                status = self.pool.status(body)
+                status.gate_score_lower_bound = self.gates.last_lower_bound
+                return status
+            if isinstance(body, EvalJobRequest):
+                return self.gates.request_job(body)
+            if isinstance(body, EvalReport):
+                return self.gates.report(body)
             raise BadRequest(f"the ladder does not serve {type(body).__name__}")
-        except BadRequest as exc:
+        except (BadRequest, PoolRefusal, ReportRefused) as exc:
             self.metrics.refused.labels("bad_request").inc()
+            return Error(request_id=body.request_id, reason=str(exc))
+        except (PoolCorrupt, PoolWriteError) as exc:
+            self.metrics.refused.labels("pool").inc()
             return Error(request_id=body.request_id, reason=str(exc))
         except OSError as exc:
             self.metrics.refused.labels("io").inc()
@@ -126,12 +183,12 @@ class LadderService:
 
     def _plan(self, req: PlanRequest) -> PlanReply:
         _check_plan(req)
-        ladder, pool = self.config.ladder, self._pool_members()
+        ladder, (pool, weights) = self.config.ladder, self._pool_members()
         try:
             counts = role_counts(ladder.mix, req.n_battles)
             assignments = plan_assignments(
                 self.config.master_seed, req.n_battles, req.battles, req.next_ordinals, req.lookahead,
-                ladder.mix, ladder.scripted_opponents, pool_members=pool,
+                ladder.mix, ladder.scripted_opponents, pool_members=pool, pool_weights=weights,
             )
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
@@ -142,8 +199,13 @@ class LadderService:
         self.metrics.plans_served.inc()
         return PlanReply(request_id=req.request_id, assignments=assignments, role_counts=counts)
 
-    def _pool_members(self) -> tuple[str, ...]:
-        return ()  # the pool (snapshots admitted by the gate) is a later issue
+    def _pool_members(self) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+        """(resident snapshot ids, their PFSP weights) for pool battles; ((), None) while the
+        pool is empty (pool battles then play scripted opponents)."""
+        resident = self.pool.resident()
+        if not resident.ids:
+            return (), None
+        return tuple(resident.ids), tuple(resident.weights)
 
     def _report(self, req: ReportEpisodes) -> Ack:
         problem = check_run_name(req.run_name)
@@ -166,6 +228,31 @@ class LadderService:
         while not stop.is_set():
             if self.sock.poll(poll_ms, zmq.POLLIN):
                 self.serve_one()
+            if time.monotonic() - self._synced >= POOL_SYNC_S:
+                self.sync_pool_metrics()
+                self.tick_gates()
+
+    def tick_gates(self) -> None:
+        """Let the gate runner plan and decide; a failure is said once, not raised."""
+        try:
+            self.gates.tick()
+            self._gate_problem = None
+        except (PoolCorrupt, OSError, ValueError) as exc:
+            if str(exc) != self._gate_problem:
+                self._gate_problem = str(exc)
+                self.say(f"ladder: gate runner: {exc}")
+
+    def sync_pool_metrics(self) -> None:
+        """Refresh the pool gauges; a pool that cannot be read is said, not raised (requests
+        touching it are refused with the reason)."""
+        self._synced = time.monotonic()
+        try:
+            self.pool.sync_metrics(self.metrics)
+            self._pool_problem = None
+        except (PoolCorrupt, OSError) as exc:
+            if str(exc) != self._pool_problem:  # said once per distinct problem, not every second
+                self._pool_problem = str(exc)
+                self.say(f"ladder: pool metrics not updated: {exc}")
 
     def serve_one(self) -> None:
         """Receive one message (the caller has polled) and reply to it."""

@@ -10,6 +10,12 @@ A shard whose next round is later than ``round_timeout_s`` loses its rollout for
 the iteration: its cells stay invalid (never trained, never crossed by GAE), the loss is
 counted, and everything else carries on. Hellos, heartbeats and failures are handled here too,
 whenever they arrive.
+
+A round's ``rows`` hold the learner's slots and the frozen snapshots' slots (GROUP_FROZEN), in
+slot order. The learner's go into the rectangle and are trained on; a frozen slot's row is only
+inferred, with the actor of the snapshot its (battle, ordinal) was assigned (``Fleet.assignment``,
+services/learner/frozen.py), on the uniforms of ``act/frozen/iteration/{i}/cycle/{t}``, and is
+never stored. Both sets of actions go back in the Step.
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ import numpy as np
 import zmq
 
 from services.learner.fleet import Fleet, Member, SlotMap
+from services.learner.frozen import FrozenStats
 from services.learner.rectangle import Rectangle
 from shared import transport
 from shared.messages import (
-    GROUP_LEARNER, Failure, Heartbeat, Hello, ProtocolError, Refused, Rejoin, Round, Step, Welcome,
+    GROUP_LEARNER, Failure, Heartbeat, Hello, ProtocolError, Refused, Rejoin, Round, Step, Welcome, snapshot_of,
 )
 from shared.seeding import stream
 
@@ -43,6 +50,7 @@ class CollectStats:
     illegal: int = 0
     codec_clipped: int = 0
     codec_rounded: int = 0
+    frozen: FrozenStats = field(default_factory=FrozenStats)
 
 
 class Collector:
@@ -120,15 +128,18 @@ class Collector:
     # ------------------------------------------------------------------ one iteration
 
     def collect(self, iteration: int, members: list[Member], slot_map: SlotMap, rect: Rectangle, policy,
-                master_seed: int, round_timeout_s: float) -> CollectStats:
+                master_seed: int, round_timeout_s: float, frozen=None) -> CollectStats:
         """Fill ``rect``; returns what happened. Rollouts that are not ``fresh`` have their
-        cycle-0 round held from the previous iteration."""
+        cycle-0 round held from the previous iteration. ``frozen`` (a
+        ``services.learner.frozen.FrozenActors``) plays the GROUP_FROZEN slots; without it they
+        play the no-op, counted as ``no_actors``."""
         T = rect.T
         stats = CollectStats()
         self.refused_count = 0
         expected: dict[tuple[str, int], int] = {}
         deadline: dict[tuple[str, int], float] = {}
         uniforms: dict[int, np.ndarray] = {}
+        frozen_uniforms: dict[int, np.ndarray] = {}
         by_instance = {m.instance: m for m in members}
         pending: list[tuple[Member, Round, dict]] = []
         held: list[tuple[Member, Round, dict]] = []
@@ -138,6 +149,12 @@ class Collector:
                 uniforms[cycle] = stream(master_seed, "act/iteration/{iteration}/cycle/{cycle}",
                                          iteration=iteration, cycle=cycle).random(rect.R, dtype=np.float64)
             return uniforms[cycle]
+
+        def frozen_u_for(cycle: int) -> np.ndarray:
+            if cycle not in frozen_uniforms:
+                frozen_uniforms[cycle] = stream(master_seed, "act/frozen/iteration/{iteration}/cycle/{cycle}",
+                                                iteration=iteration, cycle=cycle).random(rect.R, dtype=np.float64)
+            return frozen_uniforms[cycle]
 
         now = time.monotonic()
         for m in members:
@@ -167,7 +184,7 @@ class Collector:
                 group = arrays["group"]
                 if group.shape != slots.shape:
                     raise ValueError(f"group has {group.shape[0]} slots, the shard has {len(slots)}")
-                learner = rect.store_obs(c, slots, group, arrays["tick"], arrays["rows"])
+                learner, frozen_slots, frozen_rows = rect.store_obs(c, slots, group, arrays["tick"], arrays["rows"])
                 if c > 0:
                     fs = arrays["final_slots"]
                     if len(fs) and (fs.min() < 0 or fs.max() >= len(slots)):
@@ -189,7 +206,7 @@ class Collector:
             stats.codec_rounded += body.codec_rounded
             stats.rounds += 1
             stats.wire_bytes += sum(a.nbytes for a in arrays.values())
-            stats.rows_received += len(learner) + len(arrays["final_rows"])
+            stats.rows_received += len(learner) + len(frozen_slots) + len(arrays["final_rows"])
             expected[key] = c + 1
             deadline[key] = time.monotonic() + round_timeout_s
             if c == T:
@@ -204,6 +221,11 @@ class Collector:
             rect.acted[c, learner] = True
             out = np.zeros(len(slots), np.int16)
             out[group == GROUP_LEARNER] = actions
+            if len(frozen_slots):
+                local = np.flatnonzero((group >= 0) & (group != GROUP_LEARNER))
+                out[local] = self._play_frozen(frozen, stats.frozen, slot_map.battle_ids[frozen_slots // 2],
+                                               arrays["ordinal"][local], frozen_rows, rect.legal_counts(frozen_rows),
+                                               frozen_u_for(c)[frozen_slots])
             if not self._send(member.identity, Step(iteration=iteration, cycle=c, shard=body.shard), {"actions": out}):
                 self.say(f"could not send a step to {member.label()}")
 
@@ -236,6 +258,27 @@ class Collector:
         # log is a record; both must not depend on which rollout answered first.
         stats.episodes.sort(key=lambda e: (e.battle, e.ordinal, e.seat))
         return stats
+
+
+    def _play_frozen(self, frozen, fstats: FrozenStats, battles: np.ndarray, ordinals: np.ndarray, rows: np.ndarray,
+                     n_legal: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+        """Actions (B,) of frozen seats: each by the snapshot of its battle's assignment at its
+        ordinal; the no-op (counted by reason, its episode tainted) when that cannot play."""
+        t0 = time.perf_counter()
+        ids = []
+        for b, o in zip(battles, ordinals):
+            a = self.fleet.assignment(int(b), int(o))
+            ids.append(snapshot_of(a.opponent) if a is not None else None)
+        if frozen is None:
+            actions, reasons = np.zeros(len(rows), np.int64), ["no_actors"] * len(rows)
+        else:
+            actions, reasons = frozen.play(ids, rows, n_legal, uniforms)
+        for b, o, reason in zip(battles, ordinals, reasons):
+            if reason is not None:
+                fstats.noop(reason, int(b), int(o))
+        fstats.rows += len(rows)
+        fstats.seconds += time.perf_counter() - t0
+        return actions
 
 
 def _cycle0_arrays(arrays: dict) -> dict:

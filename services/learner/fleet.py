@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shared.messages import Assignment
+
 
 @dataclass
 class Member:
@@ -63,6 +65,10 @@ class Fleet:
         restarted battle begins that episode again from its first decision: it never finished,
         so nothing of it is in the result log."""
         self.lost_total = 0
+        self.assignments: dict[tuple[int, int], Assignment] = {}
+        """(battle id, ordinal) -> the assignment that battle plays (or will play) at that
+        episode, as the rollout holding it applies it: what tells the learner which snapshot
+        holds a GROUP_FROZEN slot (see ``record_plan``)."""
 
     def add(self, member: Member) -> None:
         old = self.by_identity.get(member.identity)
@@ -108,6 +114,28 @@ class Fleet:
             taken.update(free)
             m.battle_ids, m.active, m.fresh = free, True, True
         return self.active()
+
+    def record_plan(self, members: list[Member], assignments: list[Assignment]) -> None:
+        """Take the plan just sent to ``members`` into ``assignments``, exactly as a rollout
+        applies it (services/rollout/service.py ``_on_plan``): a fresh member's battles restart
+        at their ordinal with the NEW assignment; a running battle keeps the assignment of the
+        episode in flight (it was applied when the episode began; the ladder may since answer
+        differently, e.g. after the pool changed) and takes the new one for later ordinals.
+        Entries of battles no member runs, and of episodes already over, are dropped."""
+        restarted = {b for m in members if m.fresh for b in m.battle_ids}
+        for a in assignments:
+            key = (a.battle, a.ordinal)
+            in_flight = a.battle not in restarted and self.ordinal.get(a.battle) == a.ordinal
+            if in_flight and key in self.assignments:
+                continue
+            self.assignments[key] = a
+        live = {b for m in members for b in m.battle_ids}
+        self.assignments = {k: a for k, a in self.assignments.items()
+                            if k[0] in live and k[1] >= self.ordinal.get(k[0], 0)}
+
+    def assignment(self, battle: int, ordinal: int) -> Assignment | None:
+        """The assignment episode ``ordinal`` of ``battle`` plays, or None if no plan named it."""
+        return self.assignments.get((battle, ordinal))
 
     def slot_map(self, members: list[Member]) -> SlotMap:
         order = sorted(((b, m.instance, i) for m in members for i, b in enumerate(m.battle_ids)))

@@ -39,20 +39,33 @@ class Rectangle:
         self.writes = 0
         """Observation cells written: (T + 1) * R exactly on a rectangle no rollout left."""
 
-    def store_obs(self, t: int, slots: np.ndarray, group: np.ndarray, tick: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Row ``t``'s observation half for ``slots``; ``rows`` holds the learner slots' packed
-        rows in slot order. Returns the global slots the learner holds."""
+    def store_obs(self, t: int, slots: np.ndarray, group: np.ndarray, tick: np.ndarray,
+                  rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Row ``t``'s observation half for ``slots``. ``rows`` (uint8 (n_held, row_bytes)) holds
+        the packed rows of every slot whose group is >= 0, in slot order (shared.messages.Round):
+        the learner's are stored; the frozen seats' are returned, never stored (not trained).
+
+        Returns (learner global slots, frozen global slots, frozen rows (n_frozen, row_bytes)).
+        Raises ValueError when ``rows`` does not hold one row per held slot."""
+        held = group >= 0
+        if rows.shape != (int(held.sum()), self.row_bytes):
+            raise ValueError(f"round carries rows of shape {rows.shape}, expected ({int(held.sum())}, {self.row_bytes}) "
+                             "(one per learner or frozen slot)")
+        is_learner = group[held] == GROUP_LEARNER
         learner = slots[group == GROUP_LEARNER]
-        if rows.shape != (len(learner), self.row_bytes):
-            raise ValueError(f"round carries rows of shape {rows.shape}, expected ({len(learner)}, {self.row_bytes})")
+        frozen = slots[held & (group != GROUP_LEARNER)]
         self.group[t, slots] = group
         self.tick[t, slots] = tick
         self.obs_valid[t, slots] = True
         self.writes += len(slots)
         if len(learner):
-            self.rows[t, learner] = rows
-            self.n_legal[t, learner] = POPCOUNT[rows[:, self.mask_offset :]].sum(axis=1)
-        return learner
+            self.rows[t, learner] = rows[is_learner]
+            self.n_legal[t, learner] = self.legal_counts(rows[is_learner])
+        return learner, frozen, rows[~is_learner]
+
+    def legal_counts(self, rows: np.ndarray) -> np.ndarray:
+        """(B,) int32: legal actions (the no-op included) of packed rows, from the mask bits."""
+        return POPCOUNT[rows[:, self.mask_offset :]].sum(axis=1)
 
     def store_step(self, t: int, slots: np.ndarray, reward, terminated, truncated, deploy_status,
                    final_slots: np.ndarray, final_rows: np.ndarray) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 
 from services.learner import checkpointing
 from services.learner.fleet import Fleet
+from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots  # PLAY
 from services.learner.rectangle import Rectangle
 from shared import transport
 from shared.config import ConfigError, RunConfig, config_differences, dump_config, load_config
@@ -38,6 +39,9 @@ from shared.messages import (
     Ack, Decoder, Error, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan, PlanReply,
     PlanRequest, ReportEpisodes, SaveCheckpoint, Saved, SaveSnapshot, SnapshotSaved, ToLearner, Welcome,
 )
+from shared.messages import AdmitCandidate, Admitted  # POOL
+from shared.messages import snapshot_of  # PLAY: env/win_rate_pool
+from services.learner.ladder_status import LadderStatusPoller  # POOL
 from shared.schedules import value_at
 from shared.seeding import stream
 from shared.stats import wilson_interval
@@ -110,8 +114,9 @@ class Learner:
         from shared.nn.model import ActorCritic
         from shared.nn.policy import Policy
         from services.learner.ppo import make_optimizers
-        from services.learner.preflight import run_preflight
         from shared.codec import CODEC_VERSION, describe_table, table_digest
+        from shared.nn.snapshot import actor_builder
+        from shared.preflight import run_preflight
 
         self.cfg, self.say, self.iterations_limit = cfg, say, iterations
         self.min_rollouts, self.first_iteration = max(1, min_rollouts), True
@@ -152,11 +157,20 @@ class Learner:
         self.ladder = transport.Client(ladder, Decoder(FromLadder), name="ladder",
                                        timeout_s=cfg.services.request_timeout_s,
                                        curve=transport.curve_client_keys())
+        self.ladder_status = LadderStatusPoller(self.ladder, cfg.run_name, cfg.services.ladder_status_timeout_s, say)
         self.ckpt = transport.Client(checkpoint, Decoder(FromCheckpoint), name="checkpoint service",
                                      max_bytes=cfg.services.max_message_mb << 20,
                                      timeout_s=cfg.services.request_timeout_s,
                                      curve=transport.curve_client_keys())
         self.fleet = Fleet()
+        # PLAY: the pool snapshots that hold GROUP_FROZEN seats (services/learner/frozen.py).
+        self.frozen = FrozenActors(
+            cfg.ladder.pool.max_resident_opponents + 2,
+            checkpoint_fetcher(self.ckpt, cfg.run_name, cfg.services.request_timeout_s),
+            actor_builder(self.pf.spec, cfg.net),
+            {"arch_digest": self.identity.arch_digest, "obs_digest": self.identity.obs_digest,
+             "codec_table_digest": self.identity.codec_table_digest},
+            self.pf.codec, self.device, say)
         self.halt_reason: str | None = None
         self.halt_endpoint = None
         token = os.environ.get("ROYALEFLEET_HALT_TOKEN", "")
@@ -255,8 +269,26 @@ class Learner:
             return
         if isinstance(reply, SnapshotSaved):
             self.say(f"learner: pool candidate snapshot {reply.snapshot_id} at {self.env_steps:,} env steps")
+            self._admit_candidate(reply.snapshot_id)
         else:
             self.say(f"learner: the checkpoint service refused the snapshot: {getattr(reply, 'reason', reply)}")
+
+    def _admit_candidate(self, snapshot_id: str) -> None:
+        """Offer a stored snapshot to the ladder's pool (AdmitCandidate) and say what it did."""
+        try:
+            reply, _ = self.ladder.request(AdmitCandidate(
+                request_id=self.ladder.next_id(), run_name=self.cfg.run_name, snapshot_id=snapshot_id,
+                env_steps=self.env_steps, iteration=self.iteration))
+        except transport.ServiceTimeout as exc:
+            self.say(f"learner: candidate snap:{snapshot_id} not offered to the pool: {exc}")
+            return
+        if isinstance(reply, Admitted):
+            what = {"admitted_free": "admitted free as the run's first snapshot: it is the champion",
+                    "pending": "pending: it waits for a gate",
+                    "duplicate": "already known to the pool"}.get(reply.status, reply.status)
+            self.say(f"learner: pool candidate snap:{snapshot_id} {what}")
+        else:
+            self.say(f"learner: the ladder refused candidate snap:{snapshot_id}: {getattr(reply, 'reason', reply)}")
 
     def resume(self) -> None:
         """Continue from the run's newest checkpoint that verifies, or start fresh.
@@ -343,11 +375,17 @@ class Learner:
         by_battle: dict[int, list] = {}
         for a in reply.assignments:
             by_battle.setdefault(a.battle, []).append(a)
+        # PLAY: which snapshot holds each frozen seat (the plan as the rollouts will apply it).
+        self.fleet.record_plan(members, reply.assignments)
         for m in members:
             restart = [self.fleet.ordinal.get(b, 0) if m.fresh else -1 for b in m.battle_ids]
             plan = Plan(iteration=self.iteration + 1, battles=m.battle_ids, restart_ordinals=restart, gamma=gamma,
                         assignments=[a for b in m.battle_ids for a in by_battle.get(b, [])], fresh=m.fresh)
             transport.send(self.sock, plan, identity=m.identity)
+        # PLAY: load the plan's snapshots now (the rollouts reset meanwhile), so the collection
+        # meets no load: those of the episodes in flight first, as many as the LRU holds.
+        self.frozen.new_iteration()
+        self.frozen.prefetch(plan_snapshots(self.fleet, battles, self.frozen.capacity))
         return T, learner_rows, list(reply.role_counts)
 
     def wait_for_rollouts(self) -> list:
@@ -387,7 +425,8 @@ class Learner:
         it = self.iteration + 1
 
         t0 = time.perf_counter()
-        stats = self.collector.collect(it, members, slot_map, rect, self.policy, cfg.master_seed, cfg.rollout.round_timeout_s)
+        stats = self.collector.collect(it, members, slot_map, rect, self.policy, cfg.master_seed, cfg.rollout.round_timeout_s,
+                                       frozen=self.frozen)
         t_collect = time.perf_counter() - t0
         if self.stopping:
             raise StopRequested
@@ -490,18 +529,27 @@ class Learner:
             row["ppo/advantage_mean"] = float(adv[trainable].mean())
             row["ppo/return_mean"] = float(ret[trainable].mean())
         row.update(update_stats)
-        row.update(_episode_metrics(learner_eps, cfg.env.max_steps))
+        row.update(_episode_metrics(learner_eps, cfg.env.max_steps, stats.frozen.tainted))
+        # PLAY: an episode whose frozen seat played the no-op (its snapshot could not play) was
+        # no game against that snapshot: kept out of the result log (services/learner/frozen.py).
+        reported = [e for e in stats.episodes if (e.battle, e.ordinal) not in stats.frozen.tainted]
+        row.update(frozen_metrics(stats.frozen, self.frozen, len(stats.episodes) - len(reported)))
+        if stats.frozen.noop_rows:
+            self.say(f"learner: {sum(stats.frozen.noop_rows.values())} frozen-seat rows played the no-op "
+                     f"({', '.join(f'{k} {v}' for k, v in sorted(stats.frozen.noop_rows.items()))}); "
+                     f"{len(stats.episodes) - len(reported)} seat-episodes kept out of the result log")
 
         # Episodes to the ladder's result log; the checkpoint snapshot of this row's state.
         t0 = time.perf_counter()
-        if stats.episodes:
+        if reported:
             try:
                 reply, _ = self.ladder.request(ReportEpisodes(request_id=self.ladder.next_id(), run_name=cfg.run_name,
-                                                              episodes=stats.episodes))
+                                                              episodes=reported))
                 if not isinstance(reply, Ack):
                     self.say(f"learner: the ladder refused the episode report: {getattr(reply, 'reason', reply)}")
             except transport.ServiceTimeout as exc:
                 self.say(f"learner: episode report not delivered: {exc}")
+        row.update(self.ladder_status.poll())  # POOL: ladder/ keys; absent when the ladder does not answer
         self.snapshot = checkpointing.capture(self)
         row["run/state_digest"] = self.snapshot.state_digest
         row["run/run_id"] = self.run_id
@@ -647,7 +695,11 @@ def _lost_cells(rect: Rectangle, T: int) -> int:
     return lost
 
 
-def _episode_metrics(episodes: list, max_steps: int) -> dict:
+def _episode_metrics(episodes: list, max_steps: int, tainted=frozenset()) -> dict:
+    """The row's env/ keys over the learner's finished seat-episodes (``EpisodeRecord``s); empty
+    without any. ``tainted``: (battle, ordinal) of episodes whose frozen seat played the no-op
+    (``FrozenStats.tainted``), which are no game against their snapshot: left out of
+    ``env/win_rate_pool``."""
     if not episodes:
         return {}
     out: dict = {"env/episodes": len(episodes)}
@@ -690,6 +742,11 @@ def _episode_metrics(episodes: list, max_steps: int) -> dict:
             games = [e for e in scripted if e.opponent == opp]
             out[f"env/win_rate_vs/{opp}"] = float(np.mean([e.outcome > 0 for e in games]))
             out[f"env/episodes_vs/{opp}"] = len(games)
+    # PLAY: every snapshot together, never one key per snapshot id (unbounded over a run).
+    pool = [e for e in episodes if snapshot_of(e.opponent) is not None and (e.battle, e.ordinal) not in tainted]
+    if pool:
+        out["env/win_rate_pool"] = float(np.mean([e.outcome > 0 for e in pool]))
+        out["env/episodes_pool"] = len(pool)
     return out
 
 
@@ -701,6 +758,8 @@ def progress_line(row: dict) -> str:
     if "env/win_rate_scripted" in row:
         n = sum(v for k, v in row.items() if k.startswith("env/episodes_vs/"))
         win = f"{row['env/win_rate_scripted']:.2f} (n={n})"
+    if "env/win_rate_pool" in row:
+        win += f" | win vs pool {row['env/win_rate_pool']:.2f} (n={row['env/episodes_pool']})"
     lost = ""
     if row.get("health/rows_invalid"):
         lost = f" | lost {row['health/rows_invalid']} rows ({row['health/rollouts_lost']} rollouts)"

@@ -8,6 +8,10 @@ battles stepped together and answered for in one Round. Local slot ``2 * i + sea
 Episodes start at each battle's own boundary: the seed of episode ``k`` of battle ``b`` is
 ``env/battle/{b}/ordinal/{k}`` and its opponent is the ladder's assignment for (b, k), so an
 episode is the same episode whichever rollout plays it and whenever.
+
+Who holds a seat (its ``group``, shared.messages): the learner (GROUP_LEARNER), a frozen pool
+snapshot (GROUP_FROZEN: the opponent id is ``snap:<id>``; the rollout ships its row and plays
+the action the learner infers for it), or a scripted player stepped here (GROUP_SCRIPTED, no row).
 """
 
 from __future__ import annotations
@@ -19,31 +23,14 @@ import numpy as np
 
 from shared.codec import Codec
 from shared.config import EnvConfig
-from shared.envs import build_env
-from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, SEATS, Assignment, EpisodeRecord
+from shared.envs import EPISODE_STAT_KEYS, build_env, make_scripted
+from shared.messages import GROUP_FROZEN, GROUP_LEARNER, GROUP_SCRIPTED, SEATS, Assignment, EpisodeRecord, snapshot_of
 from shared.rewards import TermMagnitudes, set_gamma
 from shared.seeding import derive_int, stream, stream_path
-
-EPISODE_STAT_KEYS = (
-    "episode_steps", "episode_ticks", "own_crowns", "enemy_crowns", "own_tower_hp_frac",
-    "enemy_tower_hp_frac", "elixir_leak_steps", "elixir_count_exact",
-)
 
 
 class AssignmentMissing(RuntimeError):
     """The ladder's table has no assignment for an episode this battle is about to start."""
-
-
-def make_scripted(opponent: str, random_legal_noop_prob: float):
-    """A scripted player by its ladder id. Raises ValueError for an unknown id."""
-    from royalegym import RandomLegalOpponent
-    from royalegym.opponents import NOOP  # noqa: F401  (imported to fail loudly if it moves)
-
-    if opponent == "scripted:noop":
-        return None  # always the no-op; no object needed
-    if opponent == "scripted:random_legal":
-        return RandomLegalOpponent(random_legal_noop_prob)
-    raise ValueError(f"unknown scripted opponent {opponent!r}; known: scripted:noop, scripted:random_legal")
 
 
 @dataclass
@@ -116,11 +103,13 @@ class Shard:
             raise AssignmentMissing(f"no assignment for battle {battle.battle_id} ordinal {ordinal}")
         a = self.table.pop(key)
         battle.ordinal, battle.assignment = ordinal, a
+        frozen = snapshot_of(a.opponent) is not None
         for seat in (0, 1):
             learner = a.learner_seat in (-1, seat)
-            battle.groups[seat] = GROUP_LEARNER if learner else GROUP_SCRIPTED
+            battle.groups[seat] = GROUP_LEARNER if learner else GROUP_FROZEN if frozen else GROUP_SCRIPTED
             battle.players[seat] = "learner" if learner else a.opponent
-            battle.scripted[seat] = None if learner else make_scripted(a.opponent, self.noop_prob)
+            # A frozen seat has no player here: the learner infers its action centrally.
+            battle.scripted[seat] = None if learner or frozen else make_scripted(a.opponent, self.noop_prob)
         battle.rng = stream(self.master_seed, "scripted/battle/{battle}/ordinal/{ordinal}",
                             battle=battle.battle_id, ordinal=ordinal)
         seed = derive_int(self.master_seed, stream_path("env/battle/{battle}/ordinal/{ordinal}",
@@ -154,7 +143,7 @@ class Shard:
 
     def step(self, actions: np.ndarray) -> StepResult:
         """Advance every battle by one decision. ``actions`` (n_slots,) int: the learner's
-        action for learner-held slots (others ignored)."""
+        action for learner-held and frozen-held slots (scripted slots' entries ignored)."""
         n = self.n_slots
         reward = np.zeros(n, np.float32)
         terminated = np.zeros(n, np.uint8)
@@ -167,7 +156,7 @@ class Shard:
             chosen = {}
             for seat in (0, 1):
                 name, obs = SEATS[seat], battle.obs[SEATS[seat]]
-                if battle.groups[seat] == GROUP_LEARNER:
+                if battle.groups[seat] in (GROUP_LEARNER, GROUP_FROZEN):
                     a = int(actions[2 * i + seat])
                     if not (0 <= a < obs["action_mask"].shape[0]) or not obs["action_mask"][a]:
                         illegal += 1
@@ -224,18 +213,18 @@ class Shard:
         group = np.empty(self.n_slots, np.int8)
         tick = np.empty(self.n_slots, np.int32)
         ordinal = np.empty(self.n_slots, np.int32)
-        learner_obs = []
+        held_obs = []  # every slot whose group is >= 0 (learner and frozen), in slot order
         for i, battle in enumerate(self.battles):
             for seat in (0, 1):
                 slot = 2 * i + seat
                 group[slot] = battle.groups[seat]
                 tick[slot] = battle.tick
                 ordinal[slot] = battle.ordinal
-                if battle.groups[seat] == GROUP_LEARNER:
-                    learner_obs.append(battle.obs[SEATS[seat]])
+                if battle.groups[seat] >= 0:
+                    held_obs.append(battle.obs[SEATS[seat]])
         # Fresh arrays every round: they go to ZeroMQ without a copy and must not be written
         # again before they have left (the next step packs into new memory).
-        rows, clipped, rounded = self.codec.pack_many(learner_obs)
+        rows, clipped, rounded = self.codec.pack_many(held_obs)
         frows, c2, r2 = self.codec.pack_many(final_obs)
         return StepResult(group, tick, ordinal, rows, reward, terminated, truncated, deploy,
                           np.asarray(final_slots, np.int16), frows, episodes, env_seconds,

@@ -30,6 +30,6 @@ class RolloutMetrics:
             self.refused.labels(reason)
         self.codec_clipped = Counter(PREFIX + "obs_codec_clipped", "Observation values clipped to fit the codec", registry=r)
         self.codec_rounded = Counter(PREFIX + "obs_codec_rounded", "Observation values rounded to fit the codec", registry=r)
-        self.illegal_actions = Counter(PREFIX + "illegal_actions", "Learner actions the mask did not allow", registry=r)
+        self.illegal_actions = Counter(PREFIX + "illegal_actions", "Actions sent by the learner (learner and frozen seats) the mask did not allow", registry=r)
         if port:
             start_http_server(port, addr=host, registry=r)

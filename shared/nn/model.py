@@ -186,6 +186,7 @@ class PointerActor(nn.Module):
         self.query = nn.Linear(c + 2, c)
         self.query_bias = nn.Linear(c + 2, 1)
         self.noop = nn.Linear(2 * c, 1)
+        self.noop_bias = float(net.noop_bias)  # a constant, not a parameter (net.noop_bias)
 
     def hand_card_ids(self, vector: torch.Tensor) -> torch.Tensor:
         """(B, V) -> (B, hand_slots) int64: argmax of each slot's one-hot."""
@@ -212,7 +213,7 @@ class PointerActor(nn.Module):
         tile_logits = torch.einsum("bchw,bpc->bphw", tiles, q) * self.channels**-0.5 + bias[..., None]
 
         pooled = torch.cat([tiles.mean(dim=(2, 3)), tiles.amax(dim=(2, 3))], dim=1)  # (B, 2C)
-        noop_logit = self.noop(pooled)  # (B, 1)
+        noop_logit = self.noop(pooled) + self.noop_bias  # (B, 1)
         # float32 always: the masked softmax fills illegal entries with finfo(float32).min.
         return torch.cat([noop_logit, tile_logits.reshape(b, -1)], dim=1).float()
 

@@ -1,0 +1,140 @@
+"""``royalefleet eval A B --games N``: a paired evaluation between two players, in this process.
+
+    royalefleet eval scripted:random_legal scripted:noop --games 20
+    royalefleet eval snap:0123456789abcdef scripted:noop --games 100 --run-name myrun
+
+A player is a snapshot of the run (``snap:<snapshot_id>``, or the bare 16-hex id) read from
+``<runs_dir>/<run>/snapshots/``, or a scripted anchor. The games are the evaluators' games
+(``services.evaluator.games``): full matches on the first ceil(N / 2) seeds of the run's fixed
+evaluation seed set, each seed with A blue then A red, actions from the streams of job
+``--job`` (default 0). Prints A's score (a draw counts half) with its Wilson 95 % interval.
+Writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from shared.config import PROFILES, load_config
+
+
+def add_common(sp) -> None:
+    sp.add_argument("--config", metavar="FILE", help="a JSON config (default: the run's config.json if it exists)")
+    sp.add_argument("--profile", choices=sorted(PROFILES), help="profile when no config names one (default: cpu)")
+    sp.add_argument("--run-name", help="the run whose snapshots and seeds are used (overrides the config)")
+    sp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    ep = subparsers.add_parser(
+        "eval", help="play a paired evaluation between two players and print the score",
+        description="Play A against B on the run's fixed evaluation seeds, both sides of each seed, full matches, "
+        "in this process, and print A's score with a Wilson 95 %% interval. Players: snap:<snapshot_id> (a "
+        "snapshot of the run) or scripted:noop / scripted:random_legal.")
+    ep.add_argument("a", help="player A")
+    ep.add_argument("b", help="player B")
+    ep.add_argument("--games", type=int, default=20, help="battles to play, both sides of ceil(N/2) seeds (default 20)")
+    ep.add_argument("--job", type=int, default=0, help="job id naming the action streams (default 0)")
+    add_common(ep)
+    ep.set_defaults(func=cmd_eval)
+    return ep
+
+
+def run_config(args, run_name: str | None = None):
+    """The config: --config, else the run's own config.json, else the profile (cpu)."""
+    overrides: dict = {}
+    if run_name or args.run_name:
+        overrides["run_name"] = run_name or args.run_name
+    if args.runs_dir:
+        overrides["runs_dir"] = args.runs_dir
+    source = args.config
+    if source is None:
+        base = load_config(None, profile_name=args.profile or "cpu", overrides=overrides or None)
+        saved = Path(base.runs_dir) / base.run_name / "config.json"
+        if not saved.exists():
+            return base
+        source = str(saved)
+    return load_config(source, profile_name=args.profile or "cpu", overrides=overrides or None)
+
+
+def normalise(player: str) -> str:
+    """A bare 16-hex snapshot id becomes ``snap:<id>``; anything else is kept."""
+    if len(player) == 16 and all(c in "0123456789abcdef" for c in player):
+        return "snap:" + player
+    return player
+
+
+class LocalPlayers:
+    """Players of one run, snapshots read from its store (verified against their ids)."""
+
+    def __init__(self, cfg):
+        self.cfg, self._facts, self._loaded = cfg, None, {}
+
+    def get(self, player: str):
+        from services.checkpoint.snapshots import SnapshotStore
+        from services.evaluator.players import ScriptedPlayer, load_snapshot_player, run_facts
+        from shared.evaluation import check_player, snapshot_of
+
+        problem = check_player(player)
+        if problem:
+            raise ValueError(problem)
+        if player in self._loaded:
+            return self._loaded[player]
+        sid = snapshot_of(player)
+        if sid is None:
+            p = ScriptedPlayer(player, self.cfg.ladder.random_legal_noop_prob)
+        else:
+            store = SnapshotStore(Path(self.cfg.runs_dir) / self.cfg.run_name / "snapshots")
+            actor, spec = store.read(sid)
+            if self._facts is None:
+                self._facts = run_facts(self.cfg)
+            p = load_snapshot_player(player, actor, spec, self.cfg, self._facts)
+        self._loaded[player] = p
+        return p
+
+
+def cmd_eval(args, out=None) -> int:
+    from services.evaluator.games import play_job
+    from shared.envs import build_env
+    from shared.evaluation import eval_env_config, eval_seed_set, seeds_for_games, side_scores
+    from shared.stats import wilson_interval
+
+    out = out or sys.stdout
+    cfg = run_config(args)
+    a, b = normalise(args.a), normalise(args.b)
+    n_seeds = seeds_for_games(args.games) if args.games > 0 else 0
+    count = cfg.ladder.pool.eval_seed_count
+    if n_seeds < 1 or n_seeds > count:
+        print(f"royalefleet eval: --games {args.games}: expected 1..{2 * count} (both sides of at most "
+              f"ladder.pool.eval_seed_count={count} seeds)", file=sys.stderr)
+        return 2
+    try:
+        players = LocalPlayers(cfg)
+        loaded = {p: players.get(p) for p in (a, b)}
+    except (ValueError, OSError) as exc:
+        print(f"royalefleet eval: {exc}", file=sys.stderr)
+        return 2
+    env = build_env(eval_env_config(cfg.env))
+    seeds = list(range(n_seeds))
+    t0 = time.monotonic()
+    step = max(1, (2 * n_seeds) // 10)
+
+    def progress(done: int, total: int) -> None:
+        if total >= 10 and (done % step == 0 or done == total):
+            out.write(f"  {done}/{total} games, {time.monotonic() - t0:.0f} s\n")
+            out.flush()
+
+    records = play_job(env, loaded, job=args.job, a=a, b=b, seeds=seeds,
+                       seed_set=eval_seed_set(cfg.master_seed, count), master_seed=cfg.master_seed,
+                       decision_ms=cfg.env.decision_ms, on_game=progress)
+    sides = side_scores(records, a, b, seeds)
+    n = sides.size
+    total = float(sides.sum())
+    lo, hi = wilson_interval(total, n)
+    wins, draws = int((sides == 1.0).sum()), int((sides == 0.5).sum())
+    out.write(f"{a} vs {b}: score {total / n:.4f} over {n} games ({wins} won, {draws} drawn, {n - wins - draws} lost; "
+              f"{n_seeds} seeds x 2 sides), Wilson 95 % interval [{lo:.4f}, {hi:.4f}]\n")
+    return 0

@@ -1,0 +1,98 @@
+"""``python -m services.evaluator``: play the ladder's evaluation jobs until SIGTERM or SIGINT.
+
+Every setting is a flag, an environment variable, or its default, in that order of precedence
+(the flag wins), so ``royalefleet up`` on loopback and Compose share one code path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from prometheus_client import start_http_server
+
+from shared.config import ConfigError, load_config, profile
+
+DEFAULTS = {
+    "ladder": ("ROYALEFLEET_LADDER", "tcp://127.0.0.1:5556"),
+    "checkpoint": ("ROYALEFLEET_CHECKPOINT", "tcp://127.0.0.1:5557"),
+    "config": ("ROYALEFLEET_CONFIG", None),
+    "metrics_port": ("ROYALEFLEET_METRICS_PORT", "9200"),
+    "metrics_host": ("ROYALEFLEET_METRICS_HOST", "127.0.0.1"),
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m services.evaluator",
+        description="A royalefleet evaluator: asks the ladder for evaluation jobs (the promotion gate's games "
+        "between frozen snapshots and scripted anchors), plays them as full matches on the fixed evaluation "
+        "seeds, and reports the records to the ladder's result log. Stops cleanly on SIGTERM or Ctrl-C.",
+        epilog="Each flag falls back to its environment variable, then to the default shown.",
+    )
+
+    def add(flag: str, key: str, help_: str, type_=str):
+        env, default = DEFAULTS[key]
+        parser.add_argument(flag, dest=key, type=type_, default=None,
+                            help=f"{help_} [env {env}; default {default if default is not None else 'none'}]")
+
+    add("--ladder", "ladder", "the ladder's address, e.g. tcp://ladder:5556")
+    add("--checkpoint", "checkpoint", "the checkpoint service's address (snapshots), e.g. tcp://checkpoint:5557")
+    add("--config", "config", "run config JSON (master seed, env, network, ladder and evaluation sections); "
+        "without one the cpu profile's defaults are used")
+    add("--metrics-port", "metrics_port", "Prometheus /metrics port; 0 turns it off", int)
+    add("--metrics-host", "metrics_host", "address the /metrics server listens on")
+    args = parser.parse_args(argv)
+    for key, (env, default) in DEFAULTS.items():
+        if getattr(args, key) is None:
+            value = os.environ.get(env, default)
+            if key == "metrics_port" and value is not None:
+                try:
+                    value = int(value)
+                except ValueError:
+                    parser.error(f"{env}={value!r} is not a port number")
+            setattr(args, key, value)
+    if not 0 <= args.metrics_port <= 65535:
+        parser.error(f"metrics port {args.metrics_port} is outside 0..65535")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        # profile_name="cpu" as the ladder does: load_config's default would import torch only to
+        # look for a GPU, and an evaluator infers on the CPU.
+        config = load_config(args.config, profile_name="cpu") if args.config else profile("cpu")
+    except ConfigError as exc:
+        print(f"evaluator: {exc}", file=sys.stderr)
+        return 2
+    from services.evaluator.service import Evaluator, EvaluatorMetrics
+
+    metrics = EvaluatorMetrics()
+    evaluator = Evaluator(config, ladder=args.ladder, checkpoint=args.checkpoint, metrics=metrics,
+                          say=lambda text: print(text, flush=True))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: evaluator.stop.set())
+    server = None
+    if args.metrics_port:
+        try:
+            server, _ = start_http_server(args.metrics_port, addr=args.metrics_host, registry=metrics.registry)
+        except OSError as exc:
+            evaluator.close()
+            print(f"evaluator: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}",
+                  file=sys.stderr)
+            return 1
+    print(f"evaluator: run {config.run_name!r}, ladder {args.ladder}, checkpoint {args.checkpoint}, metrics "
+          + (f"http://{args.metrics_host}:{args.metrics_port}/metrics" if server else "off"), flush=True)
+    try:
+        return evaluator.run()
+    finally:
+        evaluator.close()
+        if server is not None:
+            server.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Playing evaluation games: one battle between two players on one seed and one side.
+
+A game is named by (job, seed index, side): ``side`` 0 seats player ``a`` blue, 1 seats it red
+(the record's ``ordinal``). Its env seed is entry ``seed`` of the fixed evaluation seed set
+(``shared.evaluation.eval_seed_set``), its env is the evaluation env (training env, no
+truncation: a full match), and each seat draws from its own stream
+``eval/act/job/{job}/seed/{seed}/side/{side}/seat/{seat}``. So a game is a pure function of the
+master seed, the env config, the two players' weights and those four numbers: the same job
+gives the same records wherever and whenever it is played (tests/test_evaluator_games.py).
+
+Each game becomes two EpisodeRecords (blue seat, red seat) with ``role="eval"``,
+``iteration`` = the job id, ``battle`` = the seed index, ``ordinal`` = the side, and
+``player`` / ``opponent`` the seat's player ids (the team's fixed interface;
+``services.ladder.rating.extract_games`` fits exactly these).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from shared.envs import EPISODE_STAT_KEYS
+from shared.evaluation import EVAL_ROLE
+from shared.messages import SEATS, EpisodeRecord
+from shared.seeding import stream
+
+MAX_MATCH_SECONDS = 1800.0
+"""Game time after which a match that has not ended is an error, not a result: a regulation
+match with overtime lasts about 5 minutes (615 decisions at 500 ms), so 30 minutes means the
+env lost its game-over condition."""
+
+
+class GameError(RuntimeError):
+    """A game that could not be played to its end; the text names the job, seed and side."""
+
+
+def decision_cap(decision_ms: int) -> int:
+    """Decisions after which a match is refused as endless (``MAX_MATCH_SECONDS``)."""
+    return math.ceil(MAX_MATCH_SECONDS * 1000.0 / decision_ms)
+
+
+def seat_rng(master_seed: int, job: int, seed: int, side: int, seat: int) -> np.random.Generator:
+    return stream(master_seed, "eval/act/job/{job}/seed/{seed}/side/{side}/seat/{seat}",
+                  job=job, seed=seed, side=side, seat=seat)
+
+
+def play_game(env, a, b, *, job: int, seed: int, side: int, env_seed: int, master_seed: int,
+              max_decisions: int) -> list[EpisodeRecord]:
+    """Play one full match of ``a`` against ``b`` on an evaluation env (``build_env`` of
+    ``shared.evaluation.eval_env_config``) and return its two records, blue seat first.
+
+    ``a`` and ``b`` are players (``services.evaluator.players``); ``side`` 0 seats ``a`` blue.
+    Raises ValueError for a side other than 0/1, GameError for a match that has not ended
+    after ``max_decisions`` decisions or that the env truncated.
+    """
+    if side not in (0, 1):
+        raise ValueError(f"side {side!r}: 0 seats player a blue, 1 seats it red")
+    seated = (a, b) if side == 0 else (b, a)
+    rngs = [seat_rng(master_seed, job, seed, side, s) for s in (0, 1)]
+    mask_only = [SEATS[s] for s in (0, 1) if seated[s].scripted_seat]
+    obs, _ = env.reset(seed=int(env_seed), options={"mask_only": mask_only} if mask_only else None)
+    returns = [0.0, 0.0]
+    cards = [0, 0]
+    for _ in range(max_decisions):
+        chosen = {SEATS[s]: seated[s].act(obs[SEATS[s]], rngs[s]) for s in (0, 1)}
+        obs, reward, term, trunc, info = env.step(chosen)
+        for s in (0, 1):
+            name = SEATS[s]
+            returns[s] += float(reward[name])
+            if chosen[name] != 0 and int(info[name].get("deploy_status", -1)) == 0:
+                cards[s] += 1
+        if trunc["blue"] and not term["blue"]:
+            raise GameError(f"job {job} seed {seed} side {side}: the env truncated an evaluation match; "
+                            "the evaluation env must have no step limit (shared.evaluation.eval_env_config)")
+        if term["blue"]:
+            return [_record(s, seated, info[SEATS[s]], returns[s], cards[s], job, seed, side) for s in (0, 1)]
+    raise GameError(f"job {job} seed {seed} side {side}: no game over after {max_decisions} decisions "
+                    f"({MAX_MATCH_SECONDS:.0f} s of game time)")
+
+
+def _record(seat: int, seated, info: Mapping, ret: float, cards: int, job: int, seed: int,
+            side: int) -> EpisodeRecord:
+    stats = {k: info.get(k, 0) for k in EPISODE_STAT_KEYS}
+    return EpisodeRecord(
+        battle=seed, ordinal=side, seat=SEATS[seat], role=EVAL_ROLE,
+        player=seated[seat].id, opponent=seated[1 - seat].id,
+        outcome=int(info.get("outcome", 0)), truncated=False,
+        episode_steps=int(stats["episode_steps"]), episode_ticks=int(stats["episode_ticks"]),
+        own_crowns=int(stats["own_crowns"]), enemy_crowns=int(stats["enemy_crowns"]),
+        own_tower_hp_frac=float(stats["own_tower_hp_frac"]),
+        enemy_tower_hp_frac=float(stats["enemy_tower_hp_frac"]),
+        elixir_leak_steps=int(stats["elixir_leak_steps"]),
+        elixir_count_exact=bool(stats["elixir_count_exact"]),
+        cards_played=cards, undiscounted_return=ret, iteration=job,
+        reward_terms={k[len("reward_sum/"):]: float(v) for k, v in info.items() if k.startswith("reward_sum/")},
+    )
+
+
+def play_job(env, players: Mapping[str, object], *, job: int, a: str, b: str, seeds: Sequence[int],
+             seed_set: np.ndarray, master_seed: int, decision_ms: int,
+             on_game: Callable[[int, int], None] | None = None) -> list[EpisodeRecord]:
+    """Every game of one job: for each seed index in ``seeds`` (in order), ``a`` blue then
+    ``a`` red. ``players`` maps player id -> player and must hold ``a`` and ``b``. Returns
+    4 * len(seeds) records. ``on_game(games_done, games_total)`` is called after each game.
+    Raises ValueError for a seed index outside the seed set or a player not in ``players``."""
+    for p in (a, b):
+        if p not in players:
+            raise ValueError(f"job {job}: no player {p!r} loaded")
+    for s in seeds:
+        if not 0 <= s < len(seed_set):
+            raise ValueError(f"job {job}: seed index {s} is outside the evaluation seed set of "
+                             f"{len(seed_set)} seeds (ladder.pool.eval_seed_count)")
+    out: list[EpisodeRecord] = []
+    total, cap = 2 * len(seeds), decision_cap(decision_ms)
+    for s in seeds:
+        for side in (0, 1):
+            out += play_game(env, players[a], players[b], job=job, seed=int(s), side=side,
+                             env_seed=int(seed_set[s]), master_seed=master_seed, max_decisions=cap)
+            if on_game is not None:
+                on_game(len(out) // 2, total)
+    return out

@@ -1,0 +1,135 @@
+"""Evaluation players: a scripted anchor, or a frozen snapshot inferred on the CPU.
+
+Every player answers ``act(obs, rng) -> action`` for one seat and one decision, where ``obs`` is
+RoyaleGym's seat observation and ``rng`` is the seat's own generator of the game (stream
+``eval/act/job/{job}/seed/{seed}/side/{side}/seat/{seat}``).
+
+* ``ScriptedPlayer``: ``shared.envs.make_scripted``, exactly the training
+  opponents (``scripted:random_legal`` draws from ``rng``; ``scripted:noop`` always waits).
+* ``SnapshotPlayer``: the snapshot's fp16 actor (``actor.safetensors`` from the snapshot store)
+  cast to float32, on the CPU. The observation is packed by ``shared.codec`` exactly as a
+  rollout packs it and unpacked as the learner does (so the snapshot sees what it was trained
+  on, float16 vector included), then sampled by ``shared.nn.policy.Policy`` (inverse CDF). One
+  float32 uniform is drawn from ``rng`` at EVERY decision, forced or not, so the action at
+  decision t depends on t's uniform alone.
+
+Loading is ``shared.nn.snapshot``'s (the learner's frozen seats load the same way): a snapshot
+whose spec was written for another network, observation layout or codec table is refused naming
+the field (royalelearn-facts 6.3: "loads with mismatched arch/obs/codec-table digests are refused
+by field name"). What is the evaluator's own: one torch thread, and refusal as ``SnapshotRefused``
+(the job is not played; services/evaluator/service.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.config import RunConfig
+from shared.envs import make_scripted
+from shared.evaluation import ANCHORS, snapshot_of
+
+EVAL_TORCH_THREADS = 1
+"""Torch intra-op threads while evaluating: a fixed count, so a re-run of a gate computes the
+same logits bit for bit on the same machine class (royalelearn-facts 8)."""
+
+
+class SnapshotRefused(ValueError):
+    """A snapshot that cannot be played here; the text names the field and both values."""
+
+
+class ScriptedPlayer:
+    """A scripted anchor by its ladder id. Raises ValueError for another id."""
+
+    def __init__(self, player_id: str, random_legal_noop_prob: float):
+        if player_id not in ANCHORS:
+            raise ValueError(f"unknown scripted player {player_id!r}; known: {', '.join(ANCHORS)}")
+        self.id = player_id
+        self.scripted_seat = True
+        self._bot = make_scripted(player_id, random_legal_noop_prob)
+
+    def act(self, obs: dict, rng: np.random.Generator) -> int:
+        if self._bot is None:
+            return 0
+        return int(self._bot.act(obs, obs["action_mask"], rng))
+
+
+class SnapshotPlayer:
+    """A frozen snapshot: ``policy`` is a ``shared.nn.policy.Policy`` over the float32 actor,
+    ``codec`` the run's codec (table and static planes)."""
+
+    def __init__(self, player_id: str, policy, codec):
+        self.id = player_id
+        self.scripted_seat = False
+        self.policy, self.codec = policy, codec
+
+    def act(self, obs: dict, rng: np.random.Generator) -> int:
+        u = rng.random(1, dtype=np.float32)  # drawn at every decision, forced rows included
+        n_legal = int(np.count_nonzero(obs["action_mask"]))
+        if n_legal <= 1:
+            return 0  # only the no-op is legal: no forward (shared.nn.policy)
+        rows, _, _ = self.codec.pack_many([obs])
+        actions, _ = self.policy.act(rows, np.array([n_legal]), u)
+        return int(actions[0])
+
+
+@dataclass
+class RunFacts:
+    """What a snapshot needs from its run: the observation layout, the codec (table + static
+    planes) and the digests a snapshot's spec must match. From ``run_facts``."""
+
+    spec: object  # shared.envs.ObsSpec
+    codec: object  # shared.codec.Codec
+    arch_digest: str
+    obs_digest: str
+    codec_table_digest: str
+
+    @property
+    def expected(self) -> dict[str, str]:
+        """The digests a snapshot's spec must hold: ``shared.nn.snapshot.SPEC_DIGESTS`` -> value."""
+        return {"arch_digest": self.arch_digest, "obs_digest": self.obs_digest,
+                "codec_table_digest": self.codec_table_digest}
+
+
+def run_facts(cfg: RunConfig) -> RunFacts:
+    """Decide the run's codec exactly as its learner did (``shared.preflight``: the
+    training env, stream ``preflight/sample``), so rows are packed with the same table. Takes a
+    few seconds (it plays 1,000 random-legal states); call once per process."""
+    from shared.codec import table_digest
+    from shared.identity import config_digests
+    from shared.preflight import run_preflight
+
+    pf = run_preflight(cfg.env, cfg.master_seed)
+    return RunFacts(spec=pf.spec, codec=pf.codec, arch_digest=config_digests(cfg)["arch_digest"],
+                    obs_digest=pf.spec.digest(), codec_table_digest=table_digest(pf.table))
+
+
+def check_spec(snapshot_id: str, spec: bytes, facts: RunFacts) -> dict:
+    """The decoded spec, or SnapshotRefused naming every field of it that does not fit the run
+    (``shared.nn.snapshot.check_spec``: every digest, a missing one included, and the dtype)."""
+    from shared.nn.snapshot import SnapshotSpecError, check_spec as check
+
+    try:
+        return check(snapshot_id, spec, facts.expected)
+    except SnapshotSpecError as exc:
+        raise SnapshotRefused(f"{exc}. Evaluate it with the config of the run that wrote it") from None
+
+
+def load_snapshot_player(player_id: str, actor_bytes: bytes, spec_bytes: bytes, cfg: RunConfig,
+                         facts: RunFacts) -> SnapshotPlayer:
+    """A SnapshotPlayer from a snapshot's two files. Raises SnapshotRefused for a spec that does
+    not fit the run (``check_spec``), ValueError (``shared.nn.snapshot.SnapshotWeightsError``) for
+    bytes that are not a float16 actor of the run's network."""
+    import torch
+
+    from shared.nn.policy import Policy
+    from shared.nn.snapshot import ActorOnly, actor_builder, load_frozen_actor
+
+    sid = snapshot_of(player_id)
+    if sid is None:
+        raise ValueError(f"player {player_id!r} is not a snapshot (snap:<snapshot_id>)")
+    check_spec(sid, spec_bytes, facts)
+    torch.set_num_threads(EVAL_TORCH_THREADS)
+    actor = load_frozen_actor(sid, actor_bytes, actor_builder(facts.spec, cfg.net), "cpu")
+    return SnapshotPlayer(player_id, Policy(ActorOnly(actor), facts.codec, torch.device("cpu")), facts.codec)

@@ -1,0 +1,445 @@
+"""The gate runner: plans the promotion gate's games, hands them to evaluators, decides.
+
+Driven by the ladder's serve loop (``tick``) and its two evaluator requests (``request_job``,
+``report``). One runner per ladder, for the run the ladder was started with. Work, in order:
+
+1. A champion with no anchor record (the run's first snapshot, admitted free) plays each anchor
+   ``anchor_games`` times; its mean scores become its record (``PoolState.set_anchor_record``),
+   which condition 2 of every later gate compares against (royalelearn-facts 6.4, lesson 14).
+2. The oldest pending candidate's gate (``services.ladder.gate``), in three phases, each decided
+   as soon as it is complete, so a settled outcome stops early (facts 6.4 "Early stop"):
+
+   * phase ``champion``: candidate vs champion on seeds ``0 .. champion_games / 2 - 1``, both
+     sides each; condition 1 failed -> discard;
+   * phase ``anchors``: candidate vs each anchor on seeds ``0 .. anchor_games / 2 - 1`` (the
+     seeds of the champion's record); a regression -> discard;
+   * phase ``stratified``: ``stratified_snapshots`` pool members (not the champion) drawn with
+     variance weights relative to the champion (``pfsp.draw_stratified``, stream
+     ``eval/stratified/{candidate}``), ``stratified_games`` each; skipped when there are none.
+
+   The decision (``gate.decide_gate``, bootstrap stream ``eval/bootstrap/{candidate}``) is
+   written to ``<run>/ladder/gates/<candidate>.json`` (``GateRecord``: everything a re-run needs,
+   ``royalefleet gate``), then applied with ``PoolState.resolve``.
+
+Jobs are at most ``evaluation.job_seeds`` seeds (2 games each). A job not reported within
+``evaluation.job_deadline_s`` is handed out again under the same id; the first report of a job
+is written to the result log (fsynced) and any later one is acknowledged with count 0. Job ids
+continue after the largest eval ``iteration`` already in the log, so a restarted ladder never
+reuses one. A gate in flight when the ladder stops is planned again from its start by the next
+ladder (the games already played stay in the log as rated eval games).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from shared.config import GateConfig, RunConfig
+from shared.evaluation import ANCHORS, EVAL_ROLE, eval_seed_set, seed_set_hash, seeds_for_games, side_scores
+from shared.messages import Ack, EpisodeRecord, EvalJob, EvalJobRequest, EvalReport, NoJob
+from shared.seeding import stream
+
+from services.ladder.gate import (
+    ConditionResult, GateDecision, Stratified, anchor_record, decide_gate, stratified_from_table,
+)
+from services.ladder.pfsp import draw_stratified
+from services.ladder.pool import PoolState, current_ratings
+from services.ladder.results import ResultLog, result_log_path
+
+GATES_DIR = "gates"
+PHASES = ("champion", "anchors", "stratified")
+SETTLED_REASON = "not played: the verdict was settled by an earlier condition (royalelearn-facts 6.4 early stop)"
+
+
+class ReportRefused(ValueError):
+    """An EvalReport the ladder will not write; the text names the bad value."""
+
+
+class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One evaluation job as planned: ``a`` vs ``b`` on the seed indices ``seeds``, both sides
+    each. ``condition`` is what it counts for: ``champion``, ``anchor:<id>``, ``stratified:<id>``
+    or ``record:<anchor>`` (a champion's anchor record)."""
+
+    job_id: int
+    a: str
+    b: str
+    seeds: list[int]
+    condition: str
+
+
+class GateRecord(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``<run>/ladder/gates/<candidate>.json``: one gate, whole (royalelearn-facts 6.4 "Decision
+    record"). ``decision`` holds the verdict and every ConditionResult; the rest is what a
+    re-run needs to recompute them exactly (``royalefleet gate``): the jobs (ids name the action
+    streams), the seed set, the champion's anchor record and the fitted predictions used."""
+
+    candidate: str
+    champion: str
+    decision: GateDecision
+    eval_seed_set_hash: str
+    eval_seed_count: int
+    master_seed: int
+    wall_seconds: float
+    """From planning the gate's first job to writing this record."""
+    decided_at: str
+    """UTC ISO-8601."""
+    settled_after: str
+    """The phase after which the verdict was decided (``champion``, ``anchors``, ``stratified``)."""
+    gate: GateConfig
+    champion_anchor_record: dict[str, float]
+    stratified_members: list[str]
+    champion_predicted: dict[str, float]
+    jobs: list[JobSpec]
+
+
+def gates_dir(runs_dir: str | os.PathLike, run_name: str) -> Path:
+    """``<runs_dir>/<run_name>/ladder/gates``."""
+    return result_log_path(runs_dir, run_name).parent / GATES_DIR
+
+
+def gate_record_path(runs_dir: str | os.PathLike, run_name: str, candidate: str) -> Path:
+    """``<runs_dir>/<run_name>/ladder/gates/<candidate>.json`` (``snap:`` written ``snap_``, a
+    colon being no portable file name character)."""
+    return gates_dir(runs_dir, run_name) / f"{candidate.replace(':', '_')}.json"
+
+
+def write_gate_record(path: Path, rec: GateRecord) -> None:
+    """Atomically: temporary file, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(msgspec.json.format(msgspec.json.encode(rec), indent=2) + b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_gate_record(path: str | os.PathLike) -> GateRecord:
+    """Raises OSError for a missing file, ValueError naming the file for one that does not decode."""
+    try:
+        return msgspec.json.decode(Path(path).read_bytes(), type=GateRecord)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"{path}: not a gate decision record ({exc})") from None
+
+
+def split_seeds(seeds: list[int], job_seeds: int) -> list[list[int]]:
+    """Consecutive chunks of at most ``job_seeds`` seeds."""
+    return [seeds[i:i + job_seeds] for i in range(0, len(seeds), job_seeds)]
+
+
+def scores_by_condition(jobs: list[JobSpec], records_by_job: dict[int, list[EpisodeRecord]]) -> dict[str, np.ndarray]:
+    """condition -> (S, 2) side scores of the job's ``a`` against its ``b``, seeds in job order.
+    Raises ValueError naming a missing game."""
+    out: dict[str, list[np.ndarray]] = {}
+    for j in jobs:
+        out.setdefault(j.condition, []).append(side_scores(records_by_job[j.job_id], j.a, j.b, j.seeds))
+    return {c: np.concatenate(parts) for c, parts in out.items()}
+
+
+def decide_from_scores(scores: dict[str, np.ndarray], *, candidate: str, champion: str,
+                       champion_anchor_record: dict[str, float], champion_predicted: dict[str, float],
+                       stratified_members: list[str], gate_cfg: GateConfig, master_seed: int,
+                       settled_after: str) -> GateDecision:
+    """``decide_gate`` on the scores of one gate's conditions (``scores_by_condition``): the one
+    path from games to verdict, used by the runner and by ``royalefleet gate``. Conditions not
+    played because an earlier phase settled the verdict keep decide_gate's numbers and say so."""
+    champ = scores.get("champion", np.zeros((0, 2)))
+    anchors = {c.split(":", 1)[1]: s for c, s in scores.items() if c.startswith("anchor:")}
+    strat = None
+    if stratified_members:
+        strat = Stratified(scores={m: scores.get(f"stratified:{m}", np.zeros(0)) for m in stratified_members},
+                           champion_predicted=dict(champion_predicted))
+    rng = stream(master_seed, "eval/bootstrap/{comparison}", comparison=candidate)
+    decision = decide_gate(champ, anchors, champion_anchor_record, strat, gate_cfg, rng,
+                           candidate=candidate, champion=champion)
+    played = PHASES[: PHASES.index(settled_after) + 1]
+
+    def phase_of(c: ConditionResult) -> str:
+        return ("champion" if c.name == "beats_champion" else
+                "anchors" if c.name.startswith("no_anchor_regression") else "stratified")
+
+    conditions = [msgspec.structs.replace(c, reason=SETTLED_REASON) if c.skipped and phase_of(c) not in played
+                  else c for c in decision.conditions]
+    return msgspec.structs.replace(decision, conditions=conditions)
+
+
+@dataclass
+class _Job:
+    spec: JobSpec
+    issued_at: float | None = None
+    worker: str = ""
+    records: list[EpisodeRecord] | None = None
+
+
+@dataclass
+class _Audition:
+    """One piece of work in flight: a candidate's gate (``kind`` gate) or a champion's anchor
+    record (``kind`` record, ``candidate`` = that champion)."""
+
+    kind: str
+    candidate: str
+    champion: str
+    started: float
+    phase: str = "champion"
+    jobs: list[_Job] = field(default_factory=list)
+    record: dict[str, float] = field(default_factory=dict)
+    members: list[str] = field(default_factory=list)
+    predicted: dict[str, float] = field(default_factory=dict)
+
+    def phase_jobs(self) -> list[_Job]:
+        return [j for j in self.jobs if self._phase_of(j.spec.condition) == self.phase]
+
+    def _phase_of(self, condition: str) -> str:
+        if condition == "champion":
+            return "champion"
+        if condition.startswith(("anchor:", "record:")):
+            return "anchors"
+        return "stratified"
+
+
+class GateRunner:
+    """The gate runner of one ladder (module docstring). ``clock`` (monotonic seconds) and
+    ``wall`` (epoch seconds) are injectable for tests."""
+
+    def __init__(self, config: RunConfig, runs_dir: str | os.PathLike, *, say: Callable[[str], None] = print,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+        self.config, self.runs_dir, self.say = config, Path(runs_dir), say
+        self.run_name = config.run_name
+        self.clock, self.wall = clock, wall
+        self.seed_set = eval_seed_set(config.master_seed, config.ladder.pool.eval_seed_count)
+        self.seed_hash = seed_set_hash(self.seed_set)
+        self.log = ResultLog.for_run(self.runs_dir, self.run_name)
+        self.next_job_id = 1 + max((r.iteration for r in self.log.read().records if r.role == EVAL_ROLE), default=-1)
+        self.current: _Audition | None = None
+        self.stuck: set[str] = set()
+        self.last_lower_bound: float | None = self._last_logged_bound()
+        self.decisions: list[GateRecord] = []
+
+    # ----------------------------------------------------------------- planning
+
+    def _pool(self) -> PoolState:
+        return PoolState.for_run(self.runs_dir, self.run_name, self.config.ladder)
+
+    def _add_jobs(self, a: str, b: str, games: int, condition: str) -> None:
+        seeds = list(range(seeds_for_games(games)))
+        for chunk in split_seeds(seeds, self.config.evaluation.job_seeds):
+            self.current.jobs.append(_Job(JobSpec(job_id=self.next_job_id, a=a, b=b, seeds=chunk,
+                                                  condition=condition)))
+            self.next_job_id += 1
+
+    def _start(self, pool: PoolState) -> None:
+        gate = self.config.ladder.gate
+        champion = pool.champion
+        if champion is None:
+            return
+        if champion not in pool.anchor_record and champion not in self.stuck:
+            self.current = _Audition("record", champion, champion, self.wall(), phase="anchors")
+            for anchor in ANCHORS:
+                self._add_jobs(champion, anchor, gate.anchor_games, f"record:{anchor}")
+            self.say(f"ladder: champion {champion} has no anchor record; planned {len(self.current.jobs)} jobs "
+                     f"against {', '.join(ANCHORS)}")
+            return
+        waiting = [c for c in pool.pending if c.id not in self.stuck]
+        if not waiting or champion not in pool.anchor_record:
+            return
+        cand = waiting[0].id
+        self.current = _Audition("gate", cand, champion, self.wall(), record=dict(pool.anchor_record[champion]))
+        self._add_jobs(cand, champion, gate.champion_games, "champion")
+        self.say(f"ladder: gate of {cand} against champion {champion}: {len(self.current.jobs)} jobs "
+                 f"({gate.champion_games} battles)")
+
+    def _next_phase(self, pool: PoolState) -> bool:
+        """Plan the current gate's next phase; False when there is none."""
+        a, gate = self.current, self.config.ladder.gate
+        if a.phase == "champion":
+            a.phase = "anchors"
+            for anchor in ANCHORS:
+                self._add_jobs(a.candidate, anchor, gate.anchor_games, f"anchor:{anchor}")
+            return True
+        if a.phase == "anchors" and gate.stratified_snapshots > 0:
+            others = [m for m in pool.members if m not in (a.champion, a.candidate)]
+            ratings = current_ratings(self.runs_dir, self.run_name, self.config.ladder.rater)
+            rng = stream(self.config.master_seed, "eval/stratified/{candidate}", candidate=a.candidate)
+            drawn, _ = draw_stratified(others, ratings, a.champion, gate.stratified_snapshots, rng,
+                                       uniform_floor=self.config.ladder.pool.pfsp_uniform_floor,
+                                       floor_scale=self.config.ladder.pool.weight_floor_scale)
+            if not drawn:
+                return False
+            a.phase, a.members = "stratified", drawn
+            for m in drawn:
+                self._add_jobs(a.candidate, m, gate.stratified_games, f"stratified:{m}")
+            return True
+        return False
+
+    # ----------------------------------------------------------------- evaluator requests
+
+    def request_job(self, req: EvalJobRequest) -> EvalJob | NoJob:
+        """The next job not yet handed out (or handed out longer than the deadline ago), or
+        NoJob with the retry interval."""
+        ev = self.config.evaluation
+        self.tick()
+        if self.current is not None:
+            now = self.clock()
+            for j in self.current.phase_jobs():
+                if j.records is None and (j.issued_at is None or now - j.issued_at >= ev.job_deadline_s):
+                    if j.issued_at is not None:
+                        self.say(f"ladder: job {j.spec.job_id} not reported by {j.worker} within "
+                                 f"{ev.job_deadline_s:.0f} s; handing it to {req.worker}")
+                    j.issued_at, j.worker = now, req.worker
+                    s = j.spec
+                    return EvalJob(request_id=req.request_id, job_id=s.job_id, run_name=self.run_name, a=s.a,
+                                   b=s.b, seeds=list(s.seeds), deadline_s=ev.job_deadline_s)
+            reason = "every job of the current phase is handed out"
+        else:
+            reason = "no gate pending"
+        return NoJob(request_id=req.request_id, retry_after_s=ev.no_job_retry_s, reason=reason)
+
+    def report(self, rep: EvalReport) -> Ack:
+        """Write a job's records to the result log (fsynced) and acknowledge. Raises
+        ReportRefused for an unknown job or records that are not exactly its games; OSError
+        if the log cannot be written."""
+        if rep.run_name != self.run_name:
+            raise ReportRefused(f"run_name {rep.run_name!r}: this ladder gates run {self.run_name!r}")
+        job = None
+        if self.current is not None:
+            job = next((j for j in self.current.jobs if j.spec.job_id == rep.job_id), None)
+        if job is None:
+            if rep.job_id < self.next_job_id:  # a late report of a job already decided or replanned
+                return Ack(request_id=rep.request_id, count=0)
+            raise ReportRefused(f"job {rep.job_id}: no such evaluation job was handed out")
+        if job.records is not None:
+            return Ack(request_id=rep.request_id, count=0)
+        check_report(job.spec, rep.records)
+        written = self.log.append(rep.records)
+        job.records = list(rep.records)
+        self.tick()
+        return Ack(request_id=rep.request_id, count=written)
+
+    # ----------------------------------------------------------------- progress
+
+    def tick(self) -> None:
+        """Start work when idle; move a complete phase on, deciding when the verdict is known."""
+        if self.current is None:
+            self._start(self._pool())
+            return
+        a = self.current
+        if any(j.records is None for j in a.phase_jobs()):
+            return
+        pool = self._pool()
+        if a.kind == "record":
+            self._finish_record(pool)
+            return
+        scores = scores_by_condition([j.spec for j in a.jobs if j.records is not None],
+                                     {j.spec.job_id: j.records for j in a.jobs if j.records is not None})
+        if a.phase != "stratified":
+            early = decide_from_scores(
+                scores, candidate=a.candidate, champion=a.champion, champion_anchor_record=a.record,
+                champion_predicted={}, stratified_members=[], gate_cfg=self.config.ladder.gate,
+                master_seed=self.config.master_seed, settled_after=a.phase)
+            if early.verdict == "discard":
+                self._finish_gate(pool, scores)
+                return
+            if self._next_phase(pool):
+                return
+            a.phase = "stratified"  # nothing to draw: condition 3 is skipped for an empty pool
+        self._finish_gate(pool, scores)
+
+    def _finish_record(self, pool: PoolState) -> None:
+        a = self.current
+        scores = scores_by_condition([j.spec for j in a.jobs], {j.spec.job_id: j.records for j in a.jobs})
+        record = anchor_record({c.split(":", 1)[1]: s for c, s in scores.items()})
+        pool.set_anchor_record(a.candidate, record)
+        pool.save()
+        self.say(f"ladder: anchor record of champion {a.candidate}: "
+                 + ", ".join(f"{k} {v:.4f}" for k, v in sorted(record.items())))
+        self.current = None
+
+    def _finish_gate(self, pool: PoolState, scores: dict[str, np.ndarray]) -> None:
+        a, gate = self.current, self.config.ladder.gate
+        if a.phase == "stratified":
+            ratings = current_ratings(self.runs_dir, self.run_name, self.config.ladder.rater)
+            strat = stratified_from_table({m: np.zeros(0) for m in a.members}, ratings, a.champion)
+            a.predicted = dict(strat.champion_predicted)
+        decision = decide_from_scores(
+            scores, candidate=a.candidate, champion=a.champion, champion_anchor_record=a.record,
+            champion_predicted=a.predicted, stratified_members=a.members, gate_cfg=gate,
+            master_seed=self.config.master_seed, settled_after=a.phase)
+        rec = GateRecord(
+            candidate=a.candidate, champion=a.champion, decision=decision, eval_seed_set_hash=self.seed_hash,
+            eval_seed_count=len(self.seed_set), master_seed=self.config.master_seed,
+            wall_seconds=max(0.0, self.wall() - a.started),
+            decided_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"), settled_after=a.phase,
+            gate=gate, champion_anchor_record=dict(a.record), stratified_members=list(a.members),
+            champion_predicted=dict(a.predicted), jobs=[j.spec for j in a.jobs if j.records is not None],
+        )
+        write_gate_record(gate_record_path(self.runs_dir, self.run_name, a.candidate), rec)
+        self.decisions.append(rec)
+        c1 = decision.conditions[0]
+        if c1.bound is not None:
+            self.last_lower_bound = c1.bound
+        self.say(f"ladder: gate of {a.candidate} vs {a.champion}: {decision.verdict} "
+                 f"(after {a.phase}; " + "; ".join(c.reason for c in decision.conditions if not c.skipped) + ")")
+        if decision.verdict == "incomplete":
+            self.say(f"ladder: the gate of {a.candidate} could not decide (a condition had no numbers); it stays "
+                     "pending and is not gated again by this ladder")
+            self.stuck.add(a.candidate)
+        else:
+            pool.resolve(a.candidate, decision)
+            anchors = {c.split(":", 1)[1]: s for c, s in scores.items() if c.startswith("anchor:")}
+            if decision.admit and set(anchors) == set(ANCHORS):
+                pool.set_anchor_record(a.candidate, anchor_record(anchors))
+            pool.save()
+        self.current = None
+
+    def _last_logged_bound(self) -> float | None:
+        folder = gates_dir(self.runs_dir, self.run_name)
+        if not folder.is_dir():
+            return None
+        files = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+        for path in reversed(files):
+            try:
+                c1 = read_gate_record(path).decision.conditions[0]
+            except (OSError, ValueError, IndexError):
+                continue
+            return c1.bound
+        return None
+
+
+def check_report(spec: JobSpec, records: list[EpisodeRecord]) -> None:
+    """Raise ReportRefused unless ``records`` are exactly the job's games: for every seed and
+    side, one blue and one red eval record with the job's id, the right players in the right
+    seats, and outcomes that agree."""
+    want = 4 * len(spec.seeds)
+    if len(records) != want:
+        raise ReportRefused(f"job {spec.job_id}: {len(records)} records, expected {want} "
+                            f"(2 seats x 2 sides x {len(spec.seeds)} seeds)")
+    seen: dict[tuple[int, int, str], EpisodeRecord] = {}
+    for i, r in enumerate(records):
+        where = f"job {spec.job_id} records[{i}]"
+        if r.role != EVAL_ROLE or r.iteration != spec.job_id:
+            raise ReportRefused(f"{where}: role {r.role!r} iteration {r.iteration}; expected 'eval' and {spec.job_id}")
+        if r.battle not in spec.seeds or r.ordinal not in (0, 1):
+            raise ReportRefused(f"{where}: seed {r.battle} side {r.ordinal} is not a game of the job "
+                                f"(seeds {spec.seeds}, sides 0 and 1)")
+        blue, red = (spec.a, spec.b) if r.ordinal == 0 else (spec.b, spec.a)
+        expected = (blue, red) if r.seat == "blue" else (red, blue)
+        if (r.player, r.opponent) != expected:
+            raise ReportRefused(f"{where}: {r.player} vs {r.opponent} in the {r.seat} seat; the job seats "
+                                f"{blue} blue and {red} red on side {r.ordinal}")
+        if r.outcome not in (-1, 0, 1):
+            raise ReportRefused(f"{where}: outcome {r.outcome}; expected -1, 0 or 1")
+        key = (r.battle, r.ordinal, r.seat)
+        if key in seen:
+            raise ReportRefused(f"{where}: seed {r.battle} side {r.ordinal} {r.seat} seat reported twice")
+        seen[key] = r
+    for s in spec.seeds:
+        for side in (0, 1):
+            if seen[(s, side, "blue")].outcome != -seen[(s, side, "red")].outcome:
+                raise ReportRefused(f"job {spec.job_id}: seed {s} side {side}: the two seats' outcomes disagree")
