@@ -8,7 +8,10 @@ Prints, in one run:
 * the stack: ``royalefleet up`` for a few iterations on free loopback ports in a scratch
   folder: battle decisions/s and learner rows/s during collection (the first iteration, which
   includes start-up effects, is dropped), the update's rows/s;
-* their ratio, and the wire bytes per observation row.
+* their ratio, and the wire bytes per observation row;
+* the PPO update alone on a synthetic iteration of real observations, ours beside the
+  reference's (RoyaleLearn, when it is installed) on the same batch (``royalefleet.bench_update``).
+  ``--update-only`` prints this part alone.
 
 A figure, not a test: nothing here passes or fails.
 """
@@ -82,7 +85,12 @@ def stack_speed(cfg: RunConfig, iterations: int, say) -> list[dict]:
     return rows
 
 
-def run_bench(cfg: RunConfig, *, seconds: float, iterations: int, say=print) -> int:
+def run_bench(cfg: RunConfig, *, seconds: float, iterations: int, update_only: bool = False, update_batches: int = 1,
+              reference: str = "our-size", say=print) -> int:
+    from royalefleet.bench_update import run_update_bench
+
+    if update_only:
+        return run_update_bench(cfg, batches=update_batches, reference=reference, say=say)
     say(f"bench: profile {cfg.profile}, {cfg.local.rollouts} rollout process(es) x {cfg.rollout.battles} battles, "
         f"{os.cpu_count()} CPUs")
     say(f"bare RoyaleGym, random-legal play, {seconds:.0f} s ...")
@@ -110,4 +118,5 @@ def run_bench(cfg: RunConfig, *, seconds: float, iterations: int, say=print) -> 
     say(f"{'wire bytes per observation row':<40}{mean('throughput/wire_bytes_per_row'):>12,.0f}")
     say(f"{'inference ms per round':<40}{mean('throughput/inference_ms_per_round'):>12.2f}")
     say(f"{'learner wait share of collection':<40}{mean('throughput/parent_wait_frac'):>12.2f}")
-    return 0
+    say("")
+    return run_update_bench(cfg, batches=update_batches, reference=reference, say=say)
