@@ -120,6 +120,7 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "health/obs_codec_clipped": ("count", "observation values clipped to fit the codec this iteration (healthy: exactly 0)"),
     "health/obs_codec_rounded": ("count", "observation values stored rounded in an integer plane this iteration (healthy: exactly 0)"),
     "health/nan_guard_trips": ("count", "non-finite losses, values or advantages caught this iteration"),
+    "health/vram_driver_free_mb": ("MiB", "device memory the CUDA driver reports free after the update (CUDA learners only)"),
     "throughput/rollout_capacity_ratio": ("ratio", "time/update / time/collection: rollout capacity over update capacity (healthy >= 2)"),
     "health/illegal_action_rate": ("fraction", "learner actions the engine refused (deploy status > 0): a mask bug"),
     # PLAY: seats held by frozen pool snapshots (services/learner/frozen.py)

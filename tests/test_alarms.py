@@ -45,7 +45,7 @@ REFERENCE = {
 # Keys alarms read that the learner's row does not carry yet (the schema gets them with the
 # features that measure them). The table may only shrink this set, never read a new unknown key.
 PENDING_ROW_KEYS = {
-    # Not in the row yet: device memory (CUDA only: absent on a CPU learner by design).
+    # In the schema, but only a CUDA learner exports it: absent from a CPU row by design.
     "health/vram_driver_free_mb",
 }
 

@@ -62,7 +62,7 @@ class UpdateData:
 
 
 def make_optimizers(model, ppo: PPOConfig) -> tuple[torch.optim.Adam, torch.optim.Adam]:
-    """One Adam per network. eps 1e-5 is the PPO paper's (torch's default is 1e-8)."""
+    """One Adam per network, both at ``ppo.adam_eps`` (1e-8 by default; why: PPOConfig.adam_eps)."""
     opt_actor = torch.optim.Adam(model.actor.parameters(), lr=ppo.lr_actor, eps=ppo.adam_eps)
     opt_critic = torch.optim.Adam(model.critic.parameters(), lr=ppo.lr_critic, eps=ppo.adam_eps)
     return opt_actor, opt_critic

@@ -525,6 +525,10 @@ class Learner:
         row.update(self.lr_backoff.metrics(self.opt_actor, self.opt_critic))
         if stats.rows_received:
             row["throughput/wire_bytes_per_row"] = stats.wire_bytes / stats.rows_received
+        if self.device.type == "cuda":  # CUDA only: a CPU learner has no device memory to watch
+            import torch
+
+            row["health/vram_driver_free_mb"] = torch.cuda.mem_get_info(self.device)[0] / 2**20
         if n_train:
             row["ppo/advantage_mean"] = float(adv[trainable].mean())
             row["ppo/return_mean"] = float(ret[trainable].mean())
