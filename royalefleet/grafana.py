@@ -349,6 +349,9 @@ def ladder_dashboard() -> dict:
            description="Above 0.1 a scalar rating is not meaningful (transitivity warns)."),
     ]
     pool = [
+        ts("Champion", [("royalefleet_ladder_champion_info", "{{member}}"),
+                        ("royalefleet_ladder_champion_env_steps", "env steps")], kind="stat",
+           description="The current champion (its member id) and the env steps its snapshot was taken at."),
         ts("Pool size", [(L("ladder/pool_size"), "members")]),
         ts("Battles by role (last plan)", [("royalefleet_ladder_role_battles", "{{role}}"),
                                            ("royalefleet_ladder_pool_fallback_battles", "pool battles on a scripted opponent")]),

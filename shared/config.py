@@ -219,6 +219,34 @@ class RaterConfig(_Cfg):
     """Pairs with fewer games do not count toward the transitivity residual."""
 
 
+SHA256_HEX = 64
+"""Length of a sha256 digest in hex, as ``sha256sum`` prints it."""
+
+
+class SeedSnapshot(_Cfg):
+    """A frozen actor the pool holds from the run's first iteration and never evicts (seed 004,
+    SeedSnapshot; royalelearn-facts 6.2 and 6.3).
+
+    The learner reads it at a FRESH start (services/learner/seeds.py), stores it in the run's
+    snapshot store and admits it to the pool as a seed; it is never made champion by admission.
+    Its pool member id is ``snap:<sha256[:16]>`` (the snapshot store's content id). Problems
+    (bad digest format, weight not > 0, a duplicate) are refused at config load, all at once
+    (``check_consistency``), with the entry's index."""
+
+    path: str
+    """A folder holding ``actor.safetensors`` (fp16 actor weights) and ``spec.json``: another
+    run's ``runs/<run>/snapshots/<id>/``, or an actor written the same way. A relative path is
+    read from the folder the learner runs in."""
+    sha256: str
+    """sha256 of the folder's actor.safetensors, 64 lowercase hex (``sha256sum`` prints it). It
+    pins the weights: the same path holding other weights is refused at start-up, and since it
+    is part of ``ladder_digest`` other weights are another run."""
+    weight: float = 1.0
+    """Multiplies this seed's PFSP weight in the resident-set draw, after the floors and before
+    the renormalisation (royalelearn-facts 6.2: "multiply by any seed snapshot's own weight").
+    Finite and > 0; 1.0 leaves PFSP's weight as it is."""
+
+
 class PoolConfig(_Cfg):
     """The frozen pool and who the learner meets from it."""
 
@@ -234,6 +262,10 @@ class PoolConfig(_Cfg):
     pfsp_uniform_floor: Fraction01 = 0.2
     weight_floor_scale: NonNegFloat = 0.01
     eval_seed_count: PosInt = 500
+    seed_snapshots: list[SeedSnapshot] = msgspec.field(default_factory=list)
+    """Frozen actors held in the pool from the first iteration, never evicted, never champion by
+    admission (``SeedSnapshot``; docs/ladder.md, "Seed snapshots"). Empty: the pool starts
+    with the run's own first snapshot."""
 
 
 class AlarmConfig(_Cfg):
@@ -529,6 +561,7 @@ def check_consistency(cfg: RunConfig) -> list[str]:
                 f"ladder.gate.{name}: {games} paired battles need {(games + 1) // 2} evaluation seeds, but "
                 f"ladder.pool.eval_seed_count is {seeds}; lower the games or raise the seed count"
             )
+    problems += seed_snapshot_problems(cfg.ladder.pool.seed_snapshots)
     if cfg.net.channels % cfg.net.norm_groups:
         problems.append(
             f"net.norm_groups: {cfg.net.norm_groups} does not divide net.channels={cfg.net.channels}"
@@ -545,6 +578,37 @@ def check_consistency(cfg: RunConfig) -> list[str]:
         if port and port in seen:
             problems.append(f"services.{name}: port {port} is also services.{seen[port]}")
         seen[port] = name
+    return problems
+
+
+def seed_snapshot_problems(seeds: list[SeedSnapshot]) -> list[str]:
+    """Every problem of ``ladder.pool.seed_snapshots``, each naming the entry by index: an empty
+    path, a sha256 that is not 64 lowercase hex, a weight that is not a finite number > 0, and
+    an entry repeating an earlier one's path or weights (the same snapshot id)."""
+    problems = []
+    first_path: dict[str, int] = {}
+    first_id: dict[str, int] = {}
+    for i, s in enumerate(seeds):
+        where = f"ladder.pool.seed_snapshots[{i}]"
+        if not s.path:
+            problems.append(f"{where}.path: empty; name the folder holding actor.safetensors and spec.json")
+        elif s.path in first_path:
+            problems.append(f"{where}.path: {s.path!r} is also seed_snapshots[{first_path[s.path]}]; list each "
+                            "seed snapshot once")
+        else:
+            first_path[s.path] = i
+        digest = s.sha256
+        if len(digest) != SHA256_HEX or any(c not in "0123456789abcdef" for c in digest):
+            problems.append(f"{where}.sha256: {digest!r} is not a sha256 digest: expected {SHA256_HEX} lowercase hex "
+                            "characters, as `sha256sum actor.safetensors` prints")
+        elif digest[:16] in first_id:
+            problems.append(f"{where}.sha256: {digest[:16]}... is also seed_snapshots[{first_id[digest[:16]]}] "
+                            "(the same snapshot); list each seed snapshot once")
+        else:
+            first_id[digest[:16]] = i
+        if not (math.isfinite(s.weight) and s.weight > 0):
+            problems.append(f"{where}.weight: {s.weight!r} must be a finite number > 0 (it multiplies the "
+                            "seed's PFSP weight; 1.0 leaves it unchanged)")
     return problems
 
 

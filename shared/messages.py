@@ -325,23 +325,30 @@ class Error(_Msg, tag="error"):
 class AdmitCandidate(_Msg, tag="admit_candidate"):
     """A pool candidate: the learner stored snapshot ``snapshot_id`` (the checkpoint service's
     content id, 16 hex) at ``env_steps`` decisions, iteration ``iteration``. The ladder files it
-    as pool member ``snap:<snapshot_id>`` (services/ladder/pool.py ``PoolState.submit``)."""
+    as pool member ``snap:<snapshot_id>`` (services/ladder/pool.py ``PoolState.submit``).
+
+    ``seed``: one of the config's ``ladder.pool.seed_snapshots``, sent by the learner at a fresh
+    start (env_steps and iteration 0): admitted straight into the pool, never evicted, never
+    champion by admission. False (the default, so older senders still decode) for the run's own
+    candidates."""
 
     request_id: int
     run_name: str
     snapshot_id: str
     env_steps: int
     iteration: int
+    seed: bool = False
 
 
 class Admitted(_Msg, tag="admitted"):
     """What the pool did with a candidate: ``admitted_free`` (the run's first: it is the champion
     now), ``pending`` (it waits for a gate) or ``duplicate`` (already known; nothing changed, so
-    a retried request is harmless)."""
+    a retried request is harmless), or ``admitted_seed`` (a seed snapshot: a member now, never
+    evicted, not champion)."""
 
     request_id: int
     snapshot_id: str
-    status: Literal["admitted_free", "pending", "duplicate"]
+    status: Literal["admitted_free", "pending", "duplicate", "admitted_seed"]
 
 
 class LadderStatusRequest(_Msg, tag="ladder_status_request"):

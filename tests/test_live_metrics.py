@@ -26,6 +26,8 @@ CONDITIONAL = {
     "royalefleet_learner_ladder_rating_se": "only once a pool member's evaluation games are fitted",
     "royalefleet_learner_ladder_transitivity_residual": "only once a pair has ladder.rater.min_pair_games eval games",
     "royalefleet_learner_ladder_gate_score_lower_bound": "only once a gate has decided a candidate",
+    "royalefleet_learner_env_win_rate_pool": "only once a pool episode against a snapshot has finished",
+    "royalefleet_ladder_champion_info": "only once the pool has a champion (one series, labelled by member)",
 }
 
 
@@ -47,7 +49,7 @@ def test_a_running_stack_exports_what_dashboards_and_rules_read_and_halts_on_req
         up.wait_for(lambda x: x.startswith("it    2 "), 240, "iteration 2")
         exported = set()
         for port in (s["learner_metrics_port"], s["ladder_metrics_port"], s["checkpoint_metrics_port"],
-                     s["rollout_metrics_port"]):
+                     s["rollout_metrics_port"], s["evaluator_metrics_port"]):
             exported |= scrape(port)
         pending = {prometheus_name(k)[0] for k in PENDING_ROW_KEYS} | {gen.learner(k) for k in PENDING_DASHBOARD_KEYS}
         referenced = {n for _, e in all_exprs() for n in metric_names(e)}

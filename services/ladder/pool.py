@@ -12,9 +12,12 @@ Ids: a member is ``snap:<snapshot_id>`` (``member_id``), the checkpoint service'
 
 Life of a candidate:
 
-* ``submit`` -- the run's first candidate enters the empty pool free and becomes champion
+* ``submit`` -- the run's first candidate enters the pool free and becomes champion
   (``admitted_free``; its anchor record is still to be played); every later one is
   ``pending`` until a gate decides it; an id seen before is a ``duplicate`` and changes nothing.
+  A SEED snapshot (``submit(..., seed=True)``, one of ``ladder.pool.seed_snapshots``) is
+  admitted straight into members and archive (``admitted_seed``), flagged in ``seeds``, and
+  never crowned by admission: the run's own first snapshot is still the first champion.
 * ``resolve`` -- the gate's verdict: ``promote`` admits and crowns, ``admit_cycle`` admits with
   the cycle flag, ``discard`` drops it for good (its games stay in the result log). Every
   resolve counts a gate run; only a promotion counts as passed and resets
@@ -22,7 +25,7 @@ Life of a candidate:
   its champion).
 * Eviction (``services.ladder.eviction.select_for_eviction``) trims ``members`` -- the PFSP
   sampler -- back to ``pool_working_size`` after an admission. It never touches ``archive``,
-  the champion chain or the run's first (seed) snapshot.
+  the champion chain, the run's first snapshot or a seed snapshot.
 
 ``version`` counts changes of ``members``: the ladder redraws its resident set when it moves.
 """
@@ -52,7 +55,7 @@ SNAPSHOT_ID = re.compile(r"[0-9a-f]{16}")
 DEFAULT_WORKING_SIZE = 48
 """``ladder.pool.pool_working_size``'s default, for a PoolState loaded without a config."""
 
-SubmitStatus = Literal["admitted_free", "pending", "duplicate"]
+SubmitStatus = Literal["admitted_free", "pending", "duplicate", "admitted_seed"]
 
 
 class PoolCorrupt(ValueError):
@@ -85,6 +88,7 @@ class _Stored(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     gates_passed: int
     consecutive_gate_failures: int
     anchor_record: dict[str, dict[str, float]]
+    seeds: list[str] = []  # absent from files written before seed snapshots: none
 
 
 def check_snapshot_id(snapshot_id: str) -> str | None:
@@ -147,6 +151,8 @@ class PoolState:
     * ``admitted`` -- id -> the Candidate as submitted, for every archived id (env steps);
     * ``gates_run``, ``gates_passed``, ``consecutive_gate_failures`` -- the gate's counters;
     * ``anchor_record`` -- champion id -> {anchor id -> recorded mean score};
+    * ``seeds`` -- the seed snapshots (``ladder.pool.seed_snapshots``) admitted, in admission
+      order: members for good, never champion by admission;
     * ``version`` -- bumped whenever ``members`` changes.
 
     ``working_size`` (``ladder.pool.pool_working_size``) and ``rater`` (``ladder.rater``, for
@@ -172,6 +178,7 @@ class PoolState:
         self.gates_passed = 0
         self.consecutive_gate_failures = 0
         self.anchor_record: dict[str, dict[str, float]] = {}
+        self.seeds: list[str] = []
 
     # ----------------------------------------------------------------- files
 
@@ -219,7 +226,7 @@ class PoolState:
             discarded=list(self.discarded), pending=list(self.pending), admitted=dict(self.admitted),
             gates_run=self.gates_run, gates_passed=self.gates_passed,
             consecutive_gate_failures=self.consecutive_gate_failures,
-            anchor_record={k: dict(v) for k, v in self.anchor_record.items()},
+            anchor_record={k: dict(v) for k, v in self.anchor_record.items()}, seeds=list(self.seeds),
         )
 
     def save(self) -> None:
@@ -249,13 +256,23 @@ class PoolState:
         return c.env_steps if c is not None else None
 
     @property
-    def seed(self) -> str | None:
-        """The run's first admitted snapshot (v0): never evicted."""
-        return self.archive[0] if self.archive else None
+    def own_archive(self) -> list[str]:
+        """The archive without the seed snapshots: the run's own snapshots, in admission order
+        (the newest is PFSP's stand-in for the live learner, ``pfsp.learner_stand_in``)."""
+        seeds = set(self.seeds)
+        return [m for m in self.archive if m not in seeds]
+
+    @property
+    def first(self) -> str | None:
+        """The run's first admitted own snapshot (v0, its first champion): never evicted."""
+        own = self.own_archive
+        return own[0] if own else None
 
     def protected(self) -> set[str]:
-        """Members eviction never removes: the champion chain and the seed snapshot."""
-        return set(self.champions) | ({self.seed} if self.seed else set()) | ({self.champion} if self.champion else set())
+        """Members eviction never removes: the champion chain, v0 and the seed snapshots."""
+        first = self.first
+        return (set(self.champions) | set(self.seeds) | ({first} if first else set())
+                | ({self.champion} if self.champion else set()))
 
     def known(self, candidate_id: str) -> bool:
         return (candidate_id in self.admitted or candidate_id in self.discarded
@@ -263,11 +280,12 @@ class PoolState:
 
     # ----------------------------------------------------------------- changes
 
-    def submit(self, c: Candidate) -> SubmitStatus:
+    def submit(self, c: Candidate, *, seed: bool = False) -> SubmitStatus:
         """File a candidate: ``admitted_free`` (the run's first: member, archive and champion),
         ``pending`` (waits for a gate) or ``duplicate`` (an id already admitted, pending or
-        discarded; nothing changes). Does not save. Raises ValueError for an id that is not
-        ``snap:<16 hex>`` or negative env_steps / iteration."""
+        discarded; nothing changes). With ``seed``: ``admitted_seed`` (member, archive and
+        ``seeds``; never champion) or ``duplicate``. Does not save. Raises ValueError for an id
+        that is not ``snap:<16 hex>`` or negative env_steps / iteration."""
         if not c.id.startswith(MEMBER_PREFIX):
             raise ValueError(f"candidate id {c.id!r}: expected {MEMBER_PREFIX}<snapshot_id>")
         member_id(c.id[len(MEMBER_PREFIX):])
@@ -275,7 +293,11 @@ class PoolState:
             raise ValueError(f"candidate {c.id}: env_steps {c.env_steps} and iteration {c.iteration} must be >= 0")
         if self.known(c.id):
             return "duplicate"
-        if not self.archive:
+        if seed:
+            self._admit(c)
+            self.seeds.append(c.id)
+            return "admitted_seed"
+        if self.champion is None:
             self._admit(c)
             self._crown(c.id)
             return "admitted_free"
@@ -357,23 +379,30 @@ class PoolState:
 
 def _check(s: _Stored) -> None:
     """Raise ValueError naming the first contradiction in a stored pool."""
-    for name in ("members", "archive", "champions", "cycle", "discarded"):
+    for name in ("members", "archive", "champions", "cycle", "discarded", "seeds"):
         ids = getattr(s, name)
         if len(set(ids)) != len(ids):
             raise ValueError(f"{name} lists an id twice")
     archived = set(s.archive)
     if set(s.admitted) != archived:
         raise ValueError("admitted and archive name different ids")
-    for name in ("members", "champions", "cycle"):
+    for name in ("members", "champions", "cycle", "seeds"):
         stray = [m for m in getattr(s, name) if m not in archived]
         if stray:
             raise ValueError(f"{name} names {stray[0]!r}, which the archive does not hold")
     if s.champion is not None and (not s.champions or s.champions[-1] != s.champion):
         raise ValueError(f"champion {s.champion!r} is not the last of the champion chain")
-    if s.champion is None and s.archive:
+    seeds = set(s.seeds)
+    own = [m for m in s.archive if m not in seeds]
+    if s.champion is None and own:
         raise ValueError("the archive holds members but there is no champion")
-    if s.archive and s.archive[0] not in s.members:
-        raise ValueError(f"the seed snapshot {s.archive[0]!r} is missing from members (it is never evicted)")
+    if own and own[0] not in s.members:
+        raise ValueError(f"the run's first snapshot {own[0]!r} is missing from members (it is never evicted)")
+    lost = [m for m in s.seeds if m not in s.members]
+    if lost:
+        raise ValueError(f"the seed snapshot {lost[0]!r} is missing from members (it is never evicted)")
+    if s.champion is not None and s.champion in seeds:
+        raise ValueError(f"champion {s.champion!r} is a seed snapshot; admission never crowns a seed")
     if s.champion is not None and s.champion not in s.members:
         raise ValueError(f"champion {s.champion!r} is missing from members (it is never evicted)")
     if any(c.id in archived or c.id in s.discarded for c in s.pending):

@@ -19,6 +19,7 @@ draw, redrawn whenever the pool's version or members differ from the stored ones
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import msgspec
@@ -54,21 +55,32 @@ class ResidentSet(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
 
 
 def draw_resident(master_seed: int, version: int, members: list[str], archive: list[str],
-                  ratings: RatingTable | None, pool_cfg) -> ResidentSet:
-    """The resident set for one version of the pool (module docstring). ``archive`` is every id
-    ever admitted in admission order (the newest is the learner's stand-in); ``pool_cfg`` a
-    ``shared.config.PoolConfig``. An empty pool gives an empty set (pool battles fall back to
-    scripted opponents). Raises ValueError as ``pfsp_weights`` does for a bad config."""
+                  ratings: RatingTable | None, pool_cfg, multipliers: Mapping[str, float] | None = None) -> ResidentSet:
+    """The resident set for one version of the pool (module docstring). ``archive`` is the
+    run's own admitted ids in admission order, seed snapshots left out (``PoolState.own_archive``:
+    the newest is the learner's stand-in, and a seed is not the learner); ``pool_cfg`` a
+    ``shared.config.PoolConfig``; ``multipliers`` member id -> a seed snapshot's own weight
+    (``seed_weights``), multiplied into its PFSP weight (royalelearn-facts 6.2). An empty pool
+    gives an empty set (pool battles fall back to scripted opponents). Raises ValueError as
+    ``pfsp_weights`` does for a bad config or multiplier."""
     if not members:
         return ResidentSet(version=version, members=[], ids=[], weights=[], effective=True)
     stand_in = learner_stand_in(archive)
-    w, effective = pfsp_weights_for(members, ratings, stand_in, pool_cfg)
+    w, effective = pfsp_weights_for(members, ratings, stand_in, pool_cfg, multipliers=multipliers)
     k = min(pool_cfg.max_resident_opponents, len(members))
     rng = stream(master_seed, "match/resident/pool_version/{version}", version=version)
     picks = rng.choice(len(members), size=k, replace=False, p=w)
     sub = np.asarray(w)[picks]
     return ResidentSet(version=version, members=list(members), ids=[members[int(i)] for i in picks],
                        weights=[float(x) for x in sub / sub.sum()], effective=effective, stand_in=stand_in)
+
+
+def seed_weights(seeds: list[str], pool_cfg) -> dict[str, float]:
+    """Member id -> PFSP multiplier for the admitted seed snapshots ``seeds``
+    (``PoolState.seeds``) that ``pool_cfg.seed_snapshots`` configures: ``snap:<sha256[:16]>`` ->
+    its ``weight``. A seed the config no longer names keeps 1.0 (it is absent)."""
+    configured = {"snap:" + s.sha256[:16]: float(s.weight) for s in pool_cfg.seed_snapshots}
+    return {m: configured[m] for m in seeds if m in configured}
 
 
 def load_resident(path: str | os.PathLike) -> ResidentSet | None:

@@ -20,7 +20,9 @@ from pathlib import Path
 
 from services.ladder.pool import Candidate, PoolState, SubmitStatus, check_snapshot_id, member_id, pool_path
 from services.ladder.rating import RatingTable
-from services.ladder.resident import RESIDENT_FILE, ResidentSet, draw_resident, load_resident, save_resident
+from services.ladder.resident import (
+    RESIDENT_FILE, ResidentSet, draw_resident, load_resident, save_resident, seed_weights,
+)
 from services.ladder.results import check_run_name, result_log_path
 from services.ladder.standings import Standings
 from shared.messages import AdmitCandidate, LadderStatus, LadderStatusRequest
@@ -98,8 +100,9 @@ class RunPool:
         if stored is not None and stored.matches(state.version, state.members):
             self._resident = stored
             return stored
-        drawn = draw_resident(self.config.master_seed, state.version, state.members, state.archive,
-                              self.ratings() if state.members else None, self.config.ladder.pool)
+        drawn = draw_resident(self.config.master_seed, state.version, state.members, state.own_archive,
+                              self.ratings() if state.members else None, self.config.ladder.pool,
+                              multipliers=seed_weights(state.seeds, self.config.ladder.pool))
         if drawn.ids:
             try:
                 save_resident(self.resident_path, drawn)
@@ -120,23 +123,32 @@ class RunPool:
                               "(the run of the config it was started with); start a ladder with that run's config")
 
     def admit(self, req: AdmitCandidate) -> SubmitStatus:
-        """File a candidate (``PoolState.submit``) and store the pool. Raises PoolRefusal for an
-        unknown run or a bad id / counter, PoolWriteError if pool.json cannot be written."""
+        """File a candidate (``PoolState.submit``; a seed snapshot with ``req.seed``) and store
+        the pool. Raises PoolRefusal for an unknown run, a bad id / counter or a seed the ladder's
+        config does not list in ``ladder.pool.seed_snapshots``, PoolWriteError if pool.json
+        cannot be written."""
         self._check_run(req.run_name)
         problem = check_snapshot_id(req.snapshot_id)
         if problem:
             raise PoolRefusal(problem)
         if req.env_steps < 0 or req.iteration < 0:
             raise PoolRefusal(f"env_steps {req.env_steps}, iteration {req.iteration}: both must be >= 0")
+        if req.seed:
+            configured = [s.sha256[:16] for s in self.config.ladder.pool.seed_snapshots]
+            if req.snapshot_id not in configured:
+                raise PoolRefusal(f"seed snapshot {req.snapshot_id}: not one of this ladder's "
+                                  f"ladder.pool.seed_snapshots ({', '.join(configured) or 'none'}); start the "
+                                  "ladder with the learner's config")
         state = self.state()
         c = Candidate(id=member_id(req.snapshot_id), env_steps=req.env_steps, iteration=req.iteration)
-        status = state.submit(c)
+        status = state.submit(c, seed=req.seed)
         if status != "duplicate":
             self.save(state)
         what = {"admitted_free": "the run's first: admitted free, now champion",
                 "pending": f"waits for a gate ({len(state.pending)} pending)",
-                "duplicate": "already known to the pool; nothing changed"}[status]
-        self.say(f"ladder: candidate {c.id} at {c.env_steps:,} env steps (iteration {c.iteration}): {what}")
+                "duplicate": "already known to the pool; nothing changed",
+                "admitted_seed": "a seed snapshot: admitted, never evicted, not champion"}[status]
+        self.say(f"ladder: {'seed snapshot' if req.seed else 'candidate'} {c.id} at {c.env_steps:,} env steps (iteration {c.iteration}): {what}")
         return status
 
     def status(self, req: LadderStatusRequest) -> LadderStatus:
@@ -180,6 +192,13 @@ class RunPool:
         metrics.seen_eval_games = games
         metrics.pool_size.set(len(state.members))
         metrics.pool_pending.set(len(state.pending))
+        if metrics.seen_champion != state.champion:
+            # One series at a time: the old champion's label set goes on promotion.
+            if metrics.seen_champion is not None:
+                metrics.champion_info.remove(metrics.seen_champion)
+            if state.champion is not None:
+                metrics.champion_info.labels(state.champion).set(1)
+            metrics.seen_champion = state.champion
         steps = state.champion_env_steps
         metrics.champion_env_steps.set(math.nan if steps is None else steps)
         if metrics.seen_gates is None:

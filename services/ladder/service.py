@@ -86,10 +86,14 @@ class Metrics:
             p + "pool_fallback_assignments", "Pool-role assignments served with a scripted opponent (empty pool)",
             registry=r,
         )
-        # The pool, the gate and the fit (services/ladder/run_pool.py sync_metrics). No snapshot
-        # id is ever a label here: per-member ratings are the learner's row gauges.
+        # The pool, the gate and the fit (services/ladder/run_pool.py sync_metrics). The only
+        # snapshot id label is champion_info's, one series at a time: per-member ratings are the
+        # learner's row gauges.
         self.pool_size = Gauge(p + "pool_size", "Members of the PFSP sampler (the pool)", registry=r)
         self.pool_pending = Gauge(p + "pool_pending", "Candidates waiting for a gate", registry=r)
+        self.champion_info = Gauge(
+            p + "champion_info", "1 for the current champion (member=snap:<id>); only the current champion's "
+            "series exists", ["member"], registry=r)
         self.champion_env_steps = Gauge(
             p + "champion_env_steps", "Env steps (decisions) at which the champion's snapshot was taken; NaN without one",
             registry=r)
@@ -108,6 +112,7 @@ class Metrics:
         self.eval_games_recorded = Counter(
             p + "eval_games_recorded", "Evaluation games that reached the result log", registry=r)
         self.seen_gates: tuple[int, int] | None = None
+        self.seen_champion: str | None = None
         self.seen_eval_games: int | None = None
 
 

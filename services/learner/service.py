@@ -290,6 +290,24 @@ class Learner:
         else:
             self.say(f"learner: the ladder refused candidate snap:{snapshot_id}: {getattr(reply, 'reason', reply)}")
 
+    def _admit_seed_snapshots(self) -> None:
+        """POOL: ``ladder.pool.seed_snapshots`` read, checked (sha256, spec digests, weights),
+        stored and admitted as seeds before the first plan (services/learner/seeds.py). Raises
+        SystemExit naming every problem: the run does not start without its seeds."""
+        seeds = self.cfg.ladder.pool.seed_snapshots
+        if not seeds:
+            return
+        from services.learner.seeds import SeedRefused, admit_seeds, read_seeds
+        from shared.nn.snapshot import actor_builder
+
+        expected = {"arch_digest": self.identity.arch_digest, "obs_digest": self.identity.obs_digest,
+                    "codec_table_digest": self.identity.codec_table_digest}
+        try:
+            admit_seeds(read_seeds(seeds, expected, actor_builder(self.pf.spec, self.cfg.net)), self.cfg.run_name,
+                        self.ckpt, self.ladder, self.say)
+        except SeedRefused as exc:
+            raise SystemExit(f"learner: refusing to start: {exc}")
+
     def resume(self) -> None:
         """Continue from the run's newest checkpoint that verifies, or start fresh.
 
@@ -303,6 +321,7 @@ class Learner:
             raise SystemExit(f"learner: cannot reach the checkpoint service to look for a checkpoint: {exc}")
         if isinstance(reply, NotFound):
             self.say(f"learner: no checkpoint for run {self.cfg.run_name!r}; starting fresh")
+            self._admit_seed_snapshots()  # POOL: fresh start only; a resumed pool already holds them
             return
         if not isinstance(reply, Loaded):
             raise SystemExit(f"learner: the checkpoint service could not load the latest checkpoint: "
