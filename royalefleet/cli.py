@@ -53,7 +53,12 @@ def cmd_up(args) -> int:
             print(f"royalefleet resume: run {cfg.run_name!r} has no checkpoint under {store.root}; "
                   "start it with `royalefleet up`", file=sys.stderr)
             return 2
-    learner_env = {"ROYALEFLEET_ALLOW_IDENTITY_DRIFT": "1"} if args.allow_identity_drift else None
+    learner_env = {}
+    if args.allow_identity_drift:
+        learner_env["ROYALEFLEET_ALLOW_IDENTITY_DRIFT"] = "1"
+    if args.clear_halt:
+        learner_env["ROYALEFLEET_CLEAR_HALT"] = "1"
+    learner_env = learner_env or None
     return Stack(cfg, iterations=args.iterations, say=lambda s: print(s, flush=True),
                  echo_all=args.verbose, learner_env=learner_env).run()
 
@@ -126,6 +131,9 @@ def stack_options(sp) -> None:
     sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
     sp.add_argument("--allow-identity-drift", action="store_true",
                     help="resume a checkpoint whose run identity differs, recording the drift (drift.json)")
+    sp.add_argument("--clear-halt", action="store_true",
+                    help="continue a run that an alarm or an operator halted (removes runs/<name>/halted.json; "
+                    "read its bundle first)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -97,3 +97,29 @@ def test_a_halt_alarm_stops_the_run_with_a_checkpoint_and_a_bundle(tmp_path):
     halt = json.loads((run / "bundles" / "1" / "halt.json").read_text())
     assert "noop_collapse_severe" in json.dumps(halt)
     assert not up.children()
+
+    # A halt stays a halt: the next start refuses (exit 3 again: Compose's on-failure retries
+    # give up) until the operator clears it, and then the run resumes from the halt's checkpoint.
+    mark = json.loads((run / "halted.json").read_text())
+    assert mark["iteration"] == 1 and "noop_collapse_severe" in mark["reason"]
+    again = Up(cfg_path, "--iterations", "1")
+    try:
+        assert again.wait_exit(240) == 3, "\n".join(again.lines[-20:])
+    finally:
+        if again.proc.poll() is None:
+            again.kill()
+    assert any("was halted at iteration 1" in line and "--clear-halt" in line for line in again.lines), again.lines[-10:]
+    assert len(read_rows(run)) == 1
+    # Cleared, with the halting alarm off, it resumes at iteration 2.
+    doc = json.loads(cfg_path.read_text())
+    doc["alarms"]["disabled"] = ["noop_collapse_severe"]
+    cfg_path.write_text(json.dumps(doc))
+    cleared = Up(cfg_path, "--iterations", "1", "--clear-halt")
+    try:
+        assert cleared.wait_exit(240) == 0, "\n".join(cleared.lines[-20:])
+    finally:
+        if cleared.proc.poll() is None:
+            cleared.kill()
+    assert any("clearing the halt of run 'default' at iteration 1" in line for line in cleared.lines)
+    assert [r["run/iteration"] for r in read_rows(run)] == [1, 2]
+    assert not (run / "halted.json").exists()

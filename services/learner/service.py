@@ -102,7 +102,8 @@ def apply_determinism(cfg: RunConfig, device: str) -> dict:
 class Learner:
     def __init__(self, cfg: RunConfig, *, bind: str, ladder: str, checkpoint: str, runs_dir: str,
                  metrics_port: int | None, metrics_host: str, iterations: int, min_rollouts: int = 1,
-                 allow_identity_drift: bool = False, perturb_resume: tuple[str, ...] = (), halt_port: int = 0,
+                 allow_identity_drift: bool = False, clear_halt: bool = False,
+                 perturb_resume: tuple[str, ...] = (), halt_port: int = 0,
                  say=print):
         import torch
 
@@ -121,6 +122,7 @@ class Learner:
         self.cfg, self.say, self.iterations_limit = cfg, say, iterations
         self.min_rollouts, self.first_iteration = max(1, min_rollouts), True
         self.allow_identity_drift, self.perturb_resume = allow_identity_drift, perturb_resume
+        self.clear_halt = clear_halt
         self.t_start = time.monotonic()
         device = cfg.net.device
         if device == "auto":
@@ -610,6 +612,11 @@ class Learner:
     # ------------------------------------------------------------------ main loop
 
     def run(self) -> int:
+        if not self._halt_cleared():
+            self.closed = True  # nothing trained, nothing to checkpoint
+            if self.halt_endpoint is not None:
+                self.halt_endpoint.close()
+            return 3
         self.resume()
         done = 0
         try:
@@ -622,6 +629,7 @@ class Learner:
         except AlarmHalt as exc:
             self.say(f"learner: {exc}")
             self.shutdown()
+            self._mark_halted(str(exc))
             return 3
         finally:
             if not self.closed:
@@ -638,7 +646,42 @@ class Learner:
             fh.write(self.halt_reason + "\n")
         self.say(f"learner: halted by the operator at iteration {self.iteration} ({self.halt_reason}); bundle {path}")
         self.shutdown()
+        self._mark_halted(f"halted by the operator at iteration {self.iteration}: {self.halt_reason}")
         return 3
+
+    # A halt must stay a halt: Compose restarts a learner that exited non-zero
+    # (restart: on-failure), and a plain `make run` would resume it. The marker makes every later
+    # start refuse (exit 3 again, so Compose gives up after its retries) until a human clears it.
+    HALTED_FILE = "halted.json"
+
+    def _mark_halted(self, reason: str) -> None:
+        """Write ``<run>/halted.json`` ({iteration, reason}) atomically."""
+        path = os.path.join(self.run_dir, self.HALTED_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(msgspec.json.encode({"iteration": self.iteration, "reason": reason}) + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    def _halt_cleared(self) -> bool:
+        """False (after saying why and how to go on) when the run was halted and not cleared."""
+        path = os.path.join(self.run_dir, self.HALTED_FILE)
+        if not os.path.exists(path):
+            return True
+        try:
+            mark = msgspec.json.decode(open(path, "rb").read())
+            what = f"at iteration {mark['iteration']}: {mark['reason']}"
+        except (OSError, msgspec.DecodeError, KeyError, TypeError) as exc:
+            what = f"({path} is unreadable: {exc})"
+        if self.clear_halt:
+            os.remove(path)
+            self.say(f"learner: clearing the halt of run {self.cfg.run_name!r} {what}")
+            return True
+        self.say(f"learner: run {self.cfg.run_name!r} was halted {what}. Read {self.run_dir}/bundles/ and "
+                 f"alarms.jsonl, then continue with `royalefleet resume --clear-halt` (or ROYALEFLEET_CLEAR_HALT=1; "
+                 f"Compose: FLEET_CLEAR_HALT=1 for one `up -d learner`), or start another run_name")
+        return False
 
     def shutdown(self) -> None:
         self.closed = True
@@ -824,6 +867,10 @@ def main(argv=None) -> int:
                    default=env("ROYALEFLEET_ALLOW_IDENTITY_DRIFT", "") not in ("", "0"),
                    help="resume a checkpoint whose run identity differs, recording the drift in drift.json "
                    "[ROYALEFLEET_ALLOW_IDENTITY_DRIFT=1]")
+    p.add_argument("--clear-halt", action="store_true",
+                   default=env("ROYALEFLEET_CLEAR_HALT", "") not in ("", "0"),
+                   help="continue a run that was halted (an alarm or an operator wrote halted.json in its folder) "
+                   "[ROYALEFLEET_CLEAR_HALT=1]")
     a = p.parse_args(argv)
     # A test hook, not a user option: resume WITHOUT these components, to show that
     # verify-resume catches a resume that lost state (tests/test_verify_resume.py).
@@ -867,6 +914,7 @@ def make_learner(cfg: RunConfig, a, perturb, say) -> "Learner":
         iterations=a.iterations,
         min_rollouts=a.min_rollouts,
         allow_identity_drift=a.allow_identity_drift,
+        clear_halt=a.clear_halt,
         perturb_resume=perturb,
         halt_port=s.learner_halt_port if a.halt_port < 0 else a.halt_port,
         say=say,
