@@ -32,7 +32,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     ep = subparsers.add_parser(
         "eval", help="play a paired evaluation between two players and print the score",
         description="Play A against B on the run's fixed evaluation seeds, both sides of each seed, full matches, "
-        "in this process, and print A's score with a Wilson 95 %% interval. Players: snap:<snapshot_id> (a "
+        "in this process, and print A's score with a Wilson 95 % interval. Players: snap:<snapshot_id> (a "
         "snapshot of the run) or scripted:noop / scripted:random_legal.")
     ep.add_argument("a", help="player A")
     ep.add_argument("b", help="player B")

@@ -50,8 +50,9 @@ ENV_VARS = ("PROMETHEUS_URL", "LEARNER_HALT_URL", "LEARNER_HALT_TOKEN")
 in the compose file gives the default)."""
 
 ITERATION_SECONDS = 60
-"""The nominal iteration the rules translate patience with (an iteration takes about a minute
-on the cpu profile). The learner's own evaluation counts real iterations."""
+"""The nominal iteration the rules translate patience with, in seconds (a cpu-profile iteration
+takes about one to two minutes, docs/throughput.md). The learner's own evaluation counts real
+iterations."""
 
 HALT_RECEIVER = "royalefleet-learner-halt"
 DEFAULT_RECEIVER = "grafana-default-email"
@@ -729,8 +730,8 @@ def alarms_doc() -> str:
         "condition has held for `patience` consecutive iterations; a missing key is not evaluated.",
         "`warn` prints `alarm [warn] <name>: ...` and appends to `runs/<run>/alarms.jsonl`; `halt`",
         "also writes a checkpoint and a diagnostic bundle (`runs/<run>/bundles/<iteration>/`) and",
-        "stops the run (exit code 3). Thresholds live under `\"alarms\"` in the config; Grafana's",
-        "alert rules are generated from the same table.",
+        "stops the run (exit code 3). Thresholds live under `\"alarms\"` in the config (never part of",
+        "the run identity); the table below shows the defaults.",
         "",
         "| alarm | severity | patience | fires when | what it means | what to do |",
         "|---|---|---|---|---|---|",
@@ -739,6 +740,38 @@ def alarms_doc() -> str:
         cells = [f"`{alarm.name}`", alarm.severity, str(alarm.patience), describe(alarm, cfg),
                  alarm.meaning, alarm.what_to_do]
         lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+    lines += [
+        "",
+        "## Adjusting single alarms",
+        "",
+        "Besides the thresholds, four fields under `\"alarms\"` (`shared/config.py AlarmConfig`):",
+        "",
+        "- `enabled` (default `true`): `false` turns the whole table off;",
+        "- `disabled`: names of alarms the learner does not evaluate;",
+        "- `patience_overrides`: alarm name -> patience, in iterations (>= 1);",
+        "- `severity_overrides`: alarm name -> `\"warn\"` or `\"halt\"`.",
+        "",
+        "An unknown name in the last three is refused when the learner starts (with the closest",
+        "alarm name when there is one). For example:",
+        "",
+        "```json",
+        '{"alarms": {"disabled": ["tile_spam"], "patience_overrides": {"kl_high": 5},',
+        '            "severity_overrides": {"noop_collapse_severe": "warn"}}}',
+        "```",
+        "",
+        "## Grafana and Prometheus use the defaults",
+        "",
+        "The alert rules in `grafana/provisioning/alerting/alarms.yaml` and",
+        "`prometheus/rules/alarms.yml` are generated once from this table with the DEFAULT",
+        "thresholds, severities and patience; a run's `\"alarms\"` config does not reach them.",
+        "They also turn patience into time: a rule waits `(patience - 1) x ITERATION_SECONDS`",
+        f"before it fires (`royalefleet/grafana.py`, {ITERATION_SECONDS} s; a `cpu`-profile iteration",
+        "takes one to two minutes, `docs/throughput.md`). So a run with its own thresholds,",
+        "overrides or disabled alarms, or with iterations of another length, fires differently in",
+        "the learner and in Grafana. The learner's evaluation is the one that acts (`alarms.jsonl`,",
+        "the halt); the training dashboard's panel",
+        f"\"{ALARM_PANEL}\" shows the learner's own counts.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -60,6 +60,8 @@ def service_environments(cfg: RunConfig, config_path: str, runs_dir: str, iterat
         },
         "learner": common | {
             "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+            # cuBLAS's deterministic workspace (run_exact on CUDA refuses without it; inert on a CPU).
+            "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
             "ROYALEFLEET_CONFIG": config_path,
             "ROYALEFLEET_LEARNER_BIND": tcp(host, s.learner_port),
             "ROYALEFLEET_LADDER": tcp(host, s.ladder_port),

@@ -249,15 +249,17 @@ ALARMS: tuple[Alarm, ...] = (
         name="transitivity", keys=("ladder/transitivity_residual",), condition="gt",
         threshold=("transitivity_residual",), severity="warn", patience=3,
         meaning="pairwise results disagree with a single rating: a scalar rating is not meaningful now",
-        what_to_do="read the ladder dashboard's pairwise scores; a rock-paper-scissors pool needs the "
-                   "per-opponent scores, not the ratings",
+        what_to_do="read the pairwise scores: `royalefleet rate --json` lists every pair's games and "
+                   "observed score (`pairs`; `royalefleet rate` prints how many pairs are off the fit); a "
+                   "rock-paper-scissors pool needs the per-opponent scores, not the ratings",
     ),
     Alarm(
         name="gate_starved", keys=("ladder/consecutive_gate_failures",), condition="ge",
         threshold=("gate_failures",), severity="warn", patience=1,
         meaning="candidates keep failing the gate: the learner is not beating its champion",
-        what_to_do="look at the gate's lower bound against the champion and the anchor scores on the ladder "
-                   "dashboard",
+        what_to_do="read the gate records under runs/<run>/ladder/gates/ (each condition's numbers: the "
+                   "lower bound against the champion, the anchor scores against the champion's record) and "
+                   "the ratings from `royalefleet rate`",
     ),
     Alarm(
         name="capacity_ratio", keys=("throughput/rollout_capacity_ratio",), condition="lt",

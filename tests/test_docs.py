@@ -1,0 +1,92 @@
+"""The user docs (README.md, docs/*.md) against the code they describe.
+
+* every repository path a doc names in backticks exists;
+* no doc cites a file outside the repository (the handbook lives beside it);
+* no ``royalefleet`` help text shows a doubled percent sign;
+* docs/ladder.md's timeline arithmetic is what the ``cpu`` profile and the default gate give;
+* README's run-identity list names every digest ``shared/identity.py`` computes.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import re
+
+from shared.config import GateConfig, cpu
+from shared.identity import config_digests
+from shared.matchmaking import role_counts
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TOP_FOLDERS = ("deploy/", "services/", "shared/", "royalefleet/", "prometheus/", "grafana/", "docs/", "tests/",
+               "docker/")
+
+
+def repo_paths(text: str) -> list[str]:
+    """First words of backticked spans that start with a top-level folder of the repository and
+    hold no placeholder (``<run>``, ``{name}``, ``*``); ``path:line`` and trailing punctuation cut."""
+    out = []
+    for m in re.finditer(r"`([^`\n]+)`", text):
+        words = m.group(1).split()
+        if not words:
+            continue
+        word = words[0]
+        if word.startswith(TOP_FOLDERS) and not re.search(r"[<>{}*]", word):
+            out.append(word.split(":")[0].rstrip(".,;"))
+    return out
+
+
+def test_repo_paths_extracted_from_a_known_line():
+    assert repo_paths("see `shared/nn/snapshot.py check_spec`, `runs/<run>/x`, `deploy/podman/compose`.") == [
+        "shared/nn/snapshot.py", "deploy/podman/compose"]
+
+
+def test_every_path_a_doc_names_exists():
+    missing, seen = [], 0
+    for doc in DOCS:
+        for path in repo_paths(doc.read_text()):
+            seen += 1
+            if not (ROOT / path).exists():
+                missing.append(f"{doc.relative_to(ROOT)}: {path}")
+    assert seen > 50  # the extraction found the docs' references, so the check below means something
+    assert missing == []
+
+
+def test_no_doc_cites_a_file_outside_the_repository():
+    for doc in DOCS:
+        text = doc.read_text()
+        for bad in ("../shared/", "shared/reference/"):
+            assert bad not in text, f"{doc.relative_to(ROOT)} cites {bad!r}, which a checkout does not hold"
+
+
+def test_no_help_text_shows_a_doubled_percent():
+    from royalefleet.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    assert {"up", "eval", "gate", "rate"} <= set(sub.choices)
+    for name, sp in sub.choices.items():
+        assert "%%" not in sp.format_help(), f"royalefleet {name} --help prints '%%'"
+
+
+def test_ladder_timeline_matches_the_cpu_profile():
+    cfg = cpu()
+    n = cfg.rollout.battles * cfg.local.rollouts
+    mirror, _, _ = role_counts(tuple(cfg.ladder.mix), n)
+    cycles = math.ceil(cfg.ppo.timesteps_per_iteration / (n + mirror))
+    env_steps = cycles * n
+    iterations = math.ceil(cfg.ladder.pool.candidate_every_env_steps / env_steps)
+    g = GateConfig()
+    gate_matches = g.champion_games + 2 * g.anchor_games + g.stratified_snapshots * g.stratified_games
+    assert (mirror, cycles, env_steps, iterations, gate_matches) == (8, 171, 2736, 1462, 2200)
+    text = (ROOT / "docs" / "ladder.md").read_text()
+    for number in ("2,736", "1,462", "2,200", "4,000,000", "T = ceil(4,096 / 24) = 171"):
+        assert number in text
+
+
+def test_readme_lists_every_identity_digest():
+    text = (ROOT / "README.md").read_text()
+    for name in [*config_digests(cpu()), "master_seed", "determinism.tier", "determinism.torch_threads",
+                 "rollout.mask_only_scripted", "local.rollouts"]:
+        assert f"`{name}`" in text, name
