@@ -139,7 +139,7 @@ def stack_options(sp) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="royalefleet",
-        description="Self-play PPO training for RoyaleGym agents as rollout, learner, ladder and checkpoint "
+        description="Self-play PPO training for RoyaleGym agents as rollout, learner, ladder, checkpoint and evaluator "
         "services over ZeroMQ.",
         epilog="Run `royalefleet <command> --help` for a command's options. README.md explains the outputs.",
     )
