@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from shared.config import PROFILES, load_config
+from shared.messages import SNAPSHOT_PREFIX
 
 
 def add_common(sp) -> None:
@@ -63,7 +64,7 @@ def run_config(args, run_name: str | None = None):
 def normalise(player: str) -> str:
     """A bare 16-hex snapshot id becomes ``snap:<id>``; anything else is kept."""
     if len(player) == 16 and all(c in "0123456789abcdef" for c in player):
-        return "snap:" + player
+        return SNAPSHOT_PREFIX + player
     return player
 
 
@@ -76,7 +77,8 @@ class LocalPlayers:
     def get(self, player: str):
         from services.checkpoint.snapshots import SnapshotStore
         from services.evaluator.players import ScriptedPlayer, load_snapshot_player, run_facts
-        from shared.evaluation import check_player, snapshot_of
+        from shared.evaluation import check_player
+        from shared.messages import snapshot_of
 
         problem = check_player(player)
         if problem:

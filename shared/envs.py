@@ -16,7 +16,7 @@ import msgspec
 from msgspec import Struct
 
 from shared.config import EnvConfig
-from shared.messages import EngineBuild
+from shared.messages import EngineBuild, EpisodeRecord
 
 
 class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True):
@@ -172,7 +172,27 @@ EPISODE_STAT_KEYS = (
     "enemy_tower_hp_frac", "elixir_leak_steps", "elixir_count_exact",
 )
 """The per-seat ``info`` keys RoyaleGym sets at an episode's end, copied into its
-``EpisodeRecord`` (0 when absent) by the rollout's battles and the evaluator's games alike."""
+``EpisodeRecord`` (0 when absent) by ``episode_record``."""
+
+
+def episode_record(info, *, truncated: bool, **fields) -> EpisodeRecord:
+    """The EpisodeRecord of one seat whose episode just ended, from that seat's final ``info``:
+    its EPISODE_STAT_KEYS (0 when absent), the outcome (0, a draw, for a truncated episode)
+    and the per-term reward sums (``reward_sum/<term>``). ``fields`` are the caller's own
+    (battle, ordinal, seat, role, player, opponent, cards_played, undiscounted_return, ...).
+    Used by the rollout's battles and the evaluator's games alike."""
+    stats = {k: info.get(k, 0) for k in EPISODE_STAT_KEYS}
+    return EpisodeRecord(
+        outcome=0 if truncated else int(info.get("outcome", 0)), truncated=truncated,
+        episode_steps=int(stats["episode_steps"]), episode_ticks=int(stats["episode_ticks"]),
+        own_crowns=int(stats["own_crowns"]), enemy_crowns=int(stats["enemy_crowns"]),
+        own_tower_hp_frac=float(stats["own_tower_hp_frac"]),
+        enemy_tower_hp_frac=float(stats["enemy_tower_hp_frac"]),
+        elixir_leak_steps=int(stats["elixir_leak_steps"]),
+        elixir_count_exact=bool(stats["elixir_count_exact"]),
+        reward_terms={k[len("reward_sum/"):]: float(v) for k, v in info.items() if k.startswith("reward_sum/")},
+        **fields,
+    )
 
 
 def make_scripted(opponent: str, random_legal_noop_prob: float):

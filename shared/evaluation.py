@@ -21,7 +21,7 @@ import msgspec
 import numpy as np
 
 from shared.config import EnvConfig
-from shared.messages import snapshot_of  # noqa: F401  (PLAY's: snap:<id> -> id; re-exported)
+from shared.messages import snapshot_of
 from shared.seeding import stream
 
 EVAL_ROLE = "eval"

@@ -41,8 +41,6 @@ GROUP_LEARNER = 0
 """The live policy plays this seat: the learner infers for it and trains on its rows."""
 GROUP_SCRIPTED = -2
 """A scripted opponent plays this seat inside the rollout; no row crosses the wire."""
-
-# ---- PLAY: seats held by a frozen pool snapshot (issue 5) ----
 GROUP_FROZEN = 1
 """A frozen snapshot (player id ``snap:<snapshot_id>``) plays this seat. Its observation row
 crosses the wire like a learner row; the learner infers for it with that snapshot's actor
@@ -57,7 +55,7 @@ def snapshot_of(player: str) -> str | None:
     """The snapshot id of player id ``snap:<id>``; None for any other player (``learner``,
     ``scripted:...``)."""
     return player[len(SNAPSHOT_PREFIX):] if player.startswith(SNAPSHOT_PREFIX) else None
-# ---- end PLAY ----
+
 
 SEATS = ("blue", "red")
 
@@ -319,7 +317,7 @@ class Error(_Msg, tag="error"):
     reason: str
 
 
-# ----------------------------------------------------------------- POOL: admission and ladder status
+# ----------------------------------------------------------------- admission and ladder status
 
 
 class AdmitCandidate(_Msg, tag="admit_candidate"):
@@ -383,7 +381,7 @@ class LadderStatus(_Msg, tag="ladder_status"):
     ratings: dict[str, float] = {}
     rating_se: dict[str, float] = {}
     gate_score_lower_bound: float | None = None
-    """EVAL: the Wilson 95 % lower bound of the last gate's score against its champion
+    """the Wilson 95 % lower bound of the last gate's score against its champion
     (condition 1; services/ladder/gate_runner.py); None before the first gate."""
 
 
@@ -459,7 +457,7 @@ class SnapshotLoaded(_Msg, tag="snapshot_loaded"):
     spec: bytes
 
 
-# ----------------------------------------------------------------- EVAL: evaluator <-> ladder
+# ----------------------------------------------------------------- evaluator <-> ladder
 # Evaluation jobs (the gate's games, a free-admitted champion's anchor games), played by
 # ``python -m services.evaluator`` and handed out by ``services.ladder.gate_runner``.
 

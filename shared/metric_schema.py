@@ -123,7 +123,7 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "health/vram_driver_free_mb": ("MiB", "device memory the CUDA driver reports free after the update (CUDA learners only)"),
     "throughput/rollout_capacity_ratio": ("ratio", "time/update / time/collection: rollout capacity over update capacity (healthy >= 2)"),
     "health/illegal_action_rate": ("fraction", "learner actions the engine refused (deploy status > 0): a mask bug"),
-    # PLAY: seats held by frozen pool snapshots (services/learner/frozen.py)
+    # seats held by frozen pool snapshots (services/learner/frozen.py)
     "time/frozen_inference": ("s", "resolving and inferring the frozen-snapshot seats' actions during collection"),
     "health/frozen_rows": ("timesteps", "frozen-snapshot seat rows answered this iteration (inferred or no-op; never trained)"),
     "health/frozen_noop_rows": ("timesteps", "frozen seat rows that played the no-op because their snapshot could not play (healthy: 0)"),
@@ -133,7 +133,7 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "health/frozen_hits": ("count", "frozen actor look-ups served from the LRU this iteration"),
     "health/frozen_load_failures": ("count", "frozen actor loads that failed this iteration (each snapshot at most once)"),
     "health/frozen_resident": ("count", "frozen actors held in the LRU at the end of the iteration (at most ladder.pool.max_resident_opponents + 2)"),
-    # POOL: the ladder's status, asked once per iteration (services/learner/ladder_status.py). All absent when
+    # the ladder's status, asked once per iteration (services/learner/ladder_status.py). All absent when
     # the ladder did not answer; a number that does not exist yet is absent, never 0.
     "ladder/pool_size": ("count", "snapshots in the PFSP sampler (the pool's members; the archive keeps evicted ones)"),
     "ladder/pending_candidates": ("count", "candidate snapshots waiting for a gate"),

@@ -101,6 +101,10 @@ class Up:
         self.kill()
         raise AssertionError(f"stack did not exit within {timeout} s:\n" + "\n".join(self.lines[-40:]))
 
+    def tail(self, n: int = 40) -> str:
+        """The last ``n`` lines of output, for assertion messages."""
+        return "\n".join(self.lines[-n:])
+
     def children(self) -> dict[int, str]:
         """pid -> command line of the launcher's direct children."""
         out = {}
@@ -127,6 +131,17 @@ class Up:
                 pass
         self.proc.kill()
         self.proc.wait()
+
+
+def run_to_exit(config: Path, *args: str, timeout: float, env: dict | None = None) -> tuple[Up, int]:
+    """Run ``royalefleet up`` to its end: (the Up, its exit code). A stack still running after
+    ``timeout`` seconds is killed (``Up.wait_exit``), and so is one whose wait is interrupted."""
+    up = Up(config, *args, env=env)
+    try:
+        return up, up.wait_exit(timeout)
+    finally:
+        if up.proc.poll() is None:
+            up.kill()
 
 
 def alive(pid: int) -> bool:

@@ -331,7 +331,7 @@ _WRITER = textwrap.dedent(
     import services.checkpoint.store as st
 
     stage = sys.argv[2]
-    real_write_file, real_replace_file = st._write_file, st._replace_file
+    real_write_file, real_replace_file = st.write_file, st.replace_file
 
     def slow_write_file(path, data):
         real_write_file(path, data)
@@ -345,7 +345,7 @@ _WRITER = textwrap.dedent(
             time.sleep(60)
         real_replace_file(path, data)
 
-    st._write_file, st._replace_file = slow_write_file, slow_replace_file
+    st.write_file, st.replace_file = slow_write_file, slow_replace_file
     st.CheckpointStore(Path(sys.argv[1])).write(2, {"actor/model.safetensors": b"N" * 100000, "b": b"new"}, b"{}")
     """
 )
@@ -387,14 +387,14 @@ def test_sigkill_mid_write_leaves_the_previous_checkpoint(store, stage):
 
 def test_failed_write_leaves_no_partial_and_keeps_the_old_checkpoint(store, monkeypatch):
     store.write(1, {"a": b"old"}, b"{}")
-    real = store_mod._write_file
+    real = store_mod.write_file
 
     def disk_full(path, data):
         if path.name == "b":
             raise OSError(28, "No space left on device")
         real(path, data)
 
-    monkeypatch.setattr(store_mod, "_write_file", disk_full)
+    monkeypatch.setattr(store_mod, "write_file", disk_full)
     with pytest.raises(OSError, match="No space left"):
         store.write(1, {"a": b"new", "b": b"new"}, b"{}")
     assert sorted(p.name for p in store.root.iterdir()) == ["00000001", "index.json"]

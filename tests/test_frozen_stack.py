@@ -21,7 +21,7 @@ import json
 
 import pytest
 
-from tests.stack import Up, read_rows, tiny_config
+from tests.stack import read_rows, run_to_exit, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -29,12 +29,8 @@ pytestmark = pytest.mark.slow
 def test_pool_battles_are_played_by_the_admitted_snapshot(tmp_path):
     cfg = tiny_config(tmp_path / "runs", env={"max_steps": 12},
                       ladder={"pool": {"candidate_every_env_steps": 100}})
-    up = Up(cfg, "--rollouts", "1", "--iterations", "3")
-    try:
-        assert up.wait_exit(300) == 0, "\n".join(up.lines[-40:])
-    finally:
-        if up.proc.poll() is None:
-            up.kill()
+    up, code = run_to_exit(cfg, "--rollouts", "1", "--iterations", "3", timeout=300)
+    assert code == 0, up.tail()
     run = tmp_path / "runs" / "default"
     rows = read_rows(run)
     assert [r["run/iteration"] for r in rows] == [1, 2, 3]

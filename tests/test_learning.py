@@ -28,7 +28,7 @@ from collections import Counter
 
 import pytest
 
-from tests.stack import Up, read_rows, tiny_config
+from tests.stack import read_rows, run_to_exit, tiny_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -58,16 +58,8 @@ def win_rate(wins: Counter, games: Counter, iterations: range) -> tuple[float, i
 
 def test_the_win_rate_against_random_legal_rises_above_the_bar(tmp_path):
     runs = tmp_path / "runs"
-    cfg_path = tiny_config(runs)
-    doc = json.loads(cfg_path.read_text())
-    doc.update({k: v for k, v in CONFIG.items()})
-    cfg_path.write_text(json.dumps(doc))
-    up = Up(cfg_path, "--iterations", str(ITERATIONS))
-    try:
-        assert up.wait_exit(1100) == 0, "\n".join(up.lines[-40:])
-    finally:
-        if up.proc.poll() is None:
-            up.kill()
+    up, code = run_to_exit(tiny_config(runs, **CONFIG), "--iterations", str(ITERATIONS), timeout=1100)
+    assert code == 0, up.tail()
     run = runs / "default"
 
     wins, games = Counter(), Counter()

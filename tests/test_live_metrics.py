@@ -11,7 +11,7 @@ import pytest
 
 from royalefleet import grafana as gen
 from shared.metric_schema import prometheus_name
-from tests.stack import Up, read_rows, tiny_config
+from tests.stack import Up, read_rows, run_to_exit, tiny_config
 from tests.test_alarms import PENDING_ROW_KEYS
 from tests.test_grafana import PENDING_DASHBOARD_KEYS, all_exprs, metric_names
 
@@ -80,12 +80,8 @@ def test_a_halt_alarm_stops_the_run_with_a_checkpoint_and_a_bundle(tmp_path):
     # Checkpoints every 5 iterations: the one written at iteration 1 is the halt's.
     cfg_path = tiny_config(tmp_path / "runs", env={"max_steps": 12}, checkpoint={"every_iterations": 5},
                            alarms={"cards_per_match_halt": 1000.0, "patience_overrides": {"noop_collapse_severe": 1}})
-    up = Up(cfg_path)
-    try:
-        assert up.wait_exit(240) == 3, "\n".join(up.lines[-20:])
-    finally:
-        if up.proc.poll() is None:
-            up.kill()
+    up, code = run_to_exit(cfg_path, timeout=240)
+    assert code == 3, up.tail(20)
     run = tmp_path / "runs" / "default"
     rows = read_rows(run)
     assert len(rows) == 1 and rows[0]["policy/cards_per_match"] < 1000
@@ -102,24 +98,16 @@ def test_a_halt_alarm_stops_the_run_with_a_checkpoint_and_a_bundle(tmp_path):
     # give up) until the operator clears it, and then the run resumes from the halt's checkpoint.
     mark = json.loads((run / "halted.json").read_text())
     assert mark["iteration"] == 1 and "noop_collapse_severe" in mark["reason"]
-    again = Up(cfg_path, "--iterations", "1")
-    try:
-        assert again.wait_exit(240) == 3, "\n".join(again.lines[-20:])
-    finally:
-        if again.proc.poll() is None:
-            again.kill()
+    again, code = run_to_exit(cfg_path, "--iterations", "1", timeout=240)
+    assert code == 3, again.tail(20)
     assert any("was halted at iteration 1" in line and "--clear-halt" in line for line in again.lines), again.lines[-10:]
     assert len(read_rows(run)) == 1
     # Cleared, with the halting alarm off, it resumes at iteration 2.
     doc = json.loads(cfg_path.read_text())
     doc["alarms"]["disabled"] = ["noop_collapse_severe"]
     cfg_path.write_text(json.dumps(doc))
-    cleared = Up(cfg_path, "--iterations", "1", "--clear-halt")
-    try:
-        assert cleared.wait_exit(240) == 0, "\n".join(cleared.lines[-20:])
-    finally:
-        if cleared.proc.poll() is None:
-            cleared.kill()
+    cleared, code = run_to_exit(cfg_path, "--iterations", "1", "--clear-halt", timeout=240)
+    assert code == 0, cleared.tail(20)
     assert any("clearing the halt of run 'default' at iteration 1" in line for line in cleared.lines)
     assert [r["run/iteration"] for r in read_rows(run)] == [1, 2]
     assert not (run / "halted.json").exists()

@@ -342,7 +342,7 @@ def test_pool_battles_meet_the_seed_from_the_first_iteration(tmp_path):
     from shared.nn.model import ActorCritic
     from shared.nn.statefiles import module_to_bytes
     from shared.preflight import run_preflight
-    from tests.stack import Up, tiny_config
+    from tests.stack import run_to_exit, tiny_config
 
     base = load_config({"profile": "tiny", "env": {"max_steps": 12}})
     pf = run_preflight(base.env, base.master_seed)
@@ -354,12 +354,8 @@ def test_pool_battles_meet_the_seed_from_the_first_iteration(tmp_path):
     sha = hashlib.sha256(actor).hexdigest()
     cfg = tiny_config(tmp_path / "runs", env={"max_steps": 12}, ladder={"pool": {
         "candidate_every_env_steps": 10**9, "seed_snapshots": [{"path": str(folder), "sha256": sha, "weight": 2.0}]}})
-    up = Up(cfg, "--rollouts", "1", "--iterations", "2")
-    try:
-        assert up.wait_exit(300) == 0, "\n".join(up.lines[-40:])
-    finally:
-        if up.proc.poll() is None:
-            up.kill()
+    up, code = run_to_exit(cfg, "--rollouts", "1", "--iterations", "2", timeout=300)
+    assert code == 0, up.tail()
     run = tmp_path / "runs" / "default"
     pool = json.loads((run / "ladder" / "pool.json").read_text())
     seed = f"snap:{sid}"

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import msgspec
 
-from services.checkpoint.store import _fsync_dir, _write_file, check_folder_name
+from services.checkpoint.store import check_folder_name
+from shared.durable import fsync_dir, write_file
 
 ACTOR = "actor.safetensors"
 SPEC = "spec.json"
@@ -53,11 +54,11 @@ class SnapshotStore:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
-        _write_file(tmp / ACTOR, actor)
-        _write_file(tmp / SPEC, spec)
-        _fsync_dir(tmp)
+        write_file(tmp / ACTOR, actor)
+        write_file(tmp / SPEC, spec)
+        fsync_dir(tmp)
         os.replace(tmp, final)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         return sid, final, True
 
     def read(self, sid: str) -> tuple[bytes, bytes]:

@@ -30,7 +30,6 @@ import hashlib
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -38,6 +37,8 @@ from typing import Any
 
 import msgspec
 from msgspec import Struct
+
+from shared.durable import fsync_dir, replace_file, write_file
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -209,47 +210,7 @@ def checkpoint_name(iteration: int) -> str:
     return f"{iteration:08d}"
 
 
-# ----------------------------------------------------------------------------- durable IO
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make the entries of a directory (new names, renames) durable. POSIX only: Windows
-    cannot open a directory for fsync, and NTFS journals renames itself."""
-    if os.name != "posix":
-        return
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_file(path: Path, data: Any) -> None:
-    """Create ``path`` (it must not exist) with ``data`` and fsync it before returning: after a
-    rename a file that was never fsynced may legitimately be empty (renameio, quoting Ts'o)."""
-    with open(path, "xb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _replace_file(path: Path, data: bytes) -> None:
-    """Atomically replace ``path`` with ``data``: temp file in the same folder, fsync,
-    ``os.replace``, fsync the folder. The temp file is removed on any failure."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(path.parent)
+# ----------------------------------------------------------------------------- helpers (durable writes: shared/durable.py)
 
 
 def _byte_view(data: Any) -> memoryview:
@@ -302,7 +263,7 @@ class CheckpointStore:
         return idx
 
     def _write_index(self, idx: CheckpointIndex) -> None:
-        _replace_file(self.root / INDEX, msgspec.json.format(msgspec.json.encode(idx), indent=2) + b"\n")
+        replace_file(self.root / INDEX, msgspec.json.format(msgspec.json.encode(idx), indent=2) + b"\n")
 
     # ------------------------------------------------------------------ write
 
@@ -332,7 +293,7 @@ class CheckpointStore:
         fresh_root = not self.root.exists()
         self.root.mkdir(parents=True, exist_ok=True)
         if fresh_root:
-            _fsync_dir(self.root.parent)
+            fsync_dir(self.root.parent)
         partial = self.root / (name + PARTIAL_SUFFIX)
         final = self.root / name
         if partial.exists():
@@ -348,7 +309,7 @@ class CheckpointStore:
                 if path.parent not in folders:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     folders.update(path.parents)
-                _write_file(path, data)
+                write_file(path, data)
                 entries[rel] = FileEntry(hashlib.sha256(data).hexdigest(), data.nbytes)
             manifest = Manifest(
                 format_version=FORMAT_VERSION,
@@ -357,11 +318,11 @@ class CheckpointStore:
                 meta=msgspec.Raw(meta),
                 files=entries,
             )
-            _write_file(partial / MANIFEST, _manifest_encoder.encode(manifest))
+            write_file(partial / MANIFEST, _manifest_encoder.encode(manifest))
             # New names in every folder of the checkpoint, deepest first.
             for folder in sorted((f for f in folders if partial in f.parents or f == partial),
                                  key=lambda p: len(p.parts), reverse=True):
-                _fsync_dir(folder)
+                fsync_dir(folder)
             if final.exists():
                 # os.replace cannot put a folder over a non-empty one: move the old aside first.
                 aside = self.root / (name + ASIDE_SUFFIX)
@@ -369,7 +330,7 @@ class CheckpointStore:
                     shutil.rmtree(aside)
                 os.replace(final, aside)
             os.replace(partial, final)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         except BaseException:
             if aside is not None and aside.exists() and not final.exists():
                 os.replace(aside, final)  # the new one never arrived: put the old one back

@@ -7,13 +7,13 @@ Every setting is a flag, an environment variable, or its default, in that order 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 
 from prometheus_client import start_http_server
 
 from shared.config import ConfigError, load_config, profile
+from shared.service_args import parse_service_args
 
 DEFAULTS = {
     "ladder": ("ROYALEFLEET_LADDER", "tcp://127.0.0.1:5556"),
@@ -25,38 +25,21 @@ DEFAULTS = {
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m services.evaluator",
+    return parse_service_args(
+        argv, prog="python -m services.evaluator",
         description="A royalefleet evaluator: asks the ladder for evaluation jobs (the promotion gate's games "
         "between frozen snapshots and scripted anchors), plays them as full matches on the fixed evaluation "
         "seeds, and reports the records to the ladder's result log. Stops cleanly on SIGTERM or Ctrl-C.",
-        epilog="Each flag falls back to its environment variable, then to the default shown.",
+        defaults=DEFAULTS,
+        flags=[
+            ("--ladder", "ladder", "the ladder's address, e.g. tcp://ladder:5556"),
+            ("--checkpoint", "checkpoint", "the checkpoint service's address (snapshots), e.g. tcp://checkpoint:5557"),
+            ("--config", "config", "run config JSON (master seed, env, network, ladder and evaluation sections); "
+             "without one the cpu profile's defaults are used"),
+            ("--metrics-port", "metrics_port", "Prometheus /metrics port; 0 turns it off", int),
+            ("--metrics-host", "metrics_host", "address the /metrics server listens on"),
+        ],
     )
-
-    def add(flag: str, key: str, help_: str, type_=str):
-        env, default = DEFAULTS[key]
-        parser.add_argument(flag, dest=key, type=type_, default=None,
-                            help=f"{help_} [env {env}; default {default if default is not None else 'none'}]")
-
-    add("--ladder", "ladder", "the ladder's address, e.g. tcp://ladder:5556")
-    add("--checkpoint", "checkpoint", "the checkpoint service's address (snapshots), e.g. tcp://checkpoint:5557")
-    add("--config", "config", "run config JSON (master seed, env, network, ladder and evaluation sections); "
-        "without one the cpu profile's defaults are used")
-    add("--metrics-port", "metrics_port", "Prometheus /metrics port; 0 turns it off", int)
-    add("--metrics-host", "metrics_host", "address the /metrics server listens on")
-    args = parser.parse_args(argv)
-    for key, (env, default) in DEFAULTS.items():
-        if getattr(args, key) is None:
-            value = os.environ.get(env, default)
-            if key == "metrics_port" and value is not None:
-                try:
-                    value = int(value)
-                except ValueError:
-                    parser.error(f"{env}={value!r} is not a port number")
-            setattr(args, key, value)
-    if not 0 <= args.metrics_port <= 65535:
-        parser.error(f"metrics port {args.metrics_port} is outside 0..65535")
-    return args
 
 
 def main(argv: list[str] | None = None) -> int:

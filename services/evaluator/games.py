@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from shared.envs import EPISODE_STAT_KEYS
+from shared.envs import episode_record
 from shared.evaluation import EVAL_ROLE
 from shared.messages import SEATS, EpisodeRecord
 from shared.seeding import stream
@@ -82,19 +82,11 @@ def play_game(env, a, b, *, job: int, seed: int, side: int, env_seed: int, maste
 
 def _record(seat: int, seated, info: Mapping, ret: float, cards: int, job: int, seed: int,
             side: int) -> EpisodeRecord:
-    stats = {k: info.get(k, 0) for k in EPISODE_STAT_KEYS}
-    return EpisodeRecord(
+    return episode_record(
+        info, truncated=False,
         battle=seed, ordinal=side, seat=SEATS[seat], role=EVAL_ROLE,
         player=seated[seat].id, opponent=seated[1 - seat].id,
-        outcome=int(info.get("outcome", 0)), truncated=False,
-        episode_steps=int(stats["episode_steps"]), episode_ticks=int(stats["episode_ticks"]),
-        own_crowns=int(stats["own_crowns"]), enemy_crowns=int(stats["enemy_crowns"]),
-        own_tower_hp_frac=float(stats["own_tower_hp_frac"]),
-        enemy_tower_hp_frac=float(stats["enemy_tower_hp_frac"]),
-        elixir_leak_steps=int(stats["elixir_leak_steps"]),
-        elixir_count_exact=bool(stats["elixir_count_exact"]),
         cards_played=cards, undiscounted_return=ret, iteration=job,
-        reward_terms={k[len("reward_sum/"):]: float(v) for k, v in info.items() if k.startswith("reward_sum/")},
     )
 
 

@@ -28,7 +28,8 @@ import numpy as np
 
 from shared.config import RunConfig
 from shared.envs import make_scripted
-from shared.evaluation import ANCHORS, snapshot_of
+from shared.evaluation import ANCHORS
+from shared.messages import snapshot_of
 
 EVAL_TORCH_THREADS = 1
 """Torch intra-op threads while evaluating: a fixed count, so a re-run of a gate computes the

@@ -30,10 +30,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from shared import transport
 from shared.config import RunConfig
 from shared.envs import build_env
-from shared.evaluation import check_player, eval_env_config, eval_seed_set, snapshot_of
+from shared.evaluation import check_player, eval_env_config, eval_seed_set
 from shared.messages import (
     Ack, Decoder, Error, EvalJob, EvalJobRequest, EvalReport, FromCheckpoint, FromLadder, LoadSnapshot, NoJob,
-    NotFound, SnapshotLoaded,
+    NotFound, SnapshotLoaded, snapshot_of,
 )
 
 from services.evaluator.games import GameError, play_job

@@ -7,7 +7,6 @@ Every setting is a flag, an environment variable, or its default, in that order 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -15,6 +14,7 @@ import threading
 from prometheus_client import start_http_server
 
 from shared.config import ConfigError, load_config, profile
+from shared.service_args import parse_service_args
 from services.ladder.pool import PoolCorrupt
 from services.ladder.service import LadderService, Metrics
 
@@ -28,38 +28,21 @@ DEFAULTS = {
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m services.ladder",
+    return parse_service_args(
+        argv, prog="python -m services.ladder",
         description="The royalefleet ladder: tells the learner who plays whom (mirror / pool / scripted "
         "mixture, per-episode opponents and seats) and keeps each run's durable result log "
         "<runs-dir>/<run_name>/ladder/results.jsonl. Stops cleanly on SIGTERM or Ctrl-C.",
-        epilog="Each flag falls back to its environment variable, then to the default shown.",
+        defaults=DEFAULTS,
+        flags=[
+            ("--bind", "bind", "ZeroMQ address the ROUTER binds, e.g. tcp://0.0.0.0:5556"),
+            ("--runs-dir", "runs_dir", "folder holding one sub-folder per run"),
+            ("--config", "config", "run config JSON (master_seed, run_name and the ladder section); "
+             "without one the cpu profile's defaults are used"),
+            ("--metrics-port", "metrics_port", "Prometheus /metrics port; 0 turns it off", int),
+            ("--metrics-host", "metrics_host", "address the /metrics server listens on"),
+        ],
     )
-
-    def add(flag: str, key: str, help_: str, type_=str):
-        env, default = DEFAULTS[key]
-        parser.add_argument(flag, dest=key, type=type_, default=None,
-                            help=f"{help_} [env {env}; default {default if default is not None else 'none'}]")
-
-    add("--bind", "bind", "ZeroMQ address the ROUTER binds, e.g. tcp://0.0.0.0:5556")
-    add("--runs-dir", "runs_dir", "folder holding one sub-folder per run")
-    add("--config", "config", "run config JSON (master_seed, run_name and the ladder section); "
-        "without one the cpu profile's defaults are used")
-    add("--metrics-port", "metrics_port", "Prometheus /metrics port; 0 turns it off", int)
-    add("--metrics-host", "metrics_host", "address the /metrics server listens on")
-    args = parser.parse_args(argv)
-    for key, (env, default) in DEFAULTS.items():
-        if getattr(args, key) is None:
-            value = os.environ.get(env, default)
-            if key == "metrics_port" and value is not None:
-                try:
-                    value = int(value)
-                except ValueError:
-                    parser.error(f"{env}={value!r} is not a port number")
-            setattr(args, key, value)
-    if not 0 <= args.metrics_port <= 65535:
-        parser.error(f"metrics port {args.metrics_port} is outside 0..65535")
-    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,6 @@ A condition with no games is SKIPPED with its reason and is never passed. Verdic
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal

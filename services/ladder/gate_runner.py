@@ -42,6 +42,7 @@ import msgspec
 import numpy as np
 
 from shared.config import GateConfig, RunConfig
+from shared.durable import replace_file
 from shared.evaluation import ANCHORS, EVAL_ROLE, eval_seed_set, seed_set_hash, seeds_for_games, side_scores
 from shared.messages import Ack, EpisodeRecord, EvalJob, EvalJobRequest, EvalReport, NoJob
 from shared.seeding import stream
@@ -111,14 +112,8 @@ def gate_record_path(runs_dir: str | os.PathLike, run_name: str, candidate: str)
 
 
 def write_gate_record(path: Path, rec: GateRecord) -> None:
-    """Atomically: temporary file, fsync, rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(msgspec.json.format(msgspec.json.encode(rec), indent=2) + b"\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Atomically: temporary file, fsync, rename (``shared.durable.replace_file``)."""
+    replace_file(path, msgspec.json.format(msgspec.json.encode(rec), indent=2) + b"\n")
 
 
 def read_gate_record(path: str | os.PathLike) -> GateRecord:

@@ -46,10 +46,11 @@ from services.ladder.gate import GateDecision
 from services.ladder.rating import RatingTable
 from services.ladder.results import check_run_name, result_log_path
 from services.ladder.standings import Standings
+from shared.durable import replace_file
+from shared.messages import SNAPSHOT_PREFIX
 
 POOL_FILE = "pool.json"
 POOL_FORMAT = 1
-MEMBER_PREFIX = "snap:"
 SNAPSHOT_ID = re.compile(r"[0-9a-f]{16}")
 """A snapshot's content id: the first 16 hex of the sha256 of its actor.safetensors."""
 DEFAULT_WORKING_SIZE = 48
@@ -104,7 +105,7 @@ def member_id(snapshot_id: str) -> str:
     problem = check_snapshot_id(snapshot_id)
     if problem:
         raise ValueError(problem)
-    return MEMBER_PREFIX + snapshot_id
+    return SNAPSHOT_PREFIX + snapshot_id
 
 
 def pool_path(runs_dir: str | os.PathLike, run_name: str) -> Path:
@@ -122,19 +123,6 @@ def current_ratings(runs_dir: str | os.PathLike, run_name: str, rater) -> Rating
     the same table (kept current incrementally by ``services.ladder.standings.Standings``).
     Raises ValueError for an unusable run_name, OSError for an unreadable log."""
     return Standings(result_log_path(runs_dir, run_name), rater).table()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class PoolState:
@@ -234,18 +222,7 @@ class PoolState:
         Raises OSError if the disk refuses (the old file is then untouched)."""
         stored = self._stored()
         _check(stored)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(msgspec.json.format(msgspec.json.encode(stored), indent=1) + b"\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(self.path.parent)
+        replace_file(self.path, msgspec.json.format(msgspec.json.encode(stored), indent=1) + b"\n")
 
     # ----------------------------------------------------------------- reads
 
@@ -286,9 +263,9 @@ class PoolState:
         discarded; nothing changes). With ``seed``: ``admitted_seed`` (member, archive and
         ``seeds``; never champion) or ``duplicate``. Does not save. Raises ValueError for an id
         that is not ``snap:<16 hex>`` or negative env_steps / iteration."""
-        if not c.id.startswith(MEMBER_PREFIX):
-            raise ValueError(f"candidate id {c.id!r}: expected {MEMBER_PREFIX}<snapshot_id>")
-        member_id(c.id[len(MEMBER_PREFIX):])
+        if not c.id.startswith(SNAPSHOT_PREFIX):
+            raise ValueError(f"candidate id {c.id!r}: expected {SNAPSHOT_PREFIX}<snapshot_id>")
+        member_id(c.id[len(SNAPSHOT_PREFIX):])
         if c.env_steps < 0 or c.iteration < 0:
             raise ValueError(f"candidate {c.id}: env_steps {c.env_steps} and iteration {c.iteration} must be >= 0")
         if self.known(c.id):

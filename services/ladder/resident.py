@@ -28,6 +28,8 @@ import numpy as np
 from services.ladder.pfsp import learner_stand_in, pfsp_weights_for
 from services.ladder.rating import RatingTable
 from shared.seeding import stream
+from shared.durable import replace_file
+from shared.messages import SNAPSHOT_PREFIX
 
 RESIDENT_FILE = "resident.json"
 
@@ -79,7 +81,7 @@ def seed_weights(seeds: list[str], pool_cfg) -> dict[str, float]:
     """Member id -> PFSP multiplier for the admitted seed snapshots ``seeds``
     (``PoolState.seeds``) that ``pool_cfg.seed_snapshots`` configures: ``snap:<sha256[:16]>`` ->
     its ``weight``. A seed the config no longer names keeps 1.0 (it is absent)."""
-    configured = {"snap:" + s.sha256[:16]: float(s.weight) for s in pool_cfg.seed_snapshots}
+    configured = {SNAPSHOT_PREFIX + s.sha256[:16]: float(s.weight) for s in pool_cfg.seed_snapshots}
     return {m: configured[m] for m in seeds if m in configured}
 
 
@@ -93,11 +95,4 @@ def load_resident(path: str | os.PathLike) -> ResidentSet | None:
 
 def save_resident(path: str | os.PathLike, resident: ResidentSet) -> None:
     """Write atomically (temporary file, fsync, rename). Raises OSError if the disk refuses."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(msgspec.json.encode(resident) + b"\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    replace_file(path, msgspec.json.encode(resident) + b"\n")

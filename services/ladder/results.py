@@ -23,6 +23,7 @@ from pathlib import Path
 import msgspec
 
 from shared.messages import EpisodeRecord
+from shared.durable import fsync_dir
 
 RESULTS_FILE = "results.jsonl"
 
@@ -113,7 +114,7 @@ class ResultLog:
             os.fsync(fh.fileno())
         if created:
             # The new file's directory entry must be durable too, or a crash could lose the file.
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
         return len(records)
 
     def read(self) -> LogRead:
@@ -141,16 +142,3 @@ def _ends_unterminated(fh) -> bool:
         return False
     fh.seek(size - 1)
     return fh.read(1) != b"\n"
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return  # not supported on this platform/filesystem; the data itself is synced
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

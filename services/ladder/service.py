@@ -31,7 +31,7 @@ from shared.messages import (
     PROTOCOL_REFUSALS, Ack, Decoder, Error, PlanReply, PlanRequest, ProtocolError, ReportEpisodes, ToLadder,
 )
 from shared.messages import AdmitCandidate, Admitted, LadderStatusRequest
-from shared.messages import EvalJobRequest, EvalReport  # EVAL: evaluator jobs (services/ladder/gate_runner.py)
+from shared.messages import EvalJobRequest, EvalReport  # evaluator jobs (services/ladder/gate_runner.py)
 from shared.transport import bind_router, curve_server_keys, recv, send
 
 from services.ladder.gate_runner import GateRunner, ReportRefused
@@ -139,7 +139,7 @@ class LadderService:
         self.pool.sync_metrics(self.metrics)
         self._synced = time.monotonic()
         self._pool_problem: str | None = None
-        self.gates = GateRunner(config, self.runs_dir, say=say)  # EVAL: the gate's jobs and decisions
+        self.gates = GateRunner(config, self.runs_dir, say=say)  # the gate's jobs and decisions
         self._gate_problem: str | None = None
 
     # ----------------------------------------------------------------- start-up

@@ -31,7 +31,7 @@ from services.learner.frozen import FrozenStats
 from services.learner.rectangle import Rectangle
 from shared import transport
 from shared.messages import (
-    GROUP_LEARNER, Failure, Heartbeat, Hello, ProtocolError, Refused, Rejoin, Round, Step, Welcome, snapshot_of,
+    GROUP_LEARNER, Failure, Heartbeat, Hello, ProtocolError, Refused, Rejoin, Round, Step, snapshot_of,
 )
 from shared.seeding import stream
 

@@ -26,7 +26,6 @@ on its rows (the reference's ``discard_opponent_rows``, royalelearn-facts 4).
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field

@@ -58,13 +58,17 @@ class Rectangle:
         self.tick[t, slots] = tick
         self.obs_valid[t, slots] = True
         self.writes += len(slots)
+        if not len(frozen):  # the usual round: every row is the learner's, no copy
+            learner_rows, frozen_rows = rows, rows[:0]
+        else:
+            learner_rows, frozen_rows = rows[is_learner], rows[~is_learner]
         if len(learner):
-            self.rows[t, learner] = rows[is_learner]
-            self.n_legal[t, learner] = self.legal_counts(rows[is_learner])
-        return learner, frozen, rows[~is_learner]
+            self.rows[t, learner] = learner_rows
+            self.n_legal[t, learner] = self.legal_counts(learner_rows)
+        return learner, frozen, frozen_rows
 
     def legal_counts(self, rows: np.ndarray) -> np.ndarray:
-        """(B,) int32: legal actions (the no-op included) of packed rows, from the mask bits."""
+        """(B,) unsigned int: legal actions (the no-op included) of packed rows, from the mask bits."""
         return POPCOUNT[rows[:, self.mask_offset :]].sum(axis=1)
 
     def store_step(self, t: int, slots: np.ndarray, reward, terminated, truncated, deploy_status,

@@ -29,19 +29,19 @@ import numpy as np
 
 from services.learner import checkpointing
 from services.learner.fleet import Fleet
-from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots  # PLAY
+from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots
+from services.learner.ladder_status import LadderStatusPoller
 from services.learner.rectangle import Rectangle
 from shared import transport
 from shared.config import ConfigError, RunConfig, config_differences, dump_config, load_config
+from shared.durable import replace_file
 from shared.identity import action_digest_of, compute_identity, describe_device, identity_differences, run_id
 from shared.matchmaking import role_counts
 from shared.messages import (
-    Ack, Decoder, Error, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan, PlanReply,
-    PlanRequest, ReportEpisodes, SaveCheckpoint, Saved, SaveSnapshot, SnapshotSaved, ToLearner, Welcome,
+    Ack, AdmitCandidate, Admitted, Decoder, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan,
+    PlanReply, PlanRequest, ReportEpisodes, SaveCheckpoint, Saved, SaveSnapshot, SnapshotSaved, ToLearner, Welcome,
+    snapshot_of,
 )
-from shared.messages import AdmitCandidate, Admitted  # POOL
-from shared.messages import snapshot_of  # PLAY: env/win_rate_pool
-from services.learner.ladder_status import LadderStatusPoller  # POOL
 from shared.schedules import value_at
 from shared.seeding import stream
 from shared.stats import wilson_interval
@@ -165,7 +165,7 @@ class Learner:
                                      timeout_s=cfg.services.request_timeout_s,
                                      curve=transport.curve_client_keys())
         self.fleet = Fleet()
-        # PLAY: the pool snapshots that hold GROUP_FROZEN seats (services/learner/frozen.py).
+        # the pool snapshots that hold GROUP_FROZEN seats (services/learner/frozen.py).
         self.frozen = FrozenActors(
             cfg.ladder.pool.max_resident_opponents + 2,
             checkpoint_fetcher(self.ckpt, cfg.run_name, cfg.services.request_timeout_s),
@@ -293,7 +293,7 @@ class Learner:
             self.say(f"learner: the ladder refused candidate snap:{snapshot_id}: {getattr(reply, 'reason', reply)}")
 
     def _admit_seed_snapshots(self) -> None:
-        """POOL: ``ladder.pool.seed_snapshots`` read, checked (sha256, spec digests, weights),
+        """``ladder.pool.seed_snapshots`` read, checked (sha256, spec digests, weights),
         stored and admitted as seeds before the first plan (services/learner/seeds.py). Raises
         SystemExit naming every problem: the run does not start without its seeds."""
         seeds = self.cfg.ladder.pool.seed_snapshots
@@ -323,7 +323,7 @@ class Learner:
             raise SystemExit(f"learner: cannot reach the checkpoint service to look for a checkpoint: {exc}")
         if isinstance(reply, NotFound):
             self.say(f"learner: no checkpoint for run {self.cfg.run_name!r}; starting fresh")
-            self._admit_seed_snapshots()  # POOL: fresh start only; a resumed pool already holds them
+            self._admit_seed_snapshots()  # fresh start only; a resumed pool already holds them
             return
         if not isinstance(reply, Loaded):
             raise SystemExit(f"learner: the checkpoint service could not load the latest checkpoint: "
@@ -396,14 +396,14 @@ class Learner:
         by_battle: dict[int, list] = {}
         for a in reply.assignments:
             by_battle.setdefault(a.battle, []).append(a)
-        # PLAY: which snapshot holds each frozen seat (the plan as the rollouts will apply it).
+        # which snapshot holds each frozen seat (the plan as the rollouts will apply it).
         self.fleet.record_plan(members, reply.assignments)
         for m in members:
             restart = [self.fleet.ordinal.get(b, 0) if m.fresh else -1 for b in m.battle_ids]
             plan = Plan(iteration=self.iteration + 1, battles=m.battle_ids, restart_ordinals=restart, gamma=gamma,
                         assignments=[a for b in m.battle_ids for a in by_battle.get(b, [])], fresh=m.fresh)
             transport.send(self.sock, plan, identity=m.identity)
-        # PLAY: load the plan's snapshots now (the rollouts reset meanwhile), so the collection
+        # load the plan's snapshots now (the rollouts reset meanwhile), so the collection
         # meets no load: those of the episodes in flight first, as many as the LRU holds.
         self.frozen.new_iteration()
         self.frozen.prefetch(plan_snapshots(self.fleet, battles, self.frozen.capacity))
@@ -555,7 +555,7 @@ class Learner:
             row["ppo/return_mean"] = float(ret[trainable].mean())
         row.update(update_stats)
         row.update(_episode_metrics(learner_eps, cfg.env.max_steps, stats.frozen.tainted))
-        # PLAY: an episode whose frozen seat played the no-op (its snapshot could not play) was
+        # an episode whose frozen seat played the no-op (its snapshot could not play) was
         # no game against that snapshot: kept out of the result log (services/learner/frozen.py).
         reported = [e for e in stats.episodes if (e.battle, e.ordinal) not in stats.frozen.tainted]
         row.update(frozen_metrics(stats.frozen, self.frozen, len(stats.episodes) - len(reported)))
@@ -574,7 +574,7 @@ class Learner:
                     self.say(f"learner: the ladder refused the episode report: {getattr(reply, 'reason', reply)}")
             except transport.ServiceTimeout as exc:
                 self.say(f"learner: episode report not delivered: {exc}")
-        row.update(self.ladder_status.poll())  # POOL: ladder/ keys; absent when the ladder does not answer
+        row.update(self.ladder_status.poll())  # ladder/ keys; absent when the ladder does not answer
         self.snapshot = checkpointing.capture(self)
         row["run/state_digest"] = self.snapshot.state_digest
         row["run/run_id"] = self.run_id
@@ -656,13 +656,8 @@ class Learner:
 
     def _mark_halted(self, reason: str) -> None:
         """Write ``<run>/halted.json`` ({iteration, reason}) atomically."""
-        path = os.path.join(self.run_dir, self.HALTED_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(msgspec.json.encode({"iteration": self.iteration, "reason": reason}) + b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        replace_file(os.path.join(self.run_dir, self.HALTED_FILE),
+                     msgspec.json.encode({"iteration": self.iteration, "reason": reason}) + b"\n")
 
     def _halt_cleared(self) -> bool:
         """False (after saying why and how to go on) when the run was halted and not cleared."""
@@ -670,7 +665,8 @@ class Learner:
         if not os.path.exists(path):
             return True
         try:
-            mark = msgspec.json.decode(open(path, "rb").read())
+            with open(path, "rb") as fh:
+                mark = msgspec.json.decode(fh.read())
             what = f"at iteration {mark['iteration']}: {mark['reason']}"
         except (OSError, msgspec.DecodeError, KeyError, TypeError) as exc:
             what = f"({path} is unreadable: {exc})"
@@ -808,7 +804,7 @@ def _episode_metrics(episodes: list, max_steps: int, tainted=frozenset()) -> dic
             games = [e for e in scripted if e.opponent == opp]
             out[f"env/win_rate_vs/{opp}"] = float(np.mean([e.outcome > 0 for e in games]))
             out[f"env/episodes_vs/{opp}"] = len(games)
-    # PLAY: every snapshot together, never one key per snapshot id (unbounded over a run).
+    # every snapshot together, never one key per snapshot id (unbounded over a run).
     pool = [e for e in episodes if snapshot_of(e.opponent) is not None and (e.battle, e.ordinal) not in tainted]
     if pool:
         out["env/win_rate_pool"] = float(np.mean([e.outcome > 0 for e in pool]))
@@ -884,7 +880,6 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         say(str(exc))
         return 2
-    s = cfg.services
     try:
         learner = make_learner(cfg, a, perturb, say)
     except DeterminismError as exc:

@@ -23,7 +23,7 @@ import numpy as np
 
 from shared.codec import Codec
 from shared.config import EnvConfig
-from shared.envs import EPISODE_STAT_KEYS, build_env, make_scripted
+from shared.envs import build_env, episode_record, make_scripted
 from shared.messages import GROUP_FROZEN, GROUP_LEARNER, GROUP_SCRIPTED, SEATS, Assignment, EpisodeRecord, snapshot_of
 from shared.rewards import TermMagnitudes, set_gamma
 from shared.seeding import derive_int, stream, stream_path
@@ -191,20 +191,12 @@ class Shard:
                             time.perf_counter() - t0, illegal)
 
     def _record(self, battle: Battle, seat: int, info: dict, truncated: bool) -> EpisodeRecord:
-        stats = {k: info.get(k, 0) for k in EPISODE_STAT_KEYS}
-        return EpisodeRecord(
+        return episode_record(
+            info, truncated=truncated,
             battle=battle.battle_id, ordinal=battle.ordinal, seat=SEATS[seat],
             role=battle.assignment.role if battle.assignment else "mirror",
             player=battle.players[seat], opponent=battle.players[1 - seat],
-            outcome=0 if truncated else int(info.get("outcome", 0)), truncated=truncated,
-            episode_steps=int(stats["episode_steps"]), episode_ticks=int(stats["episode_ticks"]),
-            own_crowns=int(stats["own_crowns"]), enemy_crowns=int(stats["enemy_crowns"]),
-            own_tower_hp_frac=float(stats["own_tower_hp_frac"]),
-            enemy_tower_hp_frac=float(stats["enemy_tower_hp_frac"]),
-            elixir_leak_steps=int(stats["elixir_leak_steps"]),
-            elixir_count_exact=bool(stats["elixir_count_exact"]),
             cards_played=battle.cards_played[seat], undiscounted_return=battle.returns[seat],
-            reward_terms={k[len("reward_sum/"):]: float(v) for k, v in info.items() if k.startswith("reward_sum/")},
             reward_terms_abs=battle.terms.finish(seat),
         )
 

@@ -20,7 +20,6 @@ import time
 import traceback
 import uuid
 
-import numpy as np
 import zmq
 
 from services.rollout.battles import AssignmentMissing, Shard
