@@ -30,7 +30,7 @@ import pytest
 
 from tests.stack import read_rows, run_to_exit, tiny_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ITERATIONS = 14
 EARLY = range(1, 3)
@@ -58,7 +58,7 @@ def win_rate(wins: Counter, games: Counter, iterations: range) -> tuple[float, i
 
 def test_the_win_rate_against_random_legal_rises_above_the_bar(tmp_path):
     runs = tmp_path / "runs"
-    up, code = run_to_exit(tiny_config(runs, **CONFIG), "--iterations", str(ITERATIONS), timeout=1100)
+    up, code = run_to_exit(tiny_config(runs, **CONFIG), "--iterations", str(ITERATIONS), timeout=1700)
     assert code == 0, up.tail()
     run = runs / "default"
 

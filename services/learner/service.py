@@ -623,6 +623,10 @@ class Learner:
             while not self.stopping and (self.iterations_limit <= 0 or done < self.iterations_limit):
                 self.run_iteration()
                 done += 1
+            # An operator halt that lands between two iterations ends the loop without a
+            # StopRequested; it is a halt all the same.
+            if self.halt_reason is not None:
+                return self._operator_halt()
         except StopRequested:
             if self.halt_reason is not None:
                 return self._operator_halt()
