@@ -107,7 +107,12 @@ def on_free_ports(services):
     finally:
         for sk in socks:
             sk.close()
-    return msgspec.structs.replace(services, **dict(zip(PORT_FIELDS, ports)))
+    fields = dict(zip(PORT_FIELDS, ports))
+    # Rollout k and evaluator k serve on base + k: a free base says nothing of base + 1, which
+    # may be another field's port (the stack then refuses to start). Scratch stacks read their
+    # rows, not Prometheus, so those per-instance endpoints are simply off (0).
+    fields.update(rollout_metrics_port=0, evaluator_metrics_port=0)
+    return msgspec.structs.replace(services, **fields)
 
 
 def module_of(name: str) -> str:
