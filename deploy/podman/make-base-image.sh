@@ -30,10 +30,19 @@ work=$(mktemp -d /var/tmp/royalefleet-base.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 rootfs="$work/rootfs"
 t0=$SECONDS
-say "debootstrap $SUITE from $MIRROR"
-debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
-  "$SUITE" "$rootfs" "$MIRROR" > "$work/debootstrap.log" 2>&1 \
-  || { tail -n 30 "$work/debootstrap.log"; say "debootstrap failed"; exit 1; }
+# A mirror hiccup (a dropped connection, a mirror mid-sync) fails debootstrap outright; it is
+# retried from scratch twice, 20 s apart, before the build gives up.
+for attempt in 1 2 3; do
+  say "debootstrap $SUITE from $MIRROR (attempt $attempt of 3)"
+  rm -rf "$rootfs"
+  if debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+       "$SUITE" "$rootfs" "$MIRROR" > "$work/debootstrap.log" 2>&1; then
+    break
+  fi
+  tail -n 30 "$work/debootstrap.log"
+  [ "$attempt" -lt 3 ] || { say "debootstrap failed 3 times"; exit 1; }
+  sleep 20
+done
 
 shopt -s nullglob
 extra=(/usr/local/share/ca-certificates/*.crt)
