@@ -28,6 +28,22 @@ from shared.transport import tcp
 SERVICE_ORDER = ("checkpoint", "ladder", "learner")
 LEARNER_STOP_GRACE_S = 180.0
 OTHERS_STOP_GRACE_S = 10.0
+# Restart backoff for rollouts and evaluators, after Kubernetes' CrashLoopBackOff: a child that
+# exits within QUICK_EXIT_S of its start is crash-looping (a bad host, a missing file), and each
+# such exit in a row doubles the wait before the next start, from BACKOFF_FIRST_S up to
+# BACKOFF_MAX_S. One that ran longer (a kill, a crash mid-run) restarts at once, and the count
+# starts again: a lost rollout rejoins at the next iteration.
+QUICK_EXIT_S = 60.0
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 60.0
+
+
+def restart_delay(quick_exits: int) -> float:
+    """Seconds to wait before restarting a child after ``quick_exits`` quick exits in a row
+    (0: it ran at least ``QUICK_EXIT_S``): 0, 1, 2, 4, ... capped at ``BACKOFF_MAX_S``."""
+    if quick_exits <= 0:
+        return 0.0
+    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** (quick_exits - 1))
 
 
 def service_environments(cfg: RunConfig, config_path: str, runs_dir: str, iterations: int = 0,
@@ -138,8 +154,12 @@ class Child:
     restarts: int = 0
     given_up: bool = False  # exited and left down; said once
     threads: list = field(default_factory=list)
+    started_at: float = 0.0  # time.monotonic() of the last start
+    quick_exits: int = 0  # exits within QUICK_EXIT_S of their start, in a row
+    restart_at: float | None = None  # a restart is due then (backoff); None: none planned
 
     def start(self, say) -> None:
+        self.started_at, self.restart_at = time.monotonic(), None
         log = open(self.log_path, "ab", buffering=0)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module_of(self.name)],
@@ -290,39 +310,63 @@ class Stack:
                     self.interrupts = 1
                     learner.signal(signal.SIGTERM)
             for name, c in self.children.items():
-                if name.startswith("rollout-") and not c.alive() and not self.interrupts:
-                    code = c.proc.returncode
-                    if self.cfg.local.restart_rollouts and code != 2:
-                        c.restarts += 1
-                        self.say(f"{name} exited (code {code}); restarting it (restart {c.restarts}); "
-                                 "it rejoins at the next iteration")
-                        c.start(self.say)
-                    elif code == 2:
-                        self.say(f"{name} was refused and is not restarted; last lines:\n{c.tail()}")
-                        self.interrupts = 1
-                        learner.signal(signal.SIGTERM)
+                if name.startswith("rollout-") and not self.interrupts and self._restart_policy(
+                        c, self.cfg.local.restart_rollouts, "local.restart_rollouts",
+                        on_restart="it rejoins at the next iteration",
+                        on_left_down="the run goes on with the other rollouts",
+                        on_refused="stopping the stack") == "refused":
+                    self.interrupts = 1
+                    learner.signal(signal.SIGTERM)
             if not self.interrupts:
                 self._watch_evaluators()
 
     def _watch_evaluators(self) -> None:
         """Restart an evaluator that exited (``local.restart_evaluators``), unless it exited 2 (its
-        config was refused: a restart fails the same way); either way say so, once per exit. The
-        run goes on without it: a job it held is handed out again after
-        ``evaluation.job_deadline_s``, and gates wait for the evaluators left."""
-        for name, c in self.children.items():
-            if not name.startswith("evaluator-") or c.given_up or c.alive():
-                continue
-            code = c.proc.returncode
-            if self.cfg.local.restart_evaluators and code != 2:
-                c.restarts += 1
-                self.say(f"{name} exited (code {code}); restarting it (restart {c.restarts}); a job it held is "
-                         "handed out again after evaluation.job_deadline_s")
-                c.start(self.say)
-            else:
-                why = ("its config was refused" if code == 2 else "local.restart_evaluators is off")
-                self.say(f"{name} exited (code {code}) and is not restarted ({why}); gates wait for the other "
-                         f"evaluators; last lines of {c.log_path}:\n{c.tail()}")
+        config was refused: a restart fails the same way). The run goes on without it either way:
+        a job it held is handed out again after ``evaluation.job_deadline_s``, and gates wait for
+        the evaluators left."""
+        for c in [c for n, c in self.children.items() if n.startswith("evaluator-")]:
+            self._restart_policy(c, self.cfg.local.restart_evaluators, "local.restart_evaluators",
+                                 on_restart="a job it held is handed out again after evaluation.job_deadline_s",
+                                 on_left_down="gates wait for the other evaluators",
+                                 on_refused="gates wait for the other evaluators")
+
+    def _restart_policy(self, c, enabled: bool, setting: str, *, on_restart: str, on_left_down: str,
+                        on_refused: str, now: float | None = None) -> str:
+        """One watch step over a rollout or an evaluator: ``"alive"``, ``"waiting"`` (a restart is
+        due later: backoff), ``"restarted"``, ``"refused"`` (it exited 2, its config was refused:
+        a restart fails the same way, so it is left down) or ``"down"`` (left down: restarts off,
+        or said before). Each exit is said once, with why and when it restarts (``restart_delay``).
+        """
+        if c.given_up:
+            return "down"
+        if c.alive():
+            return "alive"
+        now = time.monotonic() if now is None else now
+        code = c.proc.returncode
+        if c.restart_at is None:  # a new exit: decide once
+            if code == 2 or not enabled:
                 c.given_up = True
+                why = "its config was refused" if code == 2 else f"{setting} is off"
+                then = on_refused if code == 2 else on_left_down
+                self.say(f"{c.name} exited (code {code}) and is not restarted ({why}); {then}; "
+                         f"last lines of {c.log_path}:\n{c.tail()}")
+                return "refused" if code == 2 else "down"
+            ran = now - c.started_at
+            c.quick_exits = c.quick_exits + 1 if ran < QUICK_EXIT_S else 0
+            delay = restart_delay(c.quick_exits)
+            c.restart_at = now + delay
+            if delay:
+                self.say(f"{c.name} exited (code {code}) {ran:.0f} s after starting, {c.quick_exits} quick exit(s) "
+                         f"in a row; restarting it in {delay:.0f} s (restart {c.restarts + 1}); {on_restart}; "
+                         f"last lines of {c.log_path}:\n{c.tail()}")
+        if now < c.restart_at:
+            return "waiting"
+        c.restarts += 1
+        if c.quick_exits == 0:
+            self.say(f"{c.name} exited (code {code}); restarting it (restart {c.restarts}); {on_restart}")
+        c.start(self.say)
+        return "restarted"
 
     def _stop_all(self) -> None:
         learner = self.children["learner"]

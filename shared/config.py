@@ -100,14 +100,17 @@ class LocalConfig(_Cfg):
     rollouts: PosInt = 1
     """Rollout processes the local stack starts."""
     restart_rollouts: bool = True
-    """Restart a rollout process that died (it rejoins at the next iteration)."""
+    """Restart a rollout process that died (it rejoins at the next iteration), except one that
+    exited 2 (refused: the stack stops). One that keeps exiting within 60 s of its start waits
+    1, 2, 4 ... 60 s before each restart (``royalefleet.launcher.restart_delay``)."""
     evaluators: NonNegInt = 1
     """Evaluator processes the local stack starts (``python -m services.evaluator``): they play
     the gate's evaluation games. 0 starts none (gates then wait for an evaluator)."""
     restart_evaluators: bool = True
     """Restart an evaluator process that died, except one that exited 2 (its config was
-    refused; a restart would fail the same way). Its job in flight is handed out again after
-    ``evaluation.job_deadline_s``. Off: the launcher says so and the gate waits for the others."""
+    refused; a restart would fail the same way), with the same backoff as rollouts. Its job in
+    flight is handed out again after ``evaluation.job_deadline_s``. Off: the launcher says so and
+    the gate waits for the others."""
 
 
 class NetConfig(_Cfg):
