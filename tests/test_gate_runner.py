@@ -225,3 +225,124 @@ def test_reports_that_are_not_the_jobs_games_are_refused(tmp_path):
     with pytest.raises(ReportRefused, match="run_name 'other': this ladder gates run 't'"):
         runner.report(EvalReport(request_id=5, job_id=0, run_name="other", worker="w", records=good))
     assert ResultLog.for_run(tmp_path, "t").read().records == []
+
+
+# ----------------------------------------------------------------------------- a gate across a ladder restart
+
+
+def play(runner, outcome_of, n: int, first_request: int = 100) -> list:
+    """Hand out and report ``n`` jobs; returns them."""
+    jobs = []
+    for k in range(n):
+        job = runner.request_job(EvalJobRequest(request_id=first_request + k, worker="w"))
+        assert not isinstance(job, NoJob), job.reason
+        runner.report(EvalReport(request_id=first_request + k, job_id=job.job_id, run_name="t", worker="w",
+                                 records=records_for(job, outcome_of)))
+        jobs.append(job)
+    return jobs
+
+
+def gated_pool(tmp_path, cfg):
+    pool = new_pool(tmp_path, cfg)
+    pool.set_anchor_record(CHAMP, {NOOP: 1.0, RAND: 0.75})
+    pool.submit(Candidate(id=M1, env_steps=150, iteration=2))
+    pool.save()
+    return pool
+
+
+# M1 beats the champion on every game and matches its anchor record: promoted after the
+# champion and anchor phases (no stratified phase in these configs).
+WINS = by_pattern({(M1, CHAMP): 1, (M1, NOOP): 1, (M1, RAND): (1, 0)})
+
+
+def comparable(rec):
+    return msgspec.structs.replace(rec, wall_seconds=0.0, decided_at="")
+
+
+def test_a_gate_interrupted_by_a_ladder_restart_resumes_and_decides_as_if_never_stopped(tmp_path):
+    cfg = config(stratified_snapshots=0)
+    # Uninterrupted, in a folder of its own.
+    gated_pool(tmp_path / "straight", cfg)
+    straight = GateRunner(cfg, tmp_path / "straight", say=lambda s: None)
+    straight_jobs = drive(straight, WINS)
+    want = read_gate_record(gate_record_path(tmp_path / "straight", "t", M1))
+    assert want.decision.verdict == "promote" and len(straight_jobs) == 4
+
+    # Interrupted: both champion-phase jobs and the first anchor job played, the second anchor
+    # job handed out and never reported (its evaluator died with the ladder).
+    gated_pool(tmp_path / "split", cfg)
+    lines: list[str] = []
+    first = GateRunner(cfg, tmp_path / "split", say=lines.append)
+    played = play(first, WINS, 3)
+    lost = first.request_job(EvalJobRequest(request_id=1, worker="dies"))
+    assert [j.job_id for j in played] + [lost.job_id] == [0, 1, 2, 3]
+    journal = tmp_path / "split" / "t" / "ladder" / "gate_in_flight.json"
+    assert journal.exists()
+    del first
+
+    second = GateRunner(cfg, tmp_path / "split", say=lines.append)
+    assert second.next_job_id == 4  # past every planned id, the unreported one included
+    rest = drive(second, WINS)
+    assert [(j.job_id, j.a, j.b, j.seeds) for j in rest] == [(3, lost.a, lost.b, lost.seeds)]
+    assert "ladder: resumed the gate of " + M1 + " vs " + CHAMP + " in phase anchors: 3 of 4 jobs already played" \
+        in "\n".join(lines)
+    got = read_gate_record(gate_record_path(tmp_path / "split", "t", M1))
+    assert comparable(got) == comparable(want)
+    assert [j.job_id for j in got.jobs] == [0, 1, 2, 3]
+    # Every job's games are in the log once: nothing was played twice.
+    ids = [r.iteration for r in ResultLog.for_run(tmp_path / "split", "t").read().records]
+    assert sorted(ids) == sorted([0] * 8 + [1] * 8 + [2] * 8 + [3] * 8)
+    assert not journal.exists()
+    assert PoolState.for_run(tmp_path / "split", "t", cfg.ladder).champion == M1
+
+
+def test_a_journal_that_no_longer_fits_is_dropped_and_the_gate_planned_anew(tmp_path):
+    cfg = config(stratified_snapshots=0)
+    gated_pool(tmp_path, cfg)
+    first = GateRunner(cfg, tmp_path, say=lambda s: None)
+    play(first, WINS, 1)
+    changed = config(stratified_snapshots=0, champion_games=12)
+    lines: list[str] = []
+    second = GateRunner(changed, tmp_path, say=lines.append)
+    jobs = drive(second, WINS)
+    assert lines[0] == (f"ladder: not resuming the gate of {M1} vs {CHAMP} in flight: the gate config "
+                        "(ladder.gate, evaluation.job_seeds) changed since it was planned")
+    # Planned anew: 12 battles = 6 seeds = 3 jobs vs the champion, ids after the old plan's (0, 1).
+    assert [(j.job_id, j.b, j.seeds) for j in jobs[:3]] == [(2, CHAMP, [0, 1]), (3, CHAMP, [2, 3]),
+                                                            (4, CHAMP, [4, 5])]
+    assert read_gate_record(gate_record_path(tmp_path, "t", M1)).gate == changed.ladder.gate
+
+
+def test_a_journal_of_a_decided_gate_is_dropped(tmp_path):
+    cfg = config(stratified_snapshots=0)
+    gated_pool(tmp_path, cfg)
+    runner = GateRunner(cfg, tmp_path, say=lambda s: None)
+    play(runner, WINS, 3)
+    journal = tmp_path / "t" / "ladder" / "gate_in_flight.json"
+    stale = journal.read_bytes()
+    drive(runner, WINS)
+    assert not journal.exists()
+    # A stop between applying the decision and removing the journal leaves it behind.
+    journal.write_bytes(stale)
+    lines: list[str] = []
+    after = GateRunner(cfg, tmp_path, say=lines.append)
+    job = after.request_job(EvalJobRequest(request_id=1, worker="w"))
+    assert isinstance(job, NoJob) and job.reason == "no gate pending"
+    assert lines == [f"ladder: not resuming the gate of {M1} vs {CHAMP} in flight: the champion is now {M1}, "
+                     f"not {CHAMP}"]
+    assert not journal.exists()
+
+
+def test_an_unreadable_journal_is_set_aside_and_the_gate_planned_anew(tmp_path):
+    cfg = config(stratified_snapshots=0)
+    gated_pool(tmp_path, cfg)
+    journal = tmp_path / "t" / "ladder" / "gate_in_flight.json"
+    journal.write_bytes(b'{"kind": "gate", "cand')
+    lines: list[str] = []
+    runner = GateRunner(cfg, tmp_path, say=lines.append)
+    assert lines[0].startswith(f"ladder: {journal} does not decode (") and lines[0].endswith(
+        "moved to gate_in_flight.json.unreadable, the gate in flight is planned anew")
+    assert (journal.parent / "gate_in_flight.json.unreadable").read_bytes() == b'{"kind": "gate", "cand'
+    jobs = drive(runner, WINS)
+    assert [j.job_id for j in jobs] == [0, 1, 2, 3]
+    assert PoolState.for_run(tmp_path, "t", cfg.ladder).champion == M1

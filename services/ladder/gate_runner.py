@@ -25,8 +25,16 @@ Jobs are at most ``evaluation.job_seeds`` seeds (2 games each). A job not report
 ``evaluation.job_deadline_s`` is handed out again under the same id; the first report of a job
 is written to the result log (fsynced) and any later one is acknowledged with count 0. Job ids
 continue after the largest eval ``iteration`` already in the log, so a restarted ladder never
-reuses one. A gate in flight when the ladder stops is planned again from its start by the next
-ladder (the games already played stay in the log as rated eval games).
+reuses one.
+
+A gate survives a ladder restart. Its plan (every job planned so far, the phase, the champion's
+record) is journalled to ``<run>/ladder/gate_in_flight.json`` each time jobs are planned, and
+removed once the decision is applied. The next ladder resumes it: jobs whose games are in the
+result log (the log is fsynced before a report is acknowledged) count as played, the rest are
+handed out again under the same ids (a game is a pure function of job id, seed and side), so
+the decision and its record are those of a gate that was never interrupted. A journal that no
+longer fits (the candidate resolved, another champion, a changed gate config or seed set, or
+an earlier phase's game missing from the log) is said and dropped, and the gate planned anew.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ import msgspec
 import numpy as np
 
 from shared.config import GateConfig, RunConfig
-from shared.durable import replace_file
+from shared.durable import fsync_dir, replace_file
 from shared.evaluation import ANCHORS, EVAL_ROLE, eval_seed_set, seed_set_hash, seeds_for_games, side_scores
 from shared.messages import Ack, EpisodeRecord, EvalJob, EvalJobRequest, EvalReport, NoJob
 from shared.seeding import stream
@@ -55,6 +63,7 @@ from services.ladder.pool import PoolState, current_ratings
 from services.ladder.results import ResultLog, result_log_path
 
 GATES_DIR = "gates"
+IN_FLIGHT_FILE = "gate_in_flight.json"
 PHASES = ("champion", "anchors", "stratified")
 SETTLED_REASON = "not played: the verdict was settled by an earlier condition (royalelearn-facts 6.4 early stop)"
 
@@ -98,6 +107,31 @@ class GateRecord(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stratified_members: list[str]
     champion_predicted: dict[str, float]
     jobs: list[JobSpec]
+
+
+class GateInFlight(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``<run>/ladder/gate_in_flight.json``: the plan of the gate (or anchor record) in flight, so
+    a restarted ladder resumes it instead of planning it anew (module docstring). Game results
+    are not in it: they are in the result log, under the jobs' ids."""
+
+    kind: str
+    """``gate`` (a candidate's) or ``record`` (a champion's anchor record)."""
+    candidate: str
+    champion: str
+    started: float
+    """Epoch seconds when the first job was planned (the record's ``wall_seconds`` counts from it)."""
+    phase: str
+    record: dict[str, float]
+    members: list[str]
+    jobs: list[JobSpec]
+    gate: GateConfig
+    job_seeds: int
+    eval_seed_set_hash: str
+
+
+def in_flight_path(runs_dir: str | os.PathLike, run_name: str) -> Path:
+    """``<runs_dir>/<run_name>/ladder/gate_in_flight.json``."""
+    return result_log_path(runs_dir, run_name).parent / IN_FLIGHT_FILE
 
 
 def gates_dir(runs_dir: str | os.PathLike, run_name: str) -> Path:
@@ -211,7 +245,11 @@ class GateRunner:
         self.seed_set = eval_seed_set(config.master_seed, config.ladder.pool.eval_seed_count)
         self.seed_hash = seed_set_hash(self.seed_set)
         self.log = ResultLog.for_run(self.runs_dir, self.run_name)
-        self.next_job_id = 1 + max((r.iteration for r in self.log.read().records if r.role == EVAL_ROLE), default=-1)
+        self.journal_path = in_flight_path(self.runs_dir, self.run_name)
+        self.journal = self._read_journal()
+        planned = [j.job_id for j in self.journal.jobs] if self.journal else []
+        self.next_job_id = 1 + max([r.iteration for r in self.log.read().records if r.role == EVAL_ROLE] + planned,
+                                   default=-1)
         self.current: _Audition | None = None
         self.stuck: set[str] = set()
         self.last_lower_bound: float | None = self._last_logged_bound()
@@ -240,6 +278,7 @@ class GateRunner:
                 self._add_jobs(champion, anchor, gate.anchor_games, f"record:{anchor}")
             self.say(f"ladder: champion {champion} has no anchor record; planned {len(self.current.jobs)} jobs "
                      f"against {', '.join(ANCHORS)}")
+            self._write_journal()
             return
         waiting = [c for c in pool.pending if c.id not in self.stuck]
         if not waiting or champion not in pool.anchor_record:
@@ -249,6 +288,7 @@ class GateRunner:
         self._add_jobs(cand, champion, gate.champion_games, "champion")
         self.say(f"ladder: gate of {cand} against champion {champion}: {len(self.current.jobs)} jobs "
                  f"({gate.champion_games} battles)")
+        self._write_journal()
 
     def _next_phase(self, pool: PoolState) -> bool:
         """Plan the current gate's next phase; False when there is none."""
@@ -322,8 +362,12 @@ class GateRunner:
     def tick(self) -> None:
         """Start work when idle; move a complete phase on, deciding when the verdict is known."""
         if self.current is None:
-            self._start(self._pool())
-            return
+            pool = self._pool()
+            if self.journal is not None:
+                self._resume(pool)
+            if self.current is None:
+                self._start(pool)
+                return
         a = self.current
         if any(j.records is None for j in a.phase_jobs()):
             return
@@ -342,6 +386,7 @@ class GateRunner:
                 self._finish_gate(pool, scores)
                 return
             if self._next_phase(pool):
+                self._write_journal()
                 return
             a.phase = "stratified"  # nothing to draw: condition 3 is skipped for an empty pool
         self._finish_gate(pool, scores)
@@ -355,6 +400,7 @@ class GateRunner:
         self.say(f"ladder: anchor record of champion {a.candidate}: "
                  + ", ".join(f"{k} {v:.4f}" for k, v in sorted(record.items())))
         self.current = None
+        self._drop_journal()
 
     def _finish_gate(self, pool: PoolState, scores: dict[str, np.ndarray]) -> None:
         a, gate = self.current, self.config.ladder.gate
@@ -392,6 +438,93 @@ class GateRunner:
                 pool.set_anchor_record(a.candidate, anchor_record(anchors))
             pool.save()
         self.current = None
+        self._drop_journal()
+
+    # ----------------------------------------------------------------- the journal
+
+    def _write_journal(self) -> None:
+        a = self.current
+        self.journal = GateInFlight(
+            kind=a.kind, candidate=a.candidate, champion=a.champion, started=a.started, phase=a.phase,
+            record=dict(a.record), members=list(a.members), jobs=[j.spec for j in a.jobs],
+            gate=self.config.ladder.gate, job_seeds=self.config.evaluation.job_seeds,
+            eval_seed_set_hash=self.seed_hash)
+        replace_file(self.journal_path, msgspec.json.encode(self.journal) + b"\n")
+
+    def _drop_journal(self) -> None:
+        self.journal = None
+        try:
+            os.unlink(self.journal_path)
+        except FileNotFoundError:
+            return
+        fsync_dir(self.journal_path.parent)
+
+    def _read_journal(self) -> GateInFlight | None:
+        try:
+            data = self.journal_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            return msgspec.json.decode(data, type=GateInFlight)
+        except msgspec.DecodeError as exc:
+            # A plan, not a result: the gate is planned anew, and the file kept aside as evidence.
+            aside = self.journal_path.with_name(self.journal_path.name + ".unreadable")
+            os.replace(self.journal_path, aside)
+            self.say(f"ladder: {self.journal_path} does not decode ({exc}); moved to {aside.name}, the gate in "
+                     "flight is planned anew")
+            return None
+
+    def _journal_misfit(self, j: GateInFlight, pool: PoolState) -> str:
+        """Why the journal cannot be resumed against ``pool`` and this config; "" when it can."""
+        if j.gate != self.config.ladder.gate or j.job_seeds != self.config.evaluation.job_seeds:
+            return "the gate config (ladder.gate, evaluation.job_seeds) changed since it was planned"
+        if j.eval_seed_set_hash != self.seed_hash:
+            return "the evaluation seed set changed since it was planned"
+        if pool.champion != j.champion:
+            return f"the champion is now {pool.champion}, not {j.champion}"
+        if j.kind == "record":
+            if j.candidate != j.champion or j.champion in pool.anchor_record:
+                return f"champion {j.champion} has its anchor record already"
+            return ""
+        if j.candidate not in [c.id for c in pool.pending]:
+            return f"candidate {j.candidate} is no longer pending (decided)"
+        if pool.anchor_record.get(j.champion) != j.record:
+            return f"champion {j.champion}'s anchor record changed"
+        return ""
+
+    def _resume(self, pool: PoolState) -> None:
+        """Take up the journalled gate (module docstring), or drop the journal saying why."""
+        j, self.journal = self.journal, None
+        why = self._journal_misfit(j, pool)
+        if not why:
+            by_job: dict[int, list[EpisodeRecord]] = {}
+            for r in self.log.read().records:
+                if r.role == EVAL_ROLE:
+                    by_job.setdefault(r.iteration, []).append(r)
+            a = _Audition(j.kind, j.candidate, j.champion, j.started, phase=j.phase, record=dict(j.record),
+                          members=list(j.members))
+            for spec in j.jobs:
+                job = _Job(spec)
+                if spec.job_id in by_job:
+                    try:
+                        check_report(spec, by_job[spec.job_id])
+                        job.records = by_job[spec.job_id]
+                    except ReportRefused as exc:
+                        self.say(f"ladder: job {spec.job_id}'s games in the result log are not whole ({exc}); "
+                                 "it is played again")
+                a.jobs.append(job)
+            in_phase = {job.spec.job_id for job in a.phase_jobs()}
+            missing = [job.spec.job_id for job in a.jobs if job.records is None and job.spec.job_id not in in_phase]
+            if missing:
+                why = f"jobs {missing} of an earlier phase have no games in the result log"
+            else:
+                self.current, self.journal = a, j
+                done = sum(job.records is not None for job in a.jobs)
+                self.say(f"ladder: resumed the {_what(j)} in phase {a.phase}: {done} of {len(a.jobs)} jobs already "
+                         "played (in the result log); the rest are handed out under their ids")
+                return
+        self.say(f"ladder: not resuming the {_what(j)} in flight: {why}")
+        self._drop_journal()
 
     def _last_logged_bound(self) -> float | None:
         folder = gates_dir(self.runs_dir, self.run_name)
@@ -405,6 +538,10 @@ class GateRunner:
                 continue
             return c1.bound
         return None
+
+
+def _what(j: GateInFlight) -> str:
+    return f"gate of {j.candidate} vs {j.champion}" if j.kind == "gate" else f"anchor record of champion {j.champion}"
 
 
 def check_report(spec: JobSpec, records: list[EpisodeRecord]) -> None:
