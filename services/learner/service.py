@@ -27,7 +27,7 @@ import time
 import msgspec
 import numpy as np
 
-from services.learner import checkpointing
+from services.learner import checkpointing, metric_log
 from services.learner.fleet import Fleet
 from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots
 from services.learner.ladder_status import LadderStatusPoller
@@ -371,6 +371,11 @@ class Learner:
                              f"says {meta.state_digest}: the restore lost something")
         for path, (a, b) in config_differences(meta.config, self.cfg).items():
             self.say(f"learner: config differs from the checkpoint's: {path} {a!r} -> {b!r}")
+        moved, lost = metric_log.purge_after(self.metrics_path, meta.iteration)
+        if moved:
+            span = f"iterations {lost[0]}-{lost[-1]}" if len(lost) > 1 else f"iteration {lost[0]}" if lost else "no iteration"
+            self.say(f"learner: {moved} metric row(s) past the checkpoint ({span}, lost with the process that "
+                     f"wrote them) moved from metrics.jsonl to {metric_log.PURGED_NAME}; they are trained again")
         if self.perturb_resume:
             self.say(f"learner: PERTURBED resume (test hook): did not load {', '.join(self.perturb_resume)}")
         self.say(f"learner: resumed iteration {meta.iteration} at {meta.counters.timesteps:,} timesteps from "
@@ -602,10 +607,7 @@ class Learner:
 
     def _write_row(self, row: dict) -> None:
         row = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
-        with open(self.metrics_path, "ab") as fh:
-            fh.write(msgspec.json.encode(row) + b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        metric_log.append_row(self.metrics_path, msgspec.json.encode(row) + b"\n")
         self.metrics.export(row)
         self.say(progress_line(row))
 

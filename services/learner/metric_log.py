@@ -1,0 +1,63 @@
+"""``runs/<run>/metrics.jsonl``, the run's record: one JSON row per iteration, appended and
+fsynced as each iteration ends.
+
+A resume restarts from the newest checkpoint, which can be older than the last row (checkpoints
+are written every ``checkpoint.every_iterations``; a hard kill loses the iterations since). The
+rows of those lost iterations describe weights that no longer exist, and the resumed run writes
+those iterations again. So a resume first moves them out (``purge_after``), as TensorBoard's
+``SummaryWriter(purge_step=...)`` hides the events of steps at or past the restart step: the
+record keeps exactly one row per iteration, in order, and the rows moved out are kept, appended
+to ``metrics.purged.jsonl`` beside it, not deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from shared.durable import replace_file
+
+PURGED_NAME = "metrics.purged.jsonl"
+
+
+def append_row(path: str | os.PathLike, line: bytes) -> None:
+    """Append one encoded row (``line`` ends with a newline) and fsync before returning."""
+    with open(path, "ab") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def purge_after(path: str | os.PathLike, iteration: int) -> tuple[int, list[int]]:
+    """Move every line of ``path`` that is not a row of an iteration <= ``iteration`` (rows of
+    later iterations, and a line torn by a crash) to ``metrics.purged.jsonl`` in the same
+    folder; the rest stays, in order.
+
+    Returns (lines moved, the distinct iterations of the rows moved, sorted). The moved lines
+    are appended to the purged file and fsynced before ``path`` is atomically replaced, so a
+    crash in between leaves them in both, never in neither (the next resume moves them again).
+    A missing ``path`` moves nothing. Raises OSError if the disk refuses."""
+    path = Path(path)
+    try:
+        lines = path.read_bytes().splitlines(keepends=True)
+    except FileNotFoundError:
+        return 0, []
+    keep, moved, later = [], [], set()
+    for line in lines:
+        try:
+            row = json.loads(line)
+            it = row["run/iteration"]
+        except (ValueError, TypeError, KeyError):
+            it = None
+        if isinstance(it, int) and it <= iteration:
+            keep.append(line)
+        elif line.strip():
+            moved.append(line if line.endswith(b"\n") else line + b"\n")
+            if isinstance(it, int):
+                later.add(it)
+    if not moved:
+        return 0, []
+    append_row(path.with_name(PURGED_NAME), b"".join(moved))
+    replace_file(path, b"".join(keep))
+    return len(moved), sorted(later)
