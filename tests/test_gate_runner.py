@@ -346,3 +346,70 @@ def test_an_unreadable_journal_is_set_aside_and_the_gate_planned_anew(tmp_path):
     jobs = drive(runner, WINS)
     assert [j.job_id for j in jobs] == [0, 1, 2, 3]
     assert PoolState.for_run(tmp_path, "t", cfg.ladder).champion == M1
+
+
+def test_a_report_of_a_journalled_job_that_comes_before_any_request_is_written(tmp_path):
+    cfg = config(stratified_snapshots=0)
+    gated_pool(tmp_path, cfg)
+    first = GateRunner(cfg, tmp_path, say=lambda s: None)
+    play(first, WINS, 1)
+    held = first.request_job(EvalJobRequest(request_id=1, worker="e"))  # job 1, in play when the ladder stops
+    second = GateRunner(cfg, tmp_path, say=lambda s: None)
+    ack = second.report(EvalReport(request_id=2, job_id=held.job_id, run_name="t", worker="e",
+                                   records=records_for(held, WINS)))
+    assert (held.job_id, ack.count) == (1, 8)
+    jobs = drive(second, WINS)
+    assert [j.job_id for j in jobs] == [2, 3]  # the anchor jobs: job 1 is not played again
+    assert PoolState.for_run(tmp_path, "t", cfg.ladder).champion == M1
+
+
+def test_a_job_whose_logged_batch_was_cut_short_is_played_again_and_then_counts(tmp_path):
+    cfg = config(stratified_snapshots=0)
+    gated_pool(tmp_path, cfg)
+    first = GateRunner(cfg, tmp_path, say=lambda s: None)
+    play(first, WINS, 1)
+    held = first.request_job(EvalJobRequest(request_id=1, worker="e"))
+    # The ladder died half-way through writing job 1's report: 3 of its 8 lines are in the log.
+    log = ResultLog.for_run(tmp_path, "t")
+    log.append(records_for(held, WINS)[:3])
+    lines: list[str] = []
+    second = GateRunner(cfg, tmp_path, say=lines.append)
+    again = second.request_job(EvalJobRequest(request_id=2, worker="e"))
+    assert again.job_id == 1
+    assert any(s.startswith("ladder: job 1's games in the result log are not whole (job 1: 3 records, expected 8")
+               for s in lines)
+    second.report(EvalReport(request_id=3, job_id=1, run_name="t", worker="e", records=records_for(again, WINS)))
+    del second
+    # Another restart: the whole batch counts; the cut one is passed over.
+    third = GateRunner(cfg, tmp_path, say=lines.append)
+    jobs = drive(third, WINS)
+    assert [j.job_id for j in jobs] == [2, 3]
+    assert "resumed the gate of " + M1 + " vs " + CHAMP + " in phase anchors: 2 of 4 jobs" in "\n".join(lines)
+
+
+def test_a_plan_that_cannot_be_journalled_hands_out_no_job_until_it_is(tmp_path, monkeypatch):
+    import services.ladder.gate_runner as gr
+
+    cfg = config(stratified_snapshots=0)
+    gated_pool(tmp_path, cfg)
+    lines: list[str] = []
+    runner = GateRunner(cfg, tmp_path, say=lines.append)
+    play(runner, WINS, 1)
+    real = gr.replace_file
+
+    def full_disk(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(gr, "replace_file", full_disk)
+    play(runner, WINS, 1)  # completes the champion phase: the anchor phase is planned, not journalled
+    for k in range(2):
+        job = runner.request_job(EvalJobRequest(request_id=10 + k, worker="w"))
+        assert isinstance(job, NoJob)
+        assert job.reason.startswith("the gate's plan cannot be saved to ") and "No space left" in job.reason
+    assert sum("cannot save the gate's plan" in s for s in lines) == 1
+    monkeypatch.setattr(gr, "replace_file", real)
+    job = runner.request_job(EvalJobRequest(request_id=20, worker="w"))
+    assert (job.job_id, job.b) == (2, NOOP)
+    assert lines[-1].endswith("again; jobs are handed out")
+    journal = msgspec.json.decode((tmp_path / "t" / "ladder" / "gate_in_flight.json").read_bytes())
+    assert journal["phase"] == "anchors" and [j["job_id"] for j in journal["jobs"]] == [0, 1, 2, 3]

@@ -1,6 +1,7 @@
 """The run's record across a resume (services/learner/metric_log.py): rows past the checkpoint
-a resume starts from are moved out to metrics.purged.jsonl, so metrics.jsonl keeps exactly one
-row per iteration, in order; nothing is deleted."""
+a resume starts from (all rows, at a start with no checkpoint) are moved out to
+metrics.purged.jsonl, so metrics.jsonl keeps exactly one row per iteration, in order; nothing
+is deleted. A checkpoint whose rows only the purged file holds is refused."""
 
 from __future__ import annotations
 
@@ -36,6 +37,34 @@ def test_a_second_purge_appends_and_keeps_earlier_purged_rows(tmp_path):
     assert (tmp_path / PURGED_NAME).read_bytes() == row(2) + row(3) + row(3, "y") + row(4, "z")
 
 
+def test_a_whole_last_row_whose_newline_was_cut_is_kept_and_ended(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(row(1) + row(2)[:-1])  # the kill fell between the row and its newline
+    assert purge_after(path, 2) == (0, [])
+    assert path.read_bytes() == row(1) + row(2)
+    path.write_bytes(row(1) + row(2)[:-1] + b"\n" + row(3)[:-1])
+    assert purge_after(path, 2) == (1, [3])
+    assert path.read_bytes() == row(1) + row(2)
+    assert (tmp_path / PURGED_NAME).read_bytes() == row(3)
+
+
+def test_a_checkpoint_whose_rows_were_purged_is_refused(tmp_path):
+    """An earlier resume fell back past checkpoint 5 (it did not verify then) and purged its
+    rows; the run went on from 3. Checkpoint 5 verifying again later must not be resumed: the
+    record would hold another history's rows 4 and 5."""
+    from tests.test_resume_checks import meta
+    from services.learner import checkpointing
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(row(1) + row(2) + row(3) + row(4, "b4"))
+    (tmp_path / PURGED_NAME).write_bytes(row(4, "a4") + row(5, "a5"))
+    ok, why = checkpointing.described(meta(5, "a5"), str(path))
+    assert not ok and why.startswith("the metric rows of iteration 5 were moved to metrics.purged.jsonl by an "
+                                     "earlier resume that fell back past this checkpoint")
+    assert checkpointing.described(meta(5, "zz"), str(path))[0]  # not that state: nothing to say
+    assert checkpointing.described(meta(4, "b4"), str(path)) == (True, "")
+
+
 def test_nothing_to_purge_leaves_no_file(tmp_path):
     assert purge_after(tmp_path / "metrics.jsonl", 3) == (0, [])
     path = tmp_path / "metrics.jsonl"
@@ -51,9 +80,14 @@ def test_a_resume_from_an_older_checkpoint_purges_the_rows_past_it_and_trains_th
     env.max_steps 32 end at the boundaries of the tiny profile's T = 32 cycles, so none is in
     flight at the checkpoint)."""
     cfg = tiny_config(tmp_path / "runs", checkpoint={"every_iterations": 2}, env={"max_steps": 32})
+    run = tmp_path / "runs" / "default"
+    run.mkdir(parents=True)
+    dead = row(1, "dead1") + b'{"run/iteration": 2, "run/st'  # a process killed before its first checkpoint
+    (run / "metrics.jsonl").write_bytes(dead)
     up, code = run_to_exit(cfg, "--iterations", "3", timeout=300)
     assert code == 0, up.tail()
-    run = tmp_path / "runs" / "default"
+    assert (f"2 metric row(s) of a process that wrote no checkpoint moved from metrics.jsonl to {PURGED_NAME}"
+            in "\n".join(up.lines)), up.tail()
     first = read_rows(run)
     assert [r["run/iteration"] for r in first] == [1, 2, 3] and first[2]["run/cycles"] == 32
     actor = run / "checkpoints" / "00000003" / "actor" / "model.safetensors"
@@ -68,8 +102,9 @@ def test_a_resume_from_an_older_checkpoint_purges_the_rows_past_it_and_trains_th
     rows = read_rows(run)
     assert [r["run/iteration"] for r in rows] == [1, 2, 3]
     assert rows[:2] == first[:2]
-    purged = [json.loads(x) for x in (run / PURGED_NAME).read_text().splitlines()]
-    assert purged == [first[2]]
+    purged = (run / PURGED_NAME).read_bytes()
+    assert purged.startswith(dead + b"\n")
+    assert [json.loads(x) for x in purged[len(dead) + 1:].splitlines()] == [first[2]]
     # Trained again from checkpoint 2, iteration 3 reaches the state it reached the first time.
     assert rows[2]["run/state_digest"] == first[2]["run/state_digest"]
     assert rows[2]["run/timesteps"] == first[2]["run/timesteps"]

@@ -247,6 +247,7 @@ class GateRunner:
         self.log = ResultLog.for_run(self.runs_dir, self.run_name)
         self.journal_path = in_flight_path(self.runs_dir, self.run_name)
         self.journal = self._read_journal()
+        self.journal_error: str | None = None  # the last journal write failed: why (retried; no job till then)
         planned = [j.job_id for j in self.journal.jobs] if self.journal else []
         self.next_job_id = 1 + max([r.iteration for r in self.log.read().records if r.role == EVAL_ROLE] + planned,
                                    default=-1)
@@ -320,6 +321,10 @@ class GateRunner:
         NoJob with the retry interval."""
         ev = self.config.evaluation
         self.tick()
+        if self.journal_error is not None and self.current is not None and not self._write_journal():
+            # A job handed out now could be logged under a plan a restarted ladder cannot see.
+            return NoJob(request_id=req.request_id, retry_after_s=ev.no_job_retry_s,
+                         reason=f"the gate's plan cannot be saved to {self.journal_path}: {self.journal_error}")
         if self.current is not None:
             now = self.clock()
             for j in self.current.phase_jobs():
@@ -342,6 +347,8 @@ class GateRunner:
         if the log cannot be written."""
         if rep.run_name != self.run_name:
             raise ReportRefused(f"run_name {rep.run_name!r}: this ladder gates run {self.run_name!r}")
+        if self.current is None and self.journal is not None:
+            self.tick()  # an evaluator's report of a journalled job may come before any request
         job = None
         if self.current is not None:
             job = next((j for j in self.current.jobs if j.spec.job_id == rep.job_id), None)
@@ -442,14 +449,27 @@ class GateRunner:
 
     # ----------------------------------------------------------------- the journal
 
-    def _write_journal(self) -> None:
+    def _write_journal(self) -> bool:
+        """Journal the current plan; False (said once, ``journal_error`` set, and retried before
+        the next job is handed out) if the disk refuses."""
         a = self.current
         self.journal = GateInFlight(
             kind=a.kind, candidate=a.candidate, champion=a.champion, started=a.started, phase=a.phase,
             record=dict(a.record), members=list(a.members), jobs=[j.spec for j in a.jobs],
             gate=self.config.ladder.gate, job_seeds=self.config.evaluation.job_seeds,
             eval_seed_set_hash=self.seed_hash)
-        replace_file(self.journal_path, msgspec.json.encode(self.journal) + b"\n")
+        try:
+            replace_file(self.journal_path, msgspec.json.encode(self.journal) + b"\n")
+        except OSError as exc:
+            if self.journal_error is None:
+                self.say(f"ladder: cannot save the gate's plan to {self.journal_path} ({exc}); no job is handed "
+                         "out until it is saved")
+            self.journal_error = str(exc)
+            return False
+        if self.journal_error is not None:
+            self.say(f"ladder: the gate's plan is saved to {self.journal_path} again; jobs are handed out")
+        self.journal_error = None
+        return True
 
     def _drop_journal(self) -> None:
         self.journal = None
@@ -497,21 +517,28 @@ class GateRunner:
         j, self.journal = self.journal, None
         why = self._journal_misfit(j, pool)
         if not why:
-            by_job: dict[int, list[EpisodeRecord]] = {}
-            for r in self.log.read().records:
-                if r.role == EVAL_ROLE:
-                    by_job.setdefault(r.iteration, []).append(r)
+            # A job's games, batch by batch (one append per report, one wall time per batch): a
+            # batch cut short by a crash is not the job's games; a later whole batch is.
+            batches: dict[int, dict[str, list[EpisodeRecord]]] = {}
+            for line in self.log.read().lines:
+                if line.record.role == EVAL_ROLE:
+                    batches.setdefault(line.record.iteration, {}).setdefault(line.wall, []).append(line.record)
             a = _Audition(j.kind, j.candidate, j.champion, j.started, phase=j.phase, record=dict(j.record),
                           members=list(j.members))
             for spec in j.jobs:
                 job = _Job(spec)
-                if spec.job_id in by_job:
+                problems = []
+                for records in batches.get(spec.job_id, {}).values():
                     try:
-                        check_report(spec, by_job[spec.job_id])
-                        job.records = by_job[spec.job_id]
+                        check_report(spec, records)
                     except ReportRefused as exc:
-                        self.say(f"ladder: job {spec.job_id}'s games in the result log are not whole ({exc}); "
-                                 "it is played again")
+                        problems.append(str(exc))
+                        continue
+                    job.records = records
+                    break
+                if job.records is None and problems:
+                    self.say(f"ladder: job {spec.job_id}'s games in the result log are not whole ({problems[0]}); "
+                             "it is played again")
                 a.jobs.append(job)
             in_phase = {job.spec.job_id for job in a.phase_jobs()}
             missing = [job.spec.job_id for job in a.jobs if job.records is None and job.spec.job_id not in in_phase]

@@ -180,27 +180,49 @@ def restore(learner, files: dict[str, bytes], *, skip: tuple[str, ...] = ()) -> 
             component.load(learner, files)
 
 
-def described(meta: CheckpointMeta, metrics_path: str) -> tuple[bool, str]:
-    """Whether a metric row of the checkpoint's iteration carries its state digest.
-
-    (True, note) when it does, or when nothing can be compared (no file, no row of that
-    iteration, iteration 0); (False, reason) when rows of that iteration exist and none carries
-    the digest: the checkpoint holds weights the run's record does not describe."""
+def _digests_of(path: str, iteration: int) -> list[str]:
+    """``run/state_digest`` of every row of ``iteration`` in a metric file (none if it is absent)."""
     import json
-    import os
 
-    if meta.iteration == 0 or not os.path.exists(metrics_path):
-        return True, "no metric rows to compare the checkpoint with"
     digests = []
-    with open(metrics_path, "rb") as fh:
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return digests
+    with fh:
         for line in fh:
             try:
                 row = json.loads(line)
             except ValueError:
                 continue  # a line torn by a crash says nothing about the weights
-            if row.get("run/iteration") == meta.iteration and "run/state_digest" in row:
+            if isinstance(row, dict) and row.get("run/iteration") == iteration and "run/state_digest" in row:
                 digests.append(row["run/state_digest"])
+    return digests
+
+
+def described(meta: CheckpointMeta, metrics_path: str) -> tuple[bool, str]:
+    """Whether a metric row of the checkpoint's iteration carries its state digest.
+
+    (True, note) when it does, or when nothing can be compared (no file, no row of that
+    iteration, iteration 0); (False, reason) when rows of that iteration exist and none carries
+    the digest: the checkpoint holds weights the run's record does not describe; also when the
+    only rows of that iteration are ones a resume purged (``metric_log``)."""
+    import os
+
+    from services.learner.metric_log import PURGED_NAME
+
+    if meta.iteration == 0 or not os.path.exists(metrics_path):
+        return True, "no metric rows to compare the checkpoint with"
+    digests = _digests_of(metrics_path, meta.iteration)
     if not digests:
+        # Its rows moved out by an earlier resume that fell back past it (it did not verify
+        # then): resuming it now would leave the record with another history's rows before it.
+        purged = os.path.join(os.path.dirname(metrics_path), PURGED_NAME)
+        if meta.state_digest in _digests_of(purged, meta.iteration):
+            return False, (f"the metric rows of iteration {meta.iteration} were moved to metrics.purged.jsonl by an "
+                           "earlier resume that fell back past this checkpoint, and the run has gone on from an "
+                           "older one since; move this checkpoint's folder out of checkpoints/ to go on from "
+                           "the older one")
         return True, f"no metric row of iteration {meta.iteration} to compare the checkpoint with"
     if meta.state_digest in digests:
         return True, ""

@@ -51,12 +51,14 @@ def purge_after(path: str | os.PathLike, iteration: int) -> tuple[int, list[int]
         except (ValueError, TypeError, KeyError):
             it = None
         if isinstance(it, int) and it <= iteration:
-            keep.append(line)
+            keep.append(line if line.endswith(b"\n") else line + b"\n")
         elif line.strip():
             moved.append(line if line.endswith(b"\n") else line + b"\n")
             if isinstance(it, int):
                 later.add(it)
     if not moved:
+        if keep and not lines[-1].endswith(b"\n"):
+            replace_file(path, b"".join(keep))  # a whole last row whose newline was cut: restore it
         return 0, []
     append_row(path.with_name(PURGED_NAME), b"".join(moved))
     replace_file(path, b"".join(keep))

@@ -323,6 +323,10 @@ class Learner:
             raise SystemExit(f"learner: cannot reach the checkpoint service to look for a checkpoint: {exc}")
         if isinstance(reply, NotFound):
             self.say(f"learner: no checkpoint for run {self.cfg.run_name!r}; starting fresh")
+            moved, _ = metric_log.purge_after(self.metrics_path, 0)
+            if moved:  # a process killed before its first checkpoint: its rows describe nothing kept
+                self.say(f"learner: {moved} metric row(s) of a process that wrote no checkpoint moved from "
+                         f"metrics.jsonl to {metric_log.PURGED_NAME}")
             self._admit_seed_snapshots()  # fresh start only; a resumed pool already holds them
             return
         if not isinstance(reply, Loaded):
