@@ -4,6 +4,7 @@
     royalefleet config   write a fully populated config for a profile
     royalefleet bench    measure bare RoyaleGym speed against the stack's, and the wire bytes
     royalefleet resume / verify-resume / identity / checkpoints   runs that stop and continue
+    royalefleet status   where a run stands, from its folder (no service needed)
     royalefleet rate     refit the ratings from a result log
     royalefleet eval     play a paired evaluation between two players (snapshots or anchors)
     royalefleet gate     re-run a logged gate decision and compare its numbers
@@ -186,8 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(ck)
     ck.set_defaults(func=cmd_checkpoints)
 
-    from royalefleet import cmd_eval, cmd_gate, cmd_keys, cmd_rate
+    from royalefleet import cmd_eval, cmd_gate, cmd_keys, cmd_rate, cmd_status
 
+    cmd_status.add_parser(sub)
     cmd_rate.add_parser(sub)
     cmd_eval.add_parser(sub)
     cmd_gate.add_parser(sub)

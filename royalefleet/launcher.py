@@ -160,13 +160,18 @@ class Child:
 
     def start(self, say) -> None:
         self.started_at, self.restart_at = time.monotonic(), None
+        self.threads = [t for t in self.threads if t.is_alive()]  # pumps of earlier runs end with them
         log = open(self.log_path, "ab", buffering=0)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module_of(self.name)],
-            env=os.environ | self.env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", module_of(self.name)],
+                env=os.environ | self.env,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        except BaseException:
+            log.close()
+            raise
         t = threading.Thread(target=self._pump, args=(self.proc, log, say), daemon=True)
         t.start()
         self.threads.append(t)

@@ -16,6 +16,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_BODY = 1 << 16
+HALTED_FILE = "halted.json"
+"""``<run>/halted.json``, {iteration, reason}: written by a halt; every later start refuses until
+it is cleared (``--clear-halt``)."""
 
 
 def reason_from(body: bytes) -> str:

@@ -28,6 +28,7 @@ import msgspec
 import numpy as np
 
 from services.learner import checkpointing, metric_log
+from services.learner.halt import HALTED_FILE
 from services.learner.fleet import Fleet
 from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots
 from services.learner.ladder_status import LadderStatusPoller
@@ -662,7 +663,7 @@ class Learner:
     # A halt must stay a halt: Compose restarts a learner that exited non-zero
     # (restart: on-failure), and a plain `make run` would resume it. The marker makes every later
     # start refuse (exit 3 again, so Compose gives up after its retries) until a human clears it.
-    HALTED_FILE = "halted.json"
+    HALTED_FILE = HALTED_FILE
 
     def _mark_halted(self, reason: str) -> None:
         """Write ``<run>/halted.json`` ({iteration, reason}) atomically."""

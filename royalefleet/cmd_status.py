@@ -1,0 +1,226 @@
+"""``royalefleet status``: where a run stands, from its folder alone.
+
+    royalefleet status                        the configured run (runs/default)
+    royalefleet status --run-name myrun       another run under runs_dir
+    royalefleet status --runs-dir /mnt/runs   a Compose run's volume, mounted or copied here
+
+Read-only, and no service needs to be up: it reads the files the services write (README.md,
+"Where a run's outputs go") and prints one line per subject: progress (the last metric row and
+how long ago it was written), the numbers of that row a trainer looks at first, the newest
+checkpoint, whether the run is halted, the ladder's pool and gate, the alarms and the purged
+rows. A file that cannot be read is named on its line and the exit code is 1; otherwise 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from shared.config import PROFILES, ConfigError, load_config
+
+TAIL_BYTES = 1 << 20
+"""The last row is looked for in the file's last MiB (a row is a few KB; the file grows by one
+row an iteration and is never read whole)."""
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``status`` on an argparse subparsers object; the handler is ``args.func``."""
+    sp = subparsers.add_parser(
+        "status", help="print where a run stands: last iteration, checkpoint, halt, ladder, alarms",
+        description="Read a run's folder (no service needs to be running) and print its progress, the last "
+        "metric row's main numbers, the newest checkpoint, a halt if any, the ladder's pool and gate in "
+        "flight, and the alarms fired. Read-only.")
+    sp.add_argument("--config", metavar="FILE", help="a JSON config: where the run lives")
+    sp.add_argument("--profile", choices=sorted(PROFILES),
+                    help="profile when the config names none (default: cpu; only where runs live matters)")
+    sp.add_argument("--run-name", help="run folder name under runs_dir (overrides the config)")
+    sp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
+    sp.set_defaults(func=cmd_status)
+    return sp
+
+
+def last_row(path: Path) -> dict | None:
+    """The last whole metric row of ``path`` (a torn last line is skipped), None if it has none.
+    Raises OSError for an unreadable file."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - TAIL_BYTES))
+        lines = fh.read().splitlines()
+    for line in reversed(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and "run/iteration" in row:
+            return row
+    return None
+
+
+def ago(seconds: float) -> str:
+    """``42 s``, ``7 min``, ``3.5 h``, ``2.1 days``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def _fmt(row: dict, key: str, spec: str = ".3f") -> str | None:
+    v = row.get(key)
+    return None if v is None else format(v, spec)
+
+
+def progress_lines(run: Path, now: float) -> list[str]:
+    path = run / "metrics.jsonl"
+    if not path.exists():
+        return ["progress   no metric row yet (the first one is written when iteration 1 ends)"]
+    row = last_row(path)
+    if row is None:
+        return ["progress   metrics.jsonl holds no whole row yet"]
+    age = now - path.stat().st_mtime
+    lines = [f"progress   iteration {row['run/iteration']:,}: {row.get('run/timesteps', 0):,} timesteps, "
+             f"{row.get('run/env_steps', 0):,} env steps, {row.get('run/episodes', 0):,} episodes; "
+             f"last row written {ago(age)} ago"
+             + (f" (an iteration takes {row['time/iteration']:.0f} s)" if "time/iteration" in row else "")]
+    parts = []
+    for key, label in (("env/win_rate_scripted", "win rate vs scripted"), ("env/win_rate_pool", "vs pool")):
+        if key in row:
+            parts.append(f"{label} {row[key]:.2f}")
+    for key, label, spec in (("ppo/kl", "KL", ".2g"), ("ppo/clip_fraction", "clip fraction", ".3f"),
+                             ("ppo/entropy_normalised", "entropy (normalised)", ".3f"),
+                             ("ppo/explained_variance", "explained variance", ".2f")):
+        v = _fmt(row, key, spec)
+        if v is not None:
+            parts.append(f"{label} {v}")
+    if "health/rollouts" in row:
+        parts.append(f"{row['health/rollouts']} rollout(s)")
+    if parts:
+        lines.append("last row   " + "; ".join(parts))
+    return lines
+
+
+def checkpoint_line(run: Path, now: float) -> str:
+    from services.checkpoint.store import CheckpointStore
+
+    root = run / "checkpoints"
+    entries = CheckpointStore(root).index().entries if (root / "index.json").exists() else []
+    if not entries:
+        return "checkpoint none yet (written every checkpoint.every_iterations and at a clean stop)"
+    newest = entries[-1]
+    return (f"checkpoint iteration {newest.iteration:,} (checkpoints/{newest.name}, written "
+            f"{ago(now - newest.created_unix_ns / 1e9)} ago), the newest of {len(entries)}; "
+            "`royalefleet checkpoints` verifies every file")
+
+
+def halt_line(run: Path) -> str:
+    from services.learner.halt import HALTED_FILE
+
+    path = run / HALTED_FILE
+    if not path.exists():
+        return "halt       none"
+    mark = json.loads(path.read_bytes())
+    return (f"halt       HALTED at iteration {mark.get('iteration')}: {mark.get('reason')}; every start refuses "
+            "until `royalefleet resume --clear-halt` (read the bundle under bundles/ first)")
+
+
+def ladder_lines(cfg, run: Path) -> list[str]:
+    from services.ladder.gate_runner import GateInFlight, in_flight_path
+    from services.ladder.pool import PoolState, pool_path
+
+    if not pool_path(cfg.runs_dir, cfg.run_name).exists():
+        return ["ladder     no pool yet (the first snapshot comes at ladder.pool.candidate_every_env_steps, "
+                f"{cfg.ladder.pool.candidate_every_env_steps:,} env steps)"]
+    pool = PoolState.for_run(cfg.runs_dir, cfg.run_name, cfg.ladder)
+    lines = [f"ladder     pool {len(pool.members)} member(s), champion {pool.champion or 'none'} "
+             f"({len(pool.champions)} so far), {len(pool.pending)} candidate(s) pending; gates {pool.gates_run} run, "
+             f"{pool.gates_passed} passed, {pool.consecutive_gate_failures} failed in a row"]
+    path = in_flight_path(cfg.runs_dir, cfg.run_name)
+    if path.exists():
+        import msgspec
+
+        j = msgspec.json.decode(path.read_bytes(), type=GateInFlight)
+        what = f"{j.candidate} vs {j.champion}" if j.kind == "gate" else f"anchor record of {j.champion}"
+        lines.append(f"gate       in flight: {what}, phase {j.phase}, {len(j.jobs)} job(s) planned so far")
+    return lines
+
+
+def alarm_lines(run: Path) -> list[str]:
+    path = run / "alarms.jsonl"
+    if not path.exists():
+        return ["alarms     none fired"]
+    fired = []
+    for line in path.read_bytes().splitlines():
+        try:
+            fired.append(json.loads(line))
+        except ValueError:
+            continue
+    if not fired:
+        return ["alarms     none fired"]
+    last = fired[-1]
+    halts = sum(a.get("severity") == "halt" for a in fired)
+    return [f"alarms     {len(fired)} fired ({halts} halting); last: iteration {last.get('iteration')} "
+            f"[{last.get('severity')}] {last.get('alarm')} (docs/alarms.md)"]
+
+
+def purged_line(run: Path) -> str | None:
+    from services.learner.metric_log import PURGED_NAME
+
+    path = run / PURGED_NAME
+    if not path.exists():
+        return None
+    n = sum(1 for line in path.read_bytes().splitlines() if line.strip())
+    return f"purged     {n} row(s) a resume moved out of metrics.jsonl ({PURGED_NAME})"
+
+
+def status_lines(cfg, now: float | None = None) -> tuple[list[str], bool]:
+    """The lines ``royalefleet status`` prints and whether every file read; each subject is read
+    on its own, so one unreadable file costs only its line."""
+    now = time.time() if now is None else now
+    run = Path(cfg.runs_dir) / cfg.run_name
+    lines, ok = [f"run {cfg.run_name!r} in {run}"], True
+    subjects = [
+        ("metrics.jsonl", lambda: progress_lines(run, now)),
+        ("checkpoints/index.json", lambda: [checkpoint_line(run, now)]),
+        ("halted.json", lambda: [halt_line(run)]),
+        ("ladder/pool.json", lambda: ladder_lines(cfg, run)),
+        ("alarms.jsonl", lambda: alarm_lines(run)),
+        ("metrics.purged.jsonl", lambda: [x for x in [purged_line(run)] if x]),
+    ]
+    for name, read in subjects:
+        try:
+            lines += ["  " + x for x in read()]
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is reported on its own line
+            ok = False
+            lines.append(f"  cannot read {name}: {type(exc).__name__}: {exc}")
+    return lines, ok
+
+
+def cmd_status(args) -> int:
+    overrides: dict = {}
+    if args.run_name:
+        overrides["run_name"] = args.run_name
+    if args.runs_dir:
+        overrides["runs_dir"] = args.runs_dir
+    # "cpu" rather than default_profile_name(), which imports torch to look for a GPU: nothing
+    # this command reads differs between machine classes.
+    cfg = load_config(args.config, profile_name=args.profile or "cpu", overrides=overrides or None)
+    run = Path(cfg.runs_dir) / cfg.run_name
+    if not run.is_dir():
+        print(f"royalefleet status: no run folder {run} (start one with `royalefleet up`, or name the run with "
+              "--run-name / --runs-dir)")
+        return 1
+    # The run's own resolved config (written at every start) has its ladder settings; where it
+    # lives is where it was found.
+    try:
+        cfg = load_config(str(run / "config.json"), overrides={"runs_dir": cfg.runs_dir, "run_name": cfg.run_name})
+    except (OSError, ConfigError):
+        pass
+    lines, ok = status_lines(cfg)
+    print("\n".join(lines))
+    return 0 if ok else 1
