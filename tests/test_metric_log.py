@@ -97,8 +97,8 @@ def test_a_resume_from_an_older_checkpoint_purges_the_rows_past_it_and_trains_th
     assert code == 0, again.tail()
     out = "\n".join(again.lines)
     assert "resumed iteration 2 " in out, again.tail()
-    assert (f"1 metric row(s) past the checkpoint (iteration 3, lost with the process that wrote them) moved "
-            f"from metrics.jsonl to {PURGED_NAME}; they are trained again") in out
+    assert (f"1 metric row(s) that describe no weights this run goes on from (iteration 3: past checkpoint 2, "
+            f"torn, or superseded) moved from metrics.jsonl to {PURGED_NAME}") in out
     rows = read_rows(run)
     assert [r["run/iteration"] for r in rows] == [1, 2, 3]
     assert rows[:2] == first[:2]
@@ -108,3 +108,13 @@ def test_a_resume_from_an_older_checkpoint_purges_the_rows_past_it_and_trains_th
     # Trained again from checkpoint 2, iteration 3 reaches the state it reached the first time.
     assert rows[2]["run/state_digest"] == first[2]["run/state_digest"]
     assert rows[2]["run/timesteps"] == first[2]["run/timesteps"]
+
+
+def test_a_superseded_row_of_an_older_run_moves_out_too(tmp_path):
+    """A run written before the purge existed: iterations 2 and 3 written twice (a crash and a
+    resume from 1). The later row of each is the history the run went on from."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(row(1) + row(2, "a2") + row(3, "a3") + row(2, "b2") + row(3, "b3") + row(4, "b4"))
+    assert purge_after(path, 4) == (2, [2, 3])
+    assert path.read_bytes() == row(1) + row(2, "b2") + row(3, "b3") + row(4, "b4")
+    assert (tmp_path / PURGED_NAME).read_bytes() == row(2, "a2") + row(3, "a3")

@@ -30,9 +30,10 @@ def append_row(path: str | os.PathLike, line: bytes) -> None:
 
 
 def purge_after(path: str | os.PathLike, iteration: int) -> tuple[int, list[int]]:
-    """Move every line of ``path`` that is not a row of an iteration <= ``iteration`` (rows of
-    later iterations, and a line torn by a crash) to ``metrics.purged.jsonl`` in the same
-    folder; the rest stays, in order.
+    """Move every line of ``path`` that is not the last row of an iteration <= ``iteration``
+    (rows of later iterations, a line torn by a crash, and a row superseded by a later row of
+    its iteration, as runs written before this purge existed hold) to ``metrics.purged.jsonl``
+    in the same folder; the rest stays, in order.
 
     Returns (lines moved, the distinct iterations of the rows moved, sorted). The moved lines
     are appended to the purged file and fsynced before ``path`` is atomically replaced, so a
@@ -43,18 +44,22 @@ def purge_after(path: str | os.PathLike, iteration: int) -> tuple[int, list[int]
         lines = path.read_bytes().splitlines(keepends=True)
     except FileNotFoundError:
         return 0, []
-    keep, moved, later = [], [], set()
+    its = []
     for line in lines:
         try:
-            row = json.loads(line)
-            it = row["run/iteration"]
+            it = json.loads(line)["run/iteration"]
         except (ValueError, TypeError, KeyError):
             it = None
-        if isinstance(it, int) and it <= iteration:
-            keep.append(line if line.endswith(b"\n") else line + b"\n")
+        its.append(it if isinstance(it, int) else None)
+    last = {it: k for k, it in enumerate(its) if it is not None}
+    keep, moved, later = [], [], set()
+    for k, (line, it) in enumerate(zip(lines, its)):
+        ended = line if line.endswith(b"\n") else line + b"\n"
+        if it is not None and it <= iteration and last[it] == k:
+            keep.append(ended)
         elif line.strip():
-            moved.append(line if line.endswith(b"\n") else line + b"\n")
-            if isinstance(it, int):
+            moved.append(ended)
+            if it is not None:
                 later.add(it)
     if not moved:
         if keep and not lines[-1].endswith(b"\n"):

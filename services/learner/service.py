@@ -378,9 +378,11 @@ class Learner:
             self.say(f"learner: config differs from the checkpoint's: {path} {a!r} -> {b!r}")
         moved, lost = metric_log.purge_after(self.metrics_path, meta.iteration)
         if moved:
-            span = f"iterations {lost[0]}-{lost[-1]}" if len(lost) > 1 else f"iteration {lost[0]}" if lost else "no iteration"
-            self.say(f"learner: {moved} metric row(s) past the checkpoint ({span}, lost with the process that "
-                     f"wrote them) moved from metrics.jsonl to {metric_log.PURGED_NAME}; they are trained again")
+            span = (f"iterations {lost[0]}-{lost[-1]}" if len(lost) > 1 else f"iteration {lost[0]}" if lost
+                    else "a torn line")
+            self.say(f"learner: {moved} metric row(s) that describe no weights this run goes on from ({span}: "
+                     f"past checkpoint {meta.iteration}, torn, or superseded) moved from metrics.jsonl to "
+                     f"{metric_log.PURGED_NAME}")
         if self.perturb_resume:
             self.say(f"learner: PERTURBED resume (test hook): did not load {', '.join(self.perturb_resume)}")
         self.say(f"learner: resumed iteration {meta.iteration} at {meta.counters.timesteps:,} timesteps from "
