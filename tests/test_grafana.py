@@ -21,6 +21,7 @@ from services.rollout.metrics import RolloutMetrics
 from shared.alarms import ALARMS, AlarmState, evaluate, promql
 from shared.config import AlarmConfig
 from shared.metric_schema import SCHEMA, prometheus_name
+from shared.service_alerts import SERVICE_ALERTS
 from tests.test_alarms import PENDING_ROW_KEYS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -38,9 +39,11 @@ BOUNDED_LABELS = {"job", "reason", "severity", "alarm", "le", "role", "opponent"
 def all_exprs() -> list[tuple[str, str]]:
     """(where, PromQL) for every expression of the generated files."""
     out = [(f"dashboard {name}", e) for name, d in gen.dashboards().items() for e in gen.dashboard_exprs(d)]
-    for rule in gen.grafana_alert_rules()["groups"][0]["rules"]:
-        out += [(f"grafana rule {rule['uid']}", q["model"]["expr"]) for q in rule["data"] if "expr" in q["model"]]
-    out += [(f"prometheus rule {r['alert']}", r["expr"]) for r in gen.prometheus_rules()["groups"][0]["rules"]]
+    for group in gen.grafana_alert_rules()["groups"]:
+        for rule in group["rules"]:
+            out += [(f"grafana rule {rule['uid']}", q["model"]["expr"]) for q in rule["data"] if "expr" in q["model"]]
+    for group in gen.prometheus_rules()["groups"]:
+        out += [(f"prometheus rule {r['alert']}", r["expr"]) for r in group["rules"]]
     return out
 
 
@@ -155,6 +158,37 @@ def test_alert_rules_come_from_the_table():
     prom = gen.prometheus_rules()["groups"][0]["rules"]
     assert [(r["alert"], r["expr"], r["labels"]["severity"]) for r in prom] == [
         (a.name, promql(a), a.severity) for a in ALARMS]
+
+
+def test_service_alerts_come_from_their_table_in_both_files():
+    grafana = gen.grafana_alert_rules()["groups"]
+    prom = gen.prometheus_rules()["groups"]
+    assert [g["name"] for g in grafana] == [g["name"] for g in prom] == ["royalefleet-alarms", "royalefleet-services"]
+    assert [(r["title"], r["data"][0]["model"]["expr"], r["for"], r["labels"]) for r in grafana[1]["rules"]] == [
+        (a.name, a.expr, gen.duration(a.for_seconds), {"severity": "critical", "alarm": a.name})
+        for a in SERVICE_ALERTS]
+    assert [(r["alert"], r["expr"], r["for"], r["labels"]) for r in prom[1]["rules"]] == [
+        (a.name, a.expr, gen.duration(a.for_seconds), {"severity": "critical", "alarm": a.name})
+        for a in SERVICE_ALERTS]
+    assert [a.name for a in SERVICE_ALERTS] == ["service_down", "training_stalled"]
+    assert SERVICE_ALERTS[1].expr == "time() - royalefleet_learner_progress_timestamp_seconds > 1200"
+    # Every uid across both groups is distinct (the alarm table and this one share a namespace).
+    uids = [r["uid"] for g in grafana for r in g["rules"]]
+    assert len(uids) == len(set(uids)) == len(ALARMS) + len(SERVICE_ALERTS)
+    tests = {t["name"] for t in gen.prometheus_tests()["tests"]}
+    assert {a.name for a in SERVICE_ALERTS} <= tests
+
+
+def test_the_learner_progress_gauge_starts_at_process_start_and_moves_with_each_row(monkeypatch):
+    import services.learner.metrics as lm
+
+    clock = [1000.0]
+    monkeypatch.setattr(lm.time, "time", lambda: clock[0])
+    m = LearnerMetrics(None)
+    assert m.registry.get_sample_value("royalefleet_learner_progress_timestamp_seconds") == 1000.0
+    clock[0] = 1061.5
+    m.export({"run/iteration": 1})
+    assert m.registry.get_sample_value("royalefleet_learner_progress_timestamp_seconds") == 1061.5
 
 
 def test_contact_point_and_policy():

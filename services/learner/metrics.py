@@ -8,10 +8,13 @@ row is removed, and a plain gauge is set to NaN.
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from shared.messages import PROTOCOL_REFUSALS
 from shared.metric_schema import SCHEMA, prometheus_name, schema_key
+from shared.service_alerts import PROGRESS_METRIC
 
 
 class LearnerMetrics:
@@ -26,6 +29,11 @@ class LearnerMetrics:
         self.halt_requests = Counter("royalefleet_learner_halt_requests", "Requests to the halt endpoint, by outcome",
                                      ["outcome"], registry=r)
         self.iterations = Counter("royalefleet_learner_iterations", "Iterations finished by this process", registry=r)
+        # What the training_stalled alert reads (shared/service_alerts.py): it moves at every row,
+        # and starts at the process's start, so a learner stuck before its first row is seen too.
+        self.progress = Gauge(PROGRESS_METRIC, "Unix time of this process's last metric row, or of its start "
+                              "before the first [s]", registry=r)
+        self.progress.set(time.time())
         self._gauges: dict[str, Gauge] = {}
         self._present: set[tuple[str, tuple]] = set()
         if port:
@@ -61,3 +69,4 @@ class LearnerMetrics:
                 g.set(float("nan"))
         self._present = present
         self.iterations.inc()
+        self.progress.set(time.time())

@@ -1,0 +1,64 @@
+"""Service alerts: what Prometheus and Grafana watch that no metric row can say, because the
+process that would write the row is gone or stuck. The 25 alarms (``shared/alarms.py``) are
+evaluated by the learner on its own rows; these two are evaluated only by the monitoring
+stack, from scrapes. ``python -m royalefleet.grafana`` turns this table into rules of both
+(a ``royalefleet-services`` group beside the alarms), their promtool unit tests and a section
+of docs/alarms.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DOWN_SECONDS = 120
+"""A core service that misses scrapes this long is down (8 scrapes at the 15 s interval: a
+restart by Compose takes seconds, a resume well under a minute)."""
+
+STALL_SECONDS = 1200
+"""No metric row for this long while the learner answers scrapes: training stopped. A `cpu`
+profile iteration takes one to two minutes (docs/throughput.md); a run whose iterations take
+longer than ~10 minutes should raise this and regenerate."""
+
+PROGRESS_METRIC = "royalefleet_learner_progress_timestamp_seconds"
+"""Unix time of the learner process's last metric row, or of its start before its first
+(``services.learner.metrics.LearnerMetrics``)."""
+
+
+@dataclass(frozen=True)
+class ServiceAlert:
+    name: str
+    expr: str
+    """PromQL; a series is returned only while the condition holds."""
+    for_seconds: int
+    summary: str
+    """One line; Prometheus templating (``{{ $labels.job }}``, ``{{ $labels.instance }}``)."""
+    meaning: str
+    what_to_do: str
+    severity: str = "critical"
+
+
+SERVICE_ALERTS: tuple[ServiceAlert, ...] = (
+    ServiceAlert(
+        name="service_down",
+        expr='up{job=~"learner|ladder|checkpoint"} == 0',
+        for_seconds=DOWN_SECONDS,
+        summary="{{ $labels.job }} on {{ $labels.instance }} has answered no scrape for 2 minutes",
+        meaning="a core service (learner, ladder or checkpoint) is not running or not reachable; without any "
+                "one of them training stops",
+        what_to_do="`docker compose ps` and `docker compose logs <service>`; a learner that exited 3 was halted "
+                   "(runs/<run>/halted.json says why, docs/compose.md \"Resuming across an identity drift, and "
+                   "after a halt\"); otherwise `docker compose up -d <service>` resumes from the newest checkpoint",
+    ),
+    ServiceAlert(
+        name="training_stalled",
+        expr=f"time() - {PROGRESS_METRIC} > {STALL_SECONDS}",
+        for_seconds=60,
+        summary="the learner on {{ $labels.instance }} has written no metric row for "
+                f"{STALL_SECONDS // 60} minutes while it runs",
+        meaning="the learner is up but no iteration has ended: usually no rollout is connected (the learner "
+                "waits for one), or every round times out",
+        what_to_do="look at the learner's last lines (`waiting for N more rollout(s)`, lost rollouts) and the "
+                   "Fleet dashboard's rollout targets; start or scale rollouts (`docker compose up -d --scale "
+                   "rollout=N`), or check a remote rollout host's link to the learner",
+    ),
+)
