@@ -18,6 +18,8 @@ Phases (each one timed; the times are printed as it goes and in a table at the e
              health/rows_invalid) and training goes on
   scale      `up --scale rollout=3`: the newcomer joins at the next iteration boundary
   restart    `stop learner`, `start learner`: it resumes from its checkpoint, same run id
+  tools      docs/compose.md's `fleet` function, as written there, runs `royalefleet status`
+             and `royalefleet checkpoints` in a one-off learner container against the volumes
   down       `down -v --rmi all`; then nothing of the test is left: containers, networks,
              volumes, images it built (intermediates too), the base image if it made it, the
              helper processes and its scratch folder
@@ -184,6 +186,18 @@ def wait_for(what: str, probe, timeout: float, every: float = 2.0):
             last_exc = exc
         time.sleep(every)
     raise Failed(f"timed out after {timeout * SCALE:.0f} s waiting for {what}" + (f" ({last_exc})" if last_exc else ""))
+
+
+def fleet_function() -> str:
+    """The ``fleet`` shell function of docs/compose.md ("royalefleet commands against a Compose
+    run"), as a user copies it, pointed at this test's project (its volumes are named
+    ``royalefleet-it_*``) and run with podman (the docs' own advice where there is no docker)."""
+    text = open(os.path.join(ROOT, "docs", "compose.md")).read()
+    m = re.search(r"^fleet\(\) \{\n.*?^\}\n", text, re.S | re.M)
+    if not m:
+        raise Failed("docs/compose.md has no `fleet() { ... }` function")
+    body = m.group(0).replace("royalefleet_", f"{PROJECT}_")
+    return body.replace("docker run", " ".join(container_cli()) + " run")
 
 
 # ----------------------------------------------------------------------------- the stack
@@ -570,6 +584,20 @@ def main() -> int:
                 raise Failed(f"iteration {last + 1} has run id {row['run/run_id']}, not {run_id}")
             log(f"learner resumed at iteration {last} with run id {run_id}; iteration {last + 1} finished "
                 f"({row['health/rollouts']} rollouts)")
+
+        with phase("tools", "docs/compose.md's fleet(): `status` and `checkpoints` against the volumes"):
+            for command, expect in (("status", [rf"progress   iteration (\d+):", r"checkpoint iteration \d+",
+                                                r"halt       none"]),
+                                    ("checkpoints", [r"ok \(every file verifies\)"])):
+                out = run(["bash", "-c", fleet_function() + f"\nfleet {command}"], timeout=180).stdout
+                for pattern in expect:
+                    if not re.search(pattern, out):
+                        raise Failed(f"`fleet {command}` printed no line matching {pattern!r}:\n{out}")
+                log(f"fleet {command}: " + " | ".join(line.strip() for line in out.splitlines()[:4]))
+            at = int(re.search(r"progress   iteration (\d+):", run(
+                ["bash", "-c", fleet_function() + "\nfleet status"], quiet=True, timeout=180).stdout).group(1))
+            if at < last + 1:
+                raise Failed(f"`fleet status` says iteration {at}; the run is past {last + 1}")
     except Interrupted as exc:
         failure = f"interrupted ({exc})"
     except Failed as exc:
