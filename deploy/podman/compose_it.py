@@ -586,7 +586,7 @@ def main() -> int:
                 f"({row['health/rollouts']} rollouts)")
 
         with phase("tools", "docs/compose.md's fleet(): `status` and `checkpoints` against the volumes"):
-            for command, expect in (("status", [rf"progress   iteration (\d+):", r"checkpoint iteration \d+",
+            for command, expect in (("status", [r"progress   iteration (\d+):", r"checkpoint iteration \d+",
                                                 r"halt       none"]),
                                     ("checkpoints", [r"ok \(every file verifies\)"])):
                 out = run(["bash", "-c", fleet_function() + f"\nfleet {command}"], timeout=180).stdout
