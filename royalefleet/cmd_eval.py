@@ -18,15 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from shared.config import PROFILES, load_config
+from royalefleet.run_options import add_run_options, run_config
 from shared.messages import SNAPSHOT_PREFIX
-
-
-def add_common(sp) -> None:
-    sp.add_argument("--config", metavar="FILE", help="a JSON config (default: the run's config.json if it exists)")
-    sp.add_argument("--profile", choices=sorted(PROFILES), help="profile when no config names one (default: cpu)")
-    sp.add_argument("--run-name", help="the run whose snapshots and seeds are used (overrides the config)")
-    sp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -39,26 +32,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     ep.add_argument("b", help="player B")
     ep.add_argument("--games", type=int, default=20, help="battles to play, both sides of ceil(N/2) seeds (default 20)")
     ep.add_argument("--job", type=int, default=0, help="job id naming the action streams (default 0)")
-    add_common(ep)
+    add_run_options(ep, "the run whose snapshots and seeds are used (overrides the config)")
     ep.set_defaults(func=cmd_eval)
     return ep
-
-
-def run_config(args, run_name: str | None = None):
-    """The config: --config, else the run's own config.json, else the profile (cpu)."""
-    overrides: dict = {}
-    if run_name or args.run_name:
-        overrides["run_name"] = run_name or args.run_name
-    if args.runs_dir:
-        overrides["runs_dir"] = args.runs_dir
-    source = args.config
-    if source is None:
-        base = load_config(None, profile_name=args.profile or "cpu", overrides=overrides or None)
-        saved = Path(base.runs_dir) / base.run_name / "config.json"
-        if not saved.exists():
-            return base
-        source = str(saved)
-    return load_config(source, profile_name=args.profile or "cpu", overrides=overrides or None)
 
 
 def normalise(player: str) -> str:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from royalefleet.cmd_eval import LocalPlayers, add_common, normalise, run_config
+from royalefleet.cmd_eval import LocalPlayers, normalise
+from royalefleet.run_options import add_run_options, run_config
 
 FIELDS = ("passed", "skipped", "n", "observed", "bound", "reference")
 
@@ -26,7 +27,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "the verdict come out the same. Exit 1 on a mismatch.")
     gp.add_argument("candidate", help="the candidate: snap:<snapshot_id> or the bare id")
     gp.add_argument("--run", dest="run_name", help="the run whose ladder/gates/ holds the decision")
-    add_common(gp)
+    add_run_options(gp, "the run whose ladder/gates/ holds the decision (same as --run)")
     gp.set_defaults(func=cmd_gate)
     return gp
 

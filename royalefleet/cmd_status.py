@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from shared.config import PROFILES, ConfigError, load_config
+from royalefleet.run_options import add_run_options, run_config
 
 TAIL_BYTES = 1 << 20
 """The last row is looked for in the file's last MiB (a row is a few KB; the file grows by one
@@ -33,11 +33,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Read a run's folder (no service needs to be running) and print its progress, the last "
         "metric row's main numbers, the newest checkpoint, a halt if any, the ladder's pool and gate in "
         "flight, and the alarms fired. Read-only.")
-    sp.add_argument("--config", metavar="FILE", help="a JSON config: where the run lives")
-    sp.add_argument("--profile", choices=sorted(PROFILES),
-                    help="profile when the config names none (default: cpu; only where runs live matters)")
-    sp.add_argument("--run-name", help="run folder name under runs_dir (overrides the config)")
-    sp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
+    add_run_options(sp)
     sp.set_defaults(func=cmd_status)
     return sp
 
@@ -202,25 +198,12 @@ def status_lines(cfg, now: float | None = None) -> tuple[list[str], bool]:
 
 
 def cmd_status(args) -> int:
-    overrides: dict = {}
-    if args.run_name:
-        overrides["run_name"] = args.run_name
-    if args.runs_dir:
-        overrides["runs_dir"] = args.runs_dir
-    # "cpu" rather than default_profile_name(), which imports torch to look for a GPU: nothing
-    # this command reads differs between machine classes.
-    cfg = load_config(args.config, profile_name=args.profile or "cpu", overrides=overrides or None)
+    cfg = run_config(args)  # the run's own config.json when there is one: its ladder settings
     run = Path(cfg.runs_dir) / cfg.run_name
     if not run.is_dir():
         print(f"royalefleet status: no run folder {run} (start one with `royalefleet up`, or name the run with "
               "--run-name / --runs-dir)")
         return 1
-    # The run's own resolved config (written at every start) has its ladder settings; where it
-    # lives is where it was found.
-    try:
-        cfg = load_config(str(run / "config.json"), overrides={"runs_dir": cfg.runs_dir, "run_name": cfg.run_name})
-    except (OSError, ConfigError):
-        pass
     lines, ok = status_lines(cfg)
     print("\n".join(lines))
     return 0 if ok else 1

@@ -1,0 +1,36 @@
+"""The options that name a run folder, and the config they give, for the read-only commands
+that work on a run's files (``eval``, ``gate``, ``status``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shared.config import PROFILES, load_config
+
+
+def add_run_options(sp, run_help: str = "the run to read (overrides the config)") -> None:
+    """``--config``, ``--profile``, ``--run-name`` (help ``run_help``) and ``--runs-dir``."""
+    sp.add_argument("--config", metavar="FILE", help="a JSON config (default: the run's config.json if it exists)")
+    sp.add_argument("--profile", choices=sorted(PROFILES), help="profile when no config names one (default: cpu)")
+    sp.add_argument("--run-name", help=run_help)
+    sp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
+
+
+def run_config(args, run_name: str | None = None):
+    """The config: ``--config``, else the run's own ``config.json`` (written at every start by
+    ``royalefleet up``), else the profile (default cpu: it never imports torch to look for a
+    GPU). ``--run-name`` (or ``run_name``) and ``--runs-dir`` override what it says. Raises
+    ConfigError for a config that does not load."""
+    overrides: dict = {}
+    if run_name or args.run_name:
+        overrides["run_name"] = run_name or args.run_name
+    if args.runs_dir:
+        overrides["runs_dir"] = args.runs_dir
+    source = args.config
+    if source is None:
+        base = load_config(None, profile_name=args.profile or "cpu", overrides=overrides or None)
+        saved = Path(base.runs_dir) / base.run_name / "config.json"
+        if not saved.exists():
+            return base
+        source = str(saved)
+    return load_config(source, profile_name=args.profile or "cpu", overrides=overrides or None)
