@@ -589,7 +589,8 @@ def main() -> int:
             for command, expect in (("status", [r"progress   iteration (\d+):", r"checkpoint iteration \d+",
                                                 r"halt       none"]),
                                     ("checkpoints", [r"ok \(every file verifies\)"])):
-                out = run(["bash", "-c", fleet_function() + f"\nfleet {command}"], timeout=180).stdout
+                log(f"$ fleet {command}   (the function of docs/compose.md)")
+                out = run(["bash", "-c", fleet_function() + f"\nfleet {command}"], quiet=True, timeout=180).stdout
                 for pattern in expect:
                     if not re.search(pattern, out):
                         raise Failed(f"`fleet {command}` printed no line matching {pattern!r}:\n{out}")
