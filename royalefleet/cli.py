@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
 
     up = sub.add_parser("up", help="start the local stack and train; Ctrl-C stops it and writes a checkpoint",
-                        description="Start checkpoint, ladder, learner and rollout services on loopback and train. "
+                        description="Start checkpoint, ladder, learner, rollout and evaluator services on loopback and train. "
                         "A run folder that holds a checkpoint is resumed.")
     common(up)
     stack_options(up)

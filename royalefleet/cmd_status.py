@@ -31,8 +31,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     sp = subparsers.add_parser(
         "status", help="print where a run stands: last iteration, checkpoint, halt, ladder, alarms",
         description="Read a run's folder (no service needs to be running) and print its progress, the last "
-        "metric row's main numbers, the newest checkpoint, a halt if any, the ladder's pool and gate in "
-        "flight, and the alarms fired. Read-only.")
+        "metric row's main numbers, the newest checkpoint (and the iterations past it a crash would roll back), "
+        "a halt if any, the ladder's pool and gate in flight, the alarms fired and the rows a resume purged. "
+        "Read-only. The run is run_name of the config (default 'default') under runs_dir (default 'runs'); the "
+        "config is --config, else the run's own config.json, else the profile's defaults.")
     add_run_options(sp)
     sp.set_defaults(func=cmd_status)
     return sp
@@ -109,9 +111,17 @@ def checkpoint_line(run: Path, now: float) -> str:
     if not entries:
         return "checkpoint none yet (written every checkpoint.every_iterations and at a clean stop)"
     newest = entries[-1]
-    return (f"checkpoint iteration {newest.iteration:,} (checkpoints/{newest.name}, written "
+    line = (f"checkpoint iteration {newest.iteration:,} (checkpoints/{newest.name}, written "
             f"{ago(now - newest.created_unix_ns / 1e9)} ago), the newest of {len(entries)}; "
             "`royalefleet checkpoints` verifies every file")
+    metrics = run / "metrics.jsonl"
+    last = last_row(metrics) if metrics.exists() else None
+    if last is not None and last["run/iteration"] > newest.iteration:
+        past = (f"iteration {last['run/iteration']}" if last["run/iteration"] == newest.iteration + 1
+                else f"iterations {newest.iteration + 1}-{last['run/iteration']}")
+        line += (f"\n           {past} past it: normal while training, but a resume after a crash starts from "
+                 f"{newest.iteration} and trains {'it' if past.startswith('iteration ') else 'them'} again")
+    return line
 
 
 def halt_line(run: Path) -> str:
@@ -182,7 +192,7 @@ def status_lines(cfg, now: float | None = None) -> tuple[list[str], bool]:
     lines, ok = [f"run {cfg.run_name!r} in {run}"], True
     subjects = [
         ("metrics.jsonl", lambda: progress_lines(run, now)),
-        ("checkpoints/index.json", lambda: [checkpoint_line(run, now)]),
+        ("checkpoints/index.json", lambda: checkpoint_line(run, now).split("\n")),
         ("halted.json", lambda: [halt_line(run)]),
         ("ladder/pool.json", lambda: ladder_lines(cfg, run)),
         ("alarms.jsonl", lambda: alarm_lines(run)),

@@ -45,9 +45,11 @@ SERVICE_ALERTS: tuple[ServiceAlert, ...] = (
         summary="{{ $labels.job }} on {{ $labels.instance }} has answered no scrape for 2 minutes",
         meaning="a core service (learner, ladder or checkpoint) is not running or not reachable; without any "
                 "one of them training stops",
-        what_to_do="`docker compose ps` and `docker compose logs <service>`; a learner that exited 3 was halted "
-                   "(runs/<run>/halted.json says why, docs/compose.md \"Resuming across an identity drift, and "
-                   "after a halt\"); otherwise `docker compose up -d <service>` resumes from the newest checkpoint",
+        what_to_do="under Compose, `docker compose ps` and `docker compose logs <service>`; a learner that exited 3 "
+                   "was halted (runs/<run>/halted.json says why, docs/compose.md \"Resuming across an identity "
+                   "drift, and after a halt\"); otherwise `docker compose up -d <service>` resumes from the newest "
+                   "checkpoint. Under `make run` the launcher stops the whole stack when the ladder or the "
+                   "checkpoint service dies (runs/<run>/logs/<service>.log says why); start it again to resume",
     ),
     ServiceAlert(
         name="training_stalled",
@@ -59,6 +61,7 @@ SERVICE_ALERTS: tuple[ServiceAlert, ...] = (
                 "waits for one), or every round times out",
         what_to_do="look at the learner's last lines (`waiting for N more rollout(s)`, lost rollouts) and the "
                    "Fleet dashboard's rollout targets; start or scale rollouts (`docker compose up -d --scale "
-                   "rollout=N`), or check a remote rollout host's link to the learner",
+                   "rollout=N`; under `make run` the launcher restarts a dead rollout itself, so read "
+                   "runs/<run>/logs/rollout-<k>.log), or check a remote rollout host's link to the learner",
     ),
 )

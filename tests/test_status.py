@@ -62,6 +62,8 @@ def test_every_line_of_a_run_folder(tmp_path):
         "explained variance 0.50; 2 rollout(s)",
         "  checkpoint iteration 2 (checkpoints/00000002, written 5 min ago), the newest of 1; "
         "`royalefleet checkpoints` verifies every file",
+        "             iteration 3 past it: normal while training, but a resume after a crash starts from 2 and "
+        "trains it again",
         "  halt       HALTED at iteration 3: halted by alarm nonfinite; every start refuses until "
         "`royalefleet resume --clear-halt` (read the bundle under bundles/ first)",
         f"  ladder     pool 1 member(s), champion {CHAMP} (1 so far), 1 candidate(s) pending; gates 0 run, 0 passed, "
@@ -119,3 +121,17 @@ def test_the_command_reads_the_run_and_names_a_missing_one(tmp_path, capsys):
 def test_ago_units():
     assert [ago(s) for s in (5, 89, 90, 5399, 5400, 172799, 172800)] == [
         "5 s", "89 s", "2 min", "90 min", "1.5 h", "48.0 h", "2.0 days"]
+
+
+def test_iterations_past_the_newest_checkpoint_are_named(tmp_path):
+    from royalefleet.cmd_status import checkpoint_line
+
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"run/iteration": i}) + "\n" for i in (1, 2, 3, 4)))
+    CheckpointStore(run / "checkpoints", say=lambda s: None).write(1, {"a.bin": b"x"}, b"{}")
+    lines = checkpoint_line(run, now=0.0).split("\n")
+    assert lines[1] == ("           iterations 2-4 past it: normal while training, but a resume after a crash "
+                        "starts from 1 and trains them again")
+    CheckpointStore(run / "checkpoints", say=lambda s: None).write(4, {"a.bin": b"x"}, b"{}")
+    assert "\n" not in checkpoint_line(run, now=0.0)  # the newest checkpoint is the last row's

@@ -840,7 +840,7 @@ def progress_line(row: dict) -> str:
         lost = f" | lost {row['health/rows_invalid']} rows ({row['health/rollouts_lost']} rollouts)"
     return (
         f"it {row['run/iteration']:>4} | ts {row['run/timesteps']:>9,} | {f('throughput/collected_steps_per_second', ',.0f')} ts/s"
-        f" | update {f('time/update', '.1f')} s | win vs scripted {win} | kl {f('ppo/kl', '.4f')}"
+        f" | update {f('time/update', '.1f')} s | win vs scripted {win} | kl {f('ppo/kl', '.2g')}"
         f" | clip {f('ppo/clip_fraction', '.3f')} | entropy {f('ppo/entropy', '.3f')}{lost}"
     )
 
