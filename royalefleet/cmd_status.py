@@ -74,11 +74,11 @@ def _fmt(row: dict, key: str, spec: str = ".3f") -> str | None:
     return None if v is None else format(v, spec)
 
 
-def progress_lines(run: Path, now: float) -> list[str]:
+def progress_lines(run: Path, row: dict | None, now: float) -> list[str]:
+    """``row``: the last whole row of ``run``'s metrics.jsonl (``last_row``), None without one."""
     path = run / "metrics.jsonl"
     if not path.exists():
         return ["progress   no metric row yet (the first one is written when iteration 1 ends)"]
-    row = last_row(path)
     if row is None:
         return ["progress   metrics.jsonl holds no whole row yet"]
     age = now - path.stat().st_mtime
@@ -103,7 +103,8 @@ def progress_lines(run: Path, now: float) -> list[str]:
     return lines
 
 
-def checkpoint_line(run: Path, now: float) -> str:
+def checkpoint_line(run: Path, now: float, last: dict | None = None) -> str:
+    """The newest checkpoint; with ``last`` (the last metric row), the iterations past it."""
     from services.checkpoint.store import CheckpointStore
 
     root = run / "checkpoints"
@@ -114,8 +115,6 @@ def checkpoint_line(run: Path, now: float) -> str:
     line = (f"checkpoint iteration {newest.iteration:,} (checkpoints/{newest.name}, written "
             f"{ago(now - newest.created_unix_ns / 1e9)} ago), the newest of {len(entries)}; "
             "`royalefleet checkpoints` verifies every file")
-    metrics = run / "metrics.jsonl"
-    last = last_row(metrics) if metrics.exists() else None
     if last is not None and last["run/iteration"] > newest.iteration:
         past = (f"iteration {last['run/iteration']}" if last["run/iteration"] == newest.iteration + 1
                 else f"iterations {newest.iteration + 1}-{last['run/iteration']}")
@@ -125,14 +124,13 @@ def checkpoint_line(run: Path, now: float) -> str:
 
 
 def halt_line(run: Path) -> str:
-    from services.learner.halt import HALTED_FILE
+    from services.learner.halt import read_halt_mark
 
-    path = run / HALTED_FILE
-    if not path.exists():
+    what = read_halt_mark(run)
+    if what is None:
         return "halt       none"
-    mark = json.loads(path.read_bytes())
-    return (f"halt       HALTED at iteration {mark.get('iteration')}: {mark.get('reason')}; every start refuses "
-            "until `royalefleet resume --clear-halt` (read the bundle under bundles/ first)")
+    return (f"halt       HALTED {what}; every start refuses until `royalefleet resume --clear-halt` (read the "
+            "bundle under bundles/ first)")
 
 
 def ladder_lines(cfg, run: Path) -> list[str]:
@@ -190,9 +188,15 @@ def status_lines(cfg, now: float | None = None) -> tuple[list[str], bool]:
     now = time.time() if now is None else now
     run = Path(cfg.runs_dir) / cfg.run_name
     lines, ok = [f"run {cfg.run_name!r} in {run}"], True
+    metrics = run / "metrics.jsonl"
+    try:
+        row = last_row(metrics) if metrics.exists() else None
+    except OSError as exc:
+        row, ok = None, False
+        lines.append(f"  cannot read metrics.jsonl: {type(exc).__name__}: {exc}")
     subjects = [
-        ("metrics.jsonl", lambda: progress_lines(run, now)),
-        ("checkpoints/index.json", lambda: checkpoint_line(run, now).split("\n")),
+        ("metrics.jsonl", lambda: progress_lines(run, row, now) if ok else []),
+        ("checkpoints/index.json", lambda: checkpoint_line(run, now, row).split("\n")),
         ("halted.json", lambda: [halt_line(run)]),
         ("ladder/pool.json", lambda: ladder_lines(cfg, run)),
         ("alarms.jsonl", lambda: alarm_lines(run)),

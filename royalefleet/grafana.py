@@ -499,26 +499,22 @@ def _rule_data(expr: str) -> list[dict]:
     ]
 
 
+def _grafana_alert(uid: str, title: str, expr: str, for_: str, labels: dict, annotations: dict,
+                   link: dict | None = None) -> dict:
+    """One Grafana-managed rule on ``expr`` (``_rule_data``); ``link``: the dashboard panel it
+    belongs to, if any. No data means not holding (OK)."""
+    return ({"uid": uid, "title": title, "condition": "C", "data": _rule_data(expr)} | (link or {})
+            | {"noDataState": "OK", "execErrState": "Error", "for": for_, "labels": labels,
+               "annotations": annotations, "isPaused": False})
+
+
 def grafana_rule(alarm: Alarm, panel_id: int) -> dict:
-    """A: the alarm's PromQL (instant; a series only while it holds); B: its value, for the
-    summary; C: 1 for every series A returned, the condition. No data means not holding (OK)."""
-    return {
-        "uid": rule_uid(alarm),
-        "title": alarm.name,
-        "condition": "C",
-        "data": _rule_data(promql(alarm)),
-        "dashboardUid": "royalefleet-training",
-        "panelId": panel_id,
-        "noDataState": "OK",
-        "execErrState": "Error",
-        "for": duration(pending_seconds(alarm.patience)) if alarm.patience > 1 else "0s",
-        "labels": _labels(alarm),
-        "annotations": {
-            "summary": _summary(alarm, "{{ $values.B.Value }}"),
-            "description": _description(alarm),
-        },
-        "isPaused": False,
-    }
+    """An alarm of the table, linked to the training dashboard's alarm panel."""
+    return _grafana_alert(
+        rule_uid(alarm), alarm.name, promql(alarm),
+        duration(pending_seconds(alarm.patience)) if alarm.patience > 1 else "0s", _labels(alarm),
+        {"summary": _summary(alarm, "{{ $values.B.Value }}"), "description": _description(alarm)},
+        link={"dashboardUid": "royalefleet-training", "panelId": panel_id})
 
 
 def _service_labels(alert: ServiceAlert) -> dict:
@@ -530,19 +526,9 @@ def _service_description(alert: ServiceAlert) -> str:
 
 
 def grafana_service_rule(alert: ServiceAlert) -> dict:
-    """As ``grafana_rule``: A the PromQL, B its last value, C the condition (A returned a series)."""
-    return {
-        "uid": f"royalefleet-{alert.name}",
-        "title": alert.name,
-        "condition": "C",
-        "data": _rule_data(alert.expr),
-        "noDataState": "OK",
-        "execErrState": "Error",
-        "for": duration(alert.for_seconds),
-        "labels": _service_labels(alert),
-        "annotations": {"summary": alert.summary, "description": _service_description(alert)},
-        "isPaused": False,
-    }
+    return _grafana_alert(f"royalefleet-{alert.name}", alert.name, alert.expr, duration(alert.for_seconds),
+                          _service_labels(alert),
+                          {"summary": alert.summary, "description": _service_description(alert)})
 
 
 def grafana_alert_rules() -> dict:

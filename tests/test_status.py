@@ -124,14 +124,14 @@ def test_ago_units():
 
 
 def test_iterations_past_the_newest_checkpoint_are_named(tmp_path):
-    from royalefleet.cmd_status import checkpoint_line
+    from royalefleet.cmd_status import checkpoint_line, last_row
 
     run = tmp_path / "r"
     run.mkdir()
     (run / "metrics.jsonl").write_text("".join(json.dumps({"run/iteration": i}) + "\n" for i in (1, 2, 3, 4)))
     CheckpointStore(run / "checkpoints", say=lambda s: None).write(1, {"a.bin": b"x"}, b"{}")
-    lines = checkpoint_line(run, now=0.0).split("\n")
+    lines = checkpoint_line(run, now=0.0, last=last_row(run / "metrics.jsonl")).split("\n")
     assert lines[1] == ("           iterations 2-4 past it: normal while training, but a resume after a crash "
                         "starts from 1 and trains them again")
     CheckpointStore(run / "checkpoints", say=lambda s: None).write(4, {"a.bin": b"x"}, b"{}")
-    assert "\n" not in checkpoint_line(run, now=0.0)  # the newest checkpoint is the last row's
+    assert "\n" not in checkpoint_line(run, now=0.0, last=last_row(run / "metrics.jsonl"))  # the last row's

@@ -526,20 +526,11 @@ class GateRunner:
             a = _Audition(j.kind, j.candidate, j.champion, j.started, phase=j.phase, record=dict(j.record),
                           members=list(j.members))
             for spec in j.jobs:
-                job = _Job(spec)
-                problems = []
-                for records in batches.get(spec.job_id, {}).values():
-                    try:
-                        check_report(spec, records)
-                    except ReportRefused as exc:
-                        problems.append(str(exc))
-                        continue
-                    job.records = records
-                    break
-                if job.records is None and problems:
-                    self.say(f"ladder: job {spec.job_id}'s games in the result log are not whole ({problems[0]}); "
+                records, problem = _whole_batch(spec, batches.get(spec.job_id, {}).values())
+                if problem:
+                    self.say(f"ladder: job {spec.job_id}'s games in the result log are not whole ({problem}); "
                              "it is played again")
-                a.jobs.append(job)
+                a.jobs.append(_Job(spec, records=records))
             in_phase = {job.spec.job_id for job in a.phase_jobs()}
             missing = [job.spec.job_id for job in a.jobs if job.records is None and job.spec.job_id not in in_phase]
             if missing:
@@ -565,6 +556,20 @@ class GateRunner:
                 continue
             return c1.bound
         return None
+
+
+def _whole_batch(spec: JobSpec, batches) -> tuple[list[EpisodeRecord] | None, str | None]:
+    """The first logged batch that is exactly the job's games (``check_report``), and None; or
+    None and why the first batch is not (None, None when nothing is logged)."""
+    problem = None
+    for records in batches:
+        try:
+            check_report(spec, records)
+        except ReportRefused as exc:
+            problem = problem or str(exc)
+            continue
+        return records, None
+    return None, problem
 
 
 def _what(j: GateInFlight) -> str:

@@ -28,14 +28,13 @@ import msgspec
 import numpy as np
 
 from services.learner import checkpointing, metric_log
-from services.learner.halt import HALTED_FILE
+from services.learner.halt import HALTED_FILE, mark_halted, read_halt_mark
 from services.learner.fleet import Fleet
 from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots
 from services.learner.ladder_status import LadderStatusPoller
 from services.learner.rectangle import Rectangle
 from shared import transport
 from shared.config import ConfigError, RunConfig, config_differences, dump_config, load_config
-from shared.durable import replace_file
 from shared.identity import action_digest_of, compute_identity, describe_device, identity_differences, run_id
 from shared.matchmaking import role_counts
 from shared.messages import (
@@ -665,26 +664,16 @@ class Learner:
     # A halt must stay a halt: Compose restarts a learner that exited non-zero
     # (restart: on-failure), and a plain `make run` would resume it. The marker makes every later
     # start refuse (exit 3 again, so Compose gives up after its retries) until a human clears it.
-    HALTED_FILE = HALTED_FILE
-
     def _mark_halted(self, reason: str) -> None:
-        """Write ``<run>/halted.json`` ({iteration, reason}) atomically."""
-        replace_file(os.path.join(self.run_dir, self.HALTED_FILE),
-                     msgspec.json.encode({"iteration": self.iteration, "reason": reason}) + b"\n")
+        mark_halted(self.run_dir, self.iteration, reason)
 
     def _halt_cleared(self) -> bool:
         """False (after saying why and how to go on) when the run was halted and not cleared."""
-        path = os.path.join(self.run_dir, self.HALTED_FILE)
-        if not os.path.exists(path):
+        what = read_halt_mark(self.run_dir)
+        if what is None:
             return True
-        try:
-            with open(path, "rb") as fh:
-                mark = msgspec.json.decode(fh.read())
-            what = f"at iteration {mark['iteration']}: {mark['reason']}"
-        except (OSError, msgspec.DecodeError, KeyError, TypeError) as exc:
-            what = f"({path} is unreadable: {exc})"
         if self.clear_halt:
-            os.remove(path)
+            os.remove(os.path.join(self.run_dir, HALTED_FILE))
             self.say(f"learner: clearing the halt of run {self.cfg.run_name!r} {what}")
             return True
         self.say(f"learner: run {self.cfg.run_name!r} was halted {what}. Read {self.run_dir}/bundles/ and "
