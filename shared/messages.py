@@ -546,15 +546,20 @@ class _VersionOnly(Struct):
     """None when the header has no ``protocol`` at all: undecodable, not a version mismatch."""
 
 
-PROTOCOL_REFUSALS = ("undecodable", "version", "unknown_kind", "schema", "frames", "arrays")
-"""Every reason ``Decoder`` refuses a message for: services export each one at 0 from the start,
-so a dashboard's rate() has a series before the first refusal."""
+PROTOCOL_REFUSALS = ("undecodable", "version", "unknown_kind", "schema", "frames", "arrays", "nesting", "oversized")
+"""Every reason ``Decoder`` and ``shared.transport.recv`` refuse a message for: services export
+each one at 0 from the start, so a dashboard's rate() has a series before the first refusal."""
+
+MAX_FRAMES = 257
+"""Most frames one message may have after the routing frame: the header and up to 256 arrays
+(the largest real message, a SaveCheckpoint, carries a handful of files)."""
 
 
 class ProtocolError(Exception):
     """A message refused. ``reason`` is a short label for the refusal counter
     (``undecodable``, ``version``, ``unknown_kind``, ``schema``, ``frames``, ``arrays``,
-    ``oversized``); the text says what exactly was wrong."""
+    ``nesting``: msgpack nested deeper than the decoder recurses, ``oversized``: the message's
+    frames together exceed the size limit); the text says what exactly was wrong."""
 
     def __init__(self, reason: str, text: str):
         self.reason = reason
@@ -593,8 +598,21 @@ class Decoder:
 
     def decode(self, frames: list) -> tuple[Struct, dict[str, np.ndarray]]:
         """(body, arrays) or ProtocolError. Arrays are read-only views of the frames."""
+        try:
+            return self._decode(frames)
+        except RecursionError:
+            # msgspec guards its recursion with Python's limit: a header of a few KB of nested
+            # one-element arrays (``\x91`` repeated) reaches it. No message kind nests deeper
+            # than a handful of levels, so this is malformed input, never a bug to propagate.
+            raise ProtocolError(
+                "nesting", f"msgpack nested deeper than the decoder allows ({len(frames[0])}-byte header)"
+            ) from None
+
+    def _decode(self, frames: list) -> tuple[Struct, dict[str, np.ndarray]]:
         if not frames:
             raise ProtocolError("frames", "empty message")
+        if len(frames) > MAX_FRAMES:
+            raise ProtocolError("frames", f"{len(frames)} frames; a message has at most {MAX_FRAMES}")
         head = bytes(frames[0])
         try:
             env = _envelope_decoder.decode(head)

@@ -7,8 +7,9 @@ Conventions (see ../docs/protocol.md):
   connect from the learner would reach only one of them.
 * Every socket has a short LINGER, so closing a socket with a message queued for a peer that
   is gone never blocks a shutdown (``docker compose stop`` sends SIGTERM and waits 10 s).
-* Every receiving socket has MAXMSGSIZE: ZeroMQ drops a peer that sends more, before Python
-  sees a byte.
+* Every receiving socket has MAXMSGSIZE: ZeroMQ drops the connection of a peer that sends a
+  bigger frame, before Python sees a byte. ``recv`` bounds the whole message (all its frames
+  together) by the same number and refuses the rest as ``oversized``, counted by the caller.
 * Sends never block: a full queue or an absent peer is reported (``False``) and counted.
 * Requests to the ladder and the checkpoint service carry a ``request_id``; ``Client.request``
   waits with a deadline and raises ``ServiceTimeout`` instead of waiting forever.
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from shared.messages import Decoder, ProtocolError, encode
+from shared.messages import MAX_FRAMES, Decoder, ProtocolError, encode
 
 if TYPE_CHECKING:  # zmq.auth loads asyncio: imported where CURVE is used, not on the loopback path
     from zmq.auth.thread import ThreadAuthenticator
@@ -115,14 +116,49 @@ def send(sock: zmq.Socket, body, arrays=None, *, identity: bytes | None = None) 
         raise
 
 
+def recv_frames(sock: zmq.Socket, *, router: bool = False) -> tuple[bytes | None, list]:
+    """Receive one message's frames (the caller has polled): (identity or None, frames).
+
+    MAXMSGSIZE bounds each frame; this bounds the whole message with the same number: frames
+    are taken one at a time, and once their total passes the socket's MAXMSGSIZE (or their
+    count passes ``MAX_FRAMES``) the rest are received and released at once, never kept, and
+    ProtocolError("oversized"/"frames") is raised with the identity in ``exc.identity``. (ZeroMQ
+    itself has queued the message whole by then; what this bounds is what a service holds and
+    decodes.)"""
+    limit = _max_message_bytes(sock)
+    identity = bytes(sock.recv(copy=False)) if router else None
+    frames: list = []
+    total = count = 0
+    more = True
+    while more:
+        frame = sock.recv(copy=False)
+        more = frame.more
+        count += 1
+        total += len(frame)
+        if (limit and total > limit) or count > MAX_FRAMES:
+            frames = []  # release what was kept; the remaining frames are read and dropped
+        else:
+            frames.append(frame)
+        del frame
+    if (limit and total > limit) or count > MAX_FRAMES:
+        reason = "frames" if count > MAX_FRAMES else "oversized"
+        exc = ProtocolError(reason, f"message of {count} frames, {total} bytes; the limit is {MAX_FRAMES} frames"
+                            + (f" and {limit} bytes (max_message_mb) for the whole message" if limit else ""))
+        exc.identity = identity  # type: ignore[attr-defined]
+        raise exc
+    return identity, frames
+
+
+def _max_message_bytes(sock: zmq.Socket) -> int:
+    limit = sock.getsockopt(zmq.MAXMSGSIZE)
+    return limit if limit > 0 else 0
+
+
 def recv(sock: zmq.Socket, decoder: Decoder, *, router: bool = False):
     """Receive one message (the caller has polled). Returns (identity or None, body, arrays).
-    Raises ProtocolError for anything malformed; the identity is in ``exc.identity``."""
-    frames = sock.recv_multipart(copy=False)
-    identity = None
-    if router:
-        identity = bytes(frames[0])
-        frames = frames[1:]
+    Raises ProtocolError for anything malformed or over the whole-message bound
+    (``recv_frames``); the identity is in ``exc.identity``."""
+    identity, frames = recv_frames(sock, router=router)
     try:
         body, arrays = decoder.decode(frames)
     except ProtocolError as exc:

@@ -101,10 +101,10 @@ def test_plan_request_gets_counts_and_assignments(ladder):
 
 def test_report_episodes_is_acked_and_logged(ladder, tmp_path):
     episodes = [record(0, 0), record(0, 0, "red"), record(3, 1)]
-    req = ReportEpisodes(request_id=ladder.client.next_id(), run_name="run-x", episodes=episodes)
+    req = ReportEpisodes(request_id=ladder.client.next_id(), run_name="default", episodes=episodes)
     reply = ladder.request(req)
     assert reply == Ack(request_id=req.request_id, count=3)
-    path = tmp_path / "run-x" / "ladder" / "results.jsonl"
+    path = tmp_path / "default" / "ladder" / "results.jsonl"
     lines = path.read_bytes().splitlines()
     assert len(lines) == 3
     assert ResultLog(path).read().records == episodes
@@ -124,9 +124,11 @@ def test_report_episodes_is_acked_and_logged(ladder, tmp_path):
         (dict(kind=PlanRequest, n_battles=0, battles=[], next_ordinals=[], lookahead=1), "n_battles 0"),
         (dict(kind=ReportEpisodes, run_name="../escape", episodes=[]), "'../escape'"),
         (dict(kind=ReportEpisodes, run_name="a/b", episodes=[]), "'a/b'"),
-        (dict(kind=ReportEpisodes, run_name="r",
+        (dict(kind=ReportEpisodes, run_name="default",
               episodes=[record(0, 0), msgspec.structs.replace(record(1, 0), outcome=2)]),
-         "episodes[1]: battle 1, ordinal 0, outcome 2"),
+         "records[1] (battle 1, ordinal 0, seat blue): outcome 2 is outside -1..1"),
+        (dict(kind=ReportEpisodes, run_name="other-run", episodes=[record(0, 0)]),
+         "run_name 'other-run': this ladder serves run 'default'"),
     ],
 )
 def test_bad_requests_are_refused_by_name(ladder, body, named):
@@ -224,3 +226,93 @@ def test_module_entry_point_serves_metrics_and_stops_on_sigterm(tmp_path):
             proc.communicate()
     assert proc.returncode == 0, out
     assert "does not exist yet" in out and "master seed 7" in out and "ladder: stopped" in out
+
+
+# ----------------------------------------------------------------------------- hostile input (issue 12)
+
+
+@pytest.mark.parametrize(
+    "field, value, named",
+    [
+        ("undiscounted_return", float("nan"), "undiscounted_return nan is not finite"),
+        ("undiscounted_return", float("inf"), "undiscounted_return inf is not finite"),
+        ("own_tower_hp_frac", float("nan"), "own_tower_hp_frac nan is not a fraction in [0, 1]"),
+        ("enemy_tower_hp_frac", 1.5, "enemy_tower_hp_frac 1.5 is not a fraction in [0, 1]"),
+        ("own_crowns", 4, "own_crowns 4 is outside 0..3"),
+        ("episode_steps", -1, "episode_steps -1 is outside 0..2147483647"),
+        ("reward_terms", {"win": float("-inf")}, "reward_terms['win'] = -inf"),
+    ],
+)
+def test_a_record_that_json_cannot_carry_is_refused_before_the_ack(ladder, tmp_path, field, value, named):
+    # Before: NaN/inf were acked and written as null, and the next read set the line aside.
+    good = record(0, 0)
+    bad = msgspec.structs.replace(record(1, 0), **{field: value})
+    req = ReportEpisodes(request_id=ladder.client.next_id(), run_name="default", episodes=[good, bad])
+    reply = ladder.request(req)
+    assert isinstance(reply, Error) and reply.request_id == req.request_id
+    assert f"records[1] (battle 1, ordinal 0, seat blue): {named}" in reply.reason
+    assert "nothing of this batch was written" in reply.reason
+    assert not (tmp_path / "default" / "ladder" / "results.jsonl").exists()
+    assert ladder.metric("messages_refused_total", reason="bad_request") == 1
+    assert any(named in line for line in ladder.said), ladder.said
+
+
+def test_fuzzed_reports_create_no_run_folder(ladder, tmp_path):
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for k in range(20):
+        req = ReportEpisodes(request_id=ladder.client.next_id(), run_name=f"fuzz-{k}", episodes=[record(0, 0)])
+        assert isinstance(ladder.request(req), Error)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert ladder.metric("messages_refused_total", reason="bad_request") == 20
+
+
+def test_deep_nesting_is_a_counted_refusal_and_the_ladder_answers_on(ladder):
+    # Before: a 5 KB envelope whose body is 5,000 nested one-element arrays raised RecursionError
+    # out of the decoder and ended the serve loop.
+    ctx = zmq.Context.instance()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(ladder.service.address)
+    nested = msgspec.msgpack.encode({"protocol": 1, "body": msgspec.Raw(b"\x91" * 5000 + b"\x01"), "arrays": []})
+    try:
+        raw.send_multipart([nested])
+        assert raw.poll(5000)
+        reply, _ = Decoder(FromLadder).decode(raw.recv_multipart())
+        assert isinstance(reply, Error) and reply.request_id == -1 and reply.reason.startswith("nesting: ")
+    finally:
+        raw.close(0)
+    assert ladder.metric("messages_refused_total", reason="nesting") == 1
+    assert ladder.thread.is_alive()
+    req = PlanRequest(request_id=ladder.client.next_id(), iteration=0, n_battles=1, battles=[0],
+                      next_ordinals=[0], lookahead=2)
+    assert isinstance(ladder.request(req), PlanReply)
+
+
+def test_refusals_are_logged_escaped_and_rate_limited_per_reason(ladder):
+    # Before: the ladder logged no refusal at all. msgspec's text quotes the unknown tag raw, so
+    # the escape sequence and the newline would reach the terminal as they are.
+    body = msgspec.msgpack.encode({"type": "x\x1b[2J\nFAKE LINE", "request_id": 1})
+    frame = msgspec.msgpack.encode({"protocol": 1, "body": msgspec.Raw(body), "arrays": []})
+    ctx = zmq.Context.instance()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(ladder.service.address)
+    try:
+        for _ in range(50):
+            raw.send_multipart([frame])
+            assert raw.poll(5000)
+            raw.recv_multipart()
+    finally:
+        raw.close(0)
+    for _ in range(3):
+        req = ReportEpisodes(request_id=ladder.client.next_id(), run_name="other", episodes=[record(0, 0)])
+        assert isinstance(ladder.request(req), Error)
+    refusals = [line for line in ladder.said if "refused" in line]
+    # 50 of one reason within the interval: one line (the counter has all 50); the other
+    # reason gets its own first line.
+    assert len(refusals) == 2, refusals
+    assert ladder.metric("messages_refused_total", reason="unknown_kind") == 50
+    assert ladder.metric("messages_refused_total", reason="bad_request") == 3
+    assert refusals[0] == ("ladder: refused a message (unknown_kind): refused message: Invalid value "
+                           "'x\\x1b[2J\\nFAKE LINE' - at `$.type`")
+    assert "refused ReportEpisodes" in refusals[1]

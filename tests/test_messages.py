@@ -423,3 +423,66 @@ def test_a_byte_swapped_array_arrives_with_its_values():
     _, arrays = Decoder(ToRollout).decode(encode(Step(iteration=1, cycle=0, shard=0), {"actions": swapped}))
     np.testing.assert_array_equal(arrays["actions"], [1, 2, -3])
     assert arrays["actions"].dtype == np.dtype("int16")
+
+
+# ----------------------------------------------------------------------------- hostile input (issue 12)
+
+
+@pytest.mark.parametrize("depth", [200, 5_000, 100_000])
+def test_deep_nesting_is_a_protocol_error_not_a_recursion_error(depth):
+    # Before: the envelope's Raw body of ~5,000 nested one-element arrays raised RecursionError.
+    nested = b"\x91" * depth + b"\x01"
+    wrapped = msgspec.msgpack.encode({"protocol": PROTOCOL_VERSION, "body": msgspec.Raw(nested), "arrays": []})
+    for head in (wrapped, nested):
+        with pytest.raises(ProtocolError):  # and nothing else
+            Decoder(ToLadder).decode([head])
+    with pytest.raises(ProtocolError) as err:
+        Decoder(ToLadder).decode([wrapped])
+    if depth >= 5_000:
+        assert err.value.reason == "nesting" and "nested deeper than the decoder allows" in str(err.value)
+    else:  # shallow enough to decode: refused by the schema (a body is a map)
+        assert err.value.reason == "schema"
+
+
+def test_more_frames_than_any_message_has_is_refused():
+    frames = encode(Heartbeat(instance="x", state="ready")) + [b""] * 300
+    with pytest.raises(ProtocolError) as err:
+        Decoder(ToLearner).decode(frames)
+    assert err.value.reason == "frames" and "301 frames; a message has at most 257" in str(err.value)
+
+
+def test_the_size_limit_bounds_the_whole_message_not_each_frame():
+    # Before: MAXMSGSIZE is per frame, so three frames just under it made a message three times
+    # the limit that reached the decoder whole; now recv refuses it as "oversized", keeps none of
+    # it, and the next message of the same peer gets through.
+    ctx = zmq.Context()
+    sockets = []
+    try:
+        router = transport.bind_router("tcp://127.0.0.1:*", max_bytes=10_000, ctx=ctx)
+        sockets.append(router)
+        address = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        peer = transport.connect_dealer(address, ctx=ctx)
+        sockets.append(peer)
+        header = encode(Round(instance="big", iteration=1, cycle=0, shard=0), {"rows": np.zeros((1, 9000), np.uint8)})[0]
+        peer.send_multipart([header, b"\0" * 9000, b"\0" * 9000, b"\0" * 9000])
+        assert router.poll(10_000)
+        with pytest.raises(ProtocolError) as err:
+            transport.recv(router, Decoder(ToLearner), router=True)
+        assert err.value.reason == "oversized"
+        assert "message of 4 frames" in str(err.value) and "10000 bytes (max_message_mb) for the whole message" in str(err.value)
+        assert isinstance(err.value.identity, bytes) and err.value.identity
+        assert router.poll(300) == 0  # every frame of it was consumed
+        assert transport.send(peer, Heartbeat(instance="big", state="ready"))
+        assert router.poll(10_000)
+        _, body, _ = transport.recv(router, Decoder(ToLearner), router=True)
+        assert body == Heartbeat(instance="big", state="ready")
+        # A message just under the limit, in several frames, still arrives whole.
+        rows = np.arange(4000, dtype=np.uint8).reshape(2, 2000)
+        assert transport.send(peer, Round(instance="ok", iteration=1, cycle=0, shard=0), {"rows": rows, "tick": np.zeros(3, np.int32)})
+        assert router.poll(10_000)
+        _, body, arrays = transport.recv(router, Decoder(ToLearner), router=True)
+        assert body.instance == "ok" and np.array_equal(arrays["rows"], rows)
+    finally:
+        for s in sockets:
+            s.close(0)
+        ctx.term()

@@ -51,6 +51,7 @@ import numpy as np
 
 from shared.config import GateConfig, RunConfig
 from shared.durable import fsync_dir, replace_file
+from shared.log_guard import printable
 from shared.evaluation import ANCHORS, EVAL_ROLE, eval_seed_set, seed_set_hash, seeds_for_games, side_scores
 from shared.messages import Ack, EpisodeRecord, EvalJob, EvalJobRequest, EvalReport, NoJob
 from shared.seeding import stream
@@ -60,7 +61,7 @@ from services.ladder.gate import (
 )
 from services.ladder.pfsp import draw_stratified
 from services.ladder.pool import PoolState, current_ratings
-from services.ladder.results import ResultLog, result_log_path
+from services.ladder.results import RecordRefused, ResultLog, check_records, result_log_path
 
 GATES_DIR = "gates"
 IN_FLIGHT_FILE = "gate_in_flight.json"
@@ -330,8 +331,8 @@ class GateRunner:
             for j in self.current.phase_jobs():
                 if j.records is None and (j.issued_at is None or now - j.issued_at >= ev.job_deadline_s):
                     if j.issued_at is not None:
-                        self.say(f"ladder: job {j.spec.job_id} not reported by {j.worker} within "
-                                 f"{ev.job_deadline_s:.0f} s; handing it to {req.worker}")
+                        self.say(f"ladder: job {j.spec.job_id} not reported by {printable(j.worker, 80)} within "
+                                 f"{ev.job_deadline_s:.0f} s; handing it to {printable(req.worker, 80)}")
                     j.issued_at, j.worker = now, req.worker
                     s = j.spec
                     return EvalJob(request_id=req.request_id, job_id=s.job_id, run_name=self.run_name, a=s.a,
@@ -581,6 +582,10 @@ def check_report(spec: JobSpec, records: list[EpisodeRecord]) -> None:
     side, one blue and one red eval record with the job's id, the right players in the right
     seats, and outcomes that agree."""
     want = 4 * len(spec.seeds)
+    try:
+        check_records(records)  # finite and in range: what the result log can hold
+    except RecordRefused as exc:
+        raise ReportRefused(f"job {spec.job_id}: {exc}") from None
     if len(records) != want:
         raise ReportRefused(f"job {spec.job_id}: {len(records)} records, expected {want} "
                             f"(2 seats x 2 sides x {len(spec.seeds)} seeds)")

@@ -15,6 +15,7 @@ is reported by every later ``read``.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -74,6 +75,59 @@ def result_log_path(runs_dir: str | os.PathLike, run_name: str) -> Path:
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(ResultLine)
 
+MAX_ID = 2**31 - 1
+"""Battles, ordinals and iterations travel as int32 elsewhere (a Round's ``ordinal``)."""
+MAX_TEXT = 200
+"""Longest role, player or opponent id a record may carry (real ones are ~20 characters)."""
+MAX_REWARD_TERMS = 64
+
+
+class RecordRefused(ValueError):
+    """An episode record the log will not hold; the text names the record, field and value."""
+
+
+def check_record(rec: EpisodeRecord) -> str | None:
+    """Why ``rec`` cannot go into a result log (None when it can). Every number must be finite
+    and in its range: what JSON cannot carry (NaN and infinities become ``null``, which the next
+    ``read`` sets aside) or what no battle can produce (RoyaleGym's terminal info:
+    ``outcome`` in {-1, 0, 1}, crowns 0..3, tower hp fractions in [0, 1], counts >= 0)."""
+    ints = {
+        "battle": (0, MAX_ID), "ordinal": (0, MAX_ID), "iteration": (-1, MAX_ID), "outcome": (-1, 1),
+        "own_crowns": (0, 3), "enemy_crowns": (0, 3), "episode_steps": (0, MAX_ID), "episode_ticks": (0, 2**62),
+        "elixir_leak_steps": (0, MAX_ID), "cards_played": (0, MAX_ID),
+    }
+    for name, (low, high) in ints.items():
+        value = getattr(rec, name)
+        if not low <= value <= high:
+            return f"{name} {value} is outside {low}..{high}"
+    for name in ("own_tower_hp_frac", "enemy_tower_hp_frac"):
+        value = getattr(rec, name)
+        if not 0.0 <= value <= 1.0:  # False for NaN too
+            return f"{name} {value!r} is not a fraction in [0, 1]"
+    if not math.isfinite(rec.undiscounted_return):
+        return f"undiscounted_return {rec.undiscounted_return!r} is not finite"
+    for field_name in ("reward_terms", "reward_terms_abs"):
+        terms = getattr(rec, field_name)
+        if len(terms) > MAX_REWARD_TERMS:
+            return f"{field_name} has {len(terms)} terms; at most {MAX_REWARD_TERMS}"
+        for term, value in terms.items():
+            if len(term) > MAX_TEXT or not math.isfinite(value):
+                return f"{field_name}[{term[:MAX_TEXT]!r}] = {value!r}: term names up to {MAX_TEXT} chars, finite values"
+    for name in ("role", "player", "opponent"):
+        if len(getattr(rec, name)) > MAX_TEXT:
+            return f"{name} is {len(getattr(rec, name))} characters long; at most {MAX_TEXT}"
+    return None
+
+
+def check_records(records: list[EpisodeRecord]) -> None:
+    """Raise RecordRefused naming the first record (its index, battle and ordinal) that
+    ``check_record`` refuses."""
+    for i, rec in enumerate(records):
+        problem = check_record(rec)
+        if problem:
+            raise RecordRefused(f"records[{i}] (battle {rec.battle}, ordinal {rec.ordinal}, seat {rec.seat}): "
+                                f"{problem}; nothing of this batch was written")
+
 
 class ResultLog:
     """The result log of one run. Only one process (the ladder) may append to it.
@@ -92,9 +146,11 @@ class ResultLog:
     def append(self, records: list[EpisodeRecord]) -> int:
         """Append one line per record, then flush and fsync. Returns the number written (0 for
         an empty batch, which touches nothing). Raises OSError if the disk refuses; lines of
-        earlier batches are never touched."""
+        earlier batches are never touched. Raises RecordRefused (``check_records``), writing
+        nothing, when any record of the batch is out of range."""
         if not records:
             return 0
+        check_records(records)
         wall = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         data = b"".join(
             _encoder.encode(ResultLine(run_name=self.run_name, wall=wall, record=r)) + b"\n" for r in records

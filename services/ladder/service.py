@@ -32,11 +32,12 @@ from shared.messages import (
 )
 from shared.messages import AdmitCandidate, Admitted, LadderStatusRequest
 from shared.messages import EvalJobRequest, EvalReport  # evaluator jobs (services/ladder/gate_runner.py)
+from shared.log_guard import RefusalLog
 from shared.transport import bind_router, curve_server_keys, recv, send
 
 from services.ladder.gate_runner import GateRunner, ReportRefused
 from services.ladder.pool import PoolCorrupt
-from services.ladder.results import ResultLog, check_run_name
+from services.ladder.results import RecordRefused, ResultLog, check_records, check_run_name
 from services.ladder.run_pool import PoolRefusal, PoolWriteError, RunPool
 
 MAX_BATTLES = 1_000_000
@@ -130,6 +131,8 @@ class LadderService:
         self.runs_dir = Path(runs_dir)
         self.metrics = metrics or Metrics()
         self.say = say
+        self.refusal_log = RefusalLog(say)
+        """Every refusal, printed rate-limited per reason and escaped (the counter has them all)."""
         self.pool = RunPool(config, self.runs_dir, say=say)  # PoolCorrupt: refuse to start, bind nothing
         self._decoder = Decoder(ToLadder, max_array_bytes=0)
         max_bytes = config.services.max_message_mb << 20
@@ -177,14 +180,17 @@ class LadderService:
                 return self.gates.report(body)
             raise BadRequest(f"the ladder does not serve {type(body).__name__}")
         except (BadRequest, PoolRefusal, ReportRefused) as exc:
-            self.metrics.refused.labels("bad_request").inc()
-            return Error(request_id=body.request_id, reason=str(exc))
+            return self._refuse(body, "bad_request", str(exc))
         except (PoolCorrupt, PoolWriteError) as exc:
-            self.metrics.refused.labels("pool").inc()
-            return Error(request_id=body.request_id, reason=str(exc))
+            return self._refuse(body, "pool", str(exc))
         except OSError as exc:
-            self.metrics.refused.labels("io").inc()
-            return Error(request_id=body.request_id, reason=f"result log not written: {exc}")
+            return self._refuse(body, "io", f"result log not written: {exc}")
+
+    def _refuse(self, body, reason: str, text: str) -> Error:
+        """Count, log (rate-limited) and answer one refused request."""
+        self.metrics.refused.labels(reason).inc()
+        self.refusal_log(reason, f"ladder: refused {type(body).__name__} {body.request_id} ({reason}): {text}")
+        return Error(request_id=body.request_id, reason=text)
 
     def _plan(self, req: PlanRequest) -> PlanReply:
         _check_plan(req)
@@ -216,12 +222,14 @@ class LadderService:
         problem = check_run_name(req.run_name)
         if problem:
             raise BadRequest(problem)
-        for i, ep in enumerate(req.episodes):
-            if ep.battle < 0 or ep.ordinal < 0 or ep.outcome not in (-1, 0, 1):
-                raise BadRequest(
-                    f"episodes[{i}]: battle {ep.battle}, ordinal {ep.ordinal}, outcome {ep.outcome}: "
-                    "battle and ordinal must be >= 0 and outcome one of -1, 0, 1"
-                )
+        if req.run_name != self.config.run_name:
+            # A report names its run; only the run this ladder serves has a result log here, so
+            # a stray or fuzzed report creates no folder.
+            raise BadRequest(f"run_name {req.run_name!r}: this ladder serves run {self.config.run_name!r}")
+        try:
+            check_records(req.episodes)
+        except RecordRefused as exc:
+            raise BadRequest(f"episodes: {exc}") from None
         written = ResultLog.for_run(self.runs_dir, req.run_name).append(req.episodes)
         self.metrics.episodes_recorded.inc(written)
         return Ack(request_id=req.request_id, count=written)
@@ -265,6 +273,7 @@ class LadderService:
             identity, body, _ = recv(self.sock, self._decoder, router=True)
         except ProtocolError as exc:
             self.metrics.refused.labels(exc.reason).inc()
+            self.refusal_log(exc.reason, f"ladder: refused a message ({exc.reason}): {exc}")
             identity = getattr(exc, "identity", None)
             if identity:
                 self._reply(identity, Error(request_id=-1, reason=f"{exc.reason}: {exc}"))
