@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 from shared.config import RunConfig, config_differences, dump_config
 from shared.transport import tcp
+from shared.writer_token import TOKEN_ENV
 
 SERVICE_ORDER = ("checkpoint", "ladder", "learner")
 LEARNER_STOP_GRACE_S = 180.0
@@ -235,6 +237,10 @@ class Stack:
         self._write_config()
         envs = service_environments(cfg, self.config_path, os.path.abspath(cfg.runs_dir), iterations, self.n_rollouts)
         envs["learner"] |= learner_env or {}
+        # Only this stack's learner may write the run's checkpoints (shared/writer_token.py): a
+        # fresh token per start, given to the learner and the checkpoint service alone.
+        token = os.environ.get(TOKEN_ENV) or secrets.token_hex(16)
+        envs["learner"][TOKEN_ENV] = envs["checkpoint"][TOKEN_ENV] = token
         self.children = {name: Child(name, env, os.path.join(self.log_dir, f"{name}.log"),
                                      echo=echo_all or name == "learner")
                          for name, env in envs.items()}

@@ -399,6 +399,9 @@ class SaveCheckpoint(_Msg, tag="save_checkpoint"):
     iteration: int
     names: list[str]
     meta: bytes
+    token: str = ""
+    """The run's checkpoint writer token (``shared.writer_token``); a service started with one
+    refuses a save without it (``unauthorized``), writing and pruning nothing."""
 
 
 class Saved(_Msg, tag="saved"):
@@ -434,6 +437,8 @@ class SaveSnapshot(_Msg, tag="save_snapshot"):
     request_id: int
     run_name: str
     spec: bytes
+    token: str = ""
+    """As ``SaveCheckpoint.token``."""
 
 
 class SnapshotSaved(_Msg, tag="snapshot_saved"):

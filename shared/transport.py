@@ -122,12 +122,15 @@ def recv_frames(sock: zmq.Socket, *, router: bool = False) -> tuple[bytes | None
     MAXMSGSIZE bounds each frame; this bounds the whole message with the same number: frames
     are taken one at a time, and once their total passes the socket's MAXMSGSIZE (or their
     count passes ``MAX_FRAMES``) the rest are received and released at once, never kept, and
-    ProtocolError("oversized"/"frames") is raised with the identity in ``exc.identity``. (ZeroMQ
+    ProtocolError("oversized"/"frames") is raised with the identity in ``exc.identity`` and the
+    header frame in ``exc.head`` (when it alone fits: a server can still read the request id to
+    answer the refusal). (ZeroMQ
     itself has queued the message whole by then; what this bounds is what a service holds and
     decodes.)"""
     limit = _max_message_bytes(sock)
     identity = bytes(sock.recv(copy=False)) if router else None
     frames: list = []
+    head = None
     total = count = 0
     more = True
     while more:
@@ -135,6 +138,8 @@ def recv_frames(sock: zmq.Socket, *, router: bool = False) -> tuple[bytes | None
         more = frame.more
         count += 1
         total += len(frame)
+        if count == 1 and (not limit or total <= limit):
+            head = frame
         if (limit and total > limit) or count > MAX_FRAMES:
             frames = []  # release what was kept; the remaining frames are read and dropped
         else:
@@ -145,6 +150,7 @@ def recv_frames(sock: zmq.Socket, *, router: bool = False) -> tuple[bytes | None
         exc = ProtocolError(reason, f"message of {count} frames, {total} bytes; the limit is {MAX_FRAMES} frames"
                             + (f" and {limit} bytes (max_message_mb) for the whole message" if limit else ""))
         exc.identity = identity  # type: ignore[attr-defined]
+        exc.head = head  # type: ignore[attr-defined]
         raise exc
     return identity, frames
 

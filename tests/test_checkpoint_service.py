@@ -278,3 +278,103 @@ def test_process_that_cannot_bind_says_why(tmp_path):
         blocker.close(0)
     assert done.returncode == 2
     assert f"cannot bind tcp://127.0.0.1:{port}" in done.stderr
+
+
+# ----------------------------------------------------------------------------- hostile input (issue 12)
+
+
+class Guarded(Running):
+    """A service started with a writer token (as ``royalefleet up`` and Compose start it)."""
+
+    TOKEN = "s3cret-token"
+
+    def __init__(self, runs_dir: Path, keep: int):
+        self.address = f"tcp://127.0.0.1:{free_port()}"
+        self.registry = CollectorRegistry()
+        self.lines: list[str] = []
+        sock = bind_router(self.address, max_bytes=1 << 20)
+        self.service = CheckpointService(sock, runs_dir, keep=keep, metrics=Metrics(self.registry),
+                                         out=self.lines.append, max_message_bytes=1 << 20, token=self.TOKEN)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(sock,), daemon=True)
+        self.thread.start()
+        self.client = Client(self.address, Decoder(FromCheckpoint), name="checkpoint", timeout_s=10)
+
+    def save_as(self, token: str, run: str, iteration: int, files: dict[str, bytes]):
+        msg = SaveCheckpoint(request_id=self.client.next_id(), run_name=run, iteration=iteration,
+                             names=list(files), meta=b"{}", token=token)
+        return self.client.request(msg, {n: np.frombuffer(b, dtype=np.uint8) for n, b in files.items()})
+
+
+@pytest.fixture
+def guarded(tmp_path):
+    r = Guarded(tmp_path, keep=2)
+    yield r
+    r.stop.set()
+    r.thread.join(5)
+    r.client.close()
+
+
+def test_a_save_without_the_writer_token_is_refused_and_prunes_nothing(guarded, tmp_path):
+    # Before: an unauthenticated SaveCheckpoint on the loopback default was written and pruned
+    # the oldest good checkpoint (keep=2), and a resume then loaded the attacker's bytes.
+    for it in (1, 2):
+        reply, _ = guarded.save_as(Guarded.TOKEN, "r", it, {"a.bin": b"good"})
+        assert isinstance(reply, Saved)
+    for token in ("", "wrong", Guarded.TOKEN + "x"):
+        reply, _ = guarded.save_as(token, "r", 3, {"a.bin": b"evil"})
+        assert isinstance(reply, Error)
+        assert "SaveCheckpoint for run 'r': missing or wrong writer token" in reply.reason
+    assert sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir() if p.is_dir()) == ["00000001", "00000002"]
+    reply, arrays = guarded.load("r")
+    assert isinstance(reply, Loaded) and reply.iteration == 2 and bytes(arrays["a.bin"]) == b"good"
+    assert guarded.metric("messages_refused_total", reason="unauthorized") == 3
+    # printed once (rate-limited per reason), the counter has all three
+    assert sum("missing or wrong writer token" in line for line in guarded.lines) == 1
+
+
+def test_refused_saves_and_snapshots_create_no_run_folder(guarded, tmp_path):
+    from shared.messages import SaveSnapshot
+
+    for k in range(10):
+        reply, _ = guarded.save_as("", f"fuzz-{k}", 1, {"a.bin": b"x"})
+        assert isinstance(reply, Error)
+        reply, _ = guarded.client.request(
+            SaveSnapshot(request_id=guarded.client.next_id(), run_name=f"snap-{k}", spec=b"{}"),
+            {"actor": np.zeros(4, np.uint8)})
+        assert isinstance(reply, Error) and "SaveSnapshot for run" in reply.reason
+        reply, _ = guarded.load(f"load-{k}")
+        assert isinstance(reply, NotFound)
+    assert list(tmp_path.iterdir()) == []
+    assert guarded.metric("messages_refused_total", reason="unauthorized") == 20
+
+
+def test_a_message_over_the_limit_in_several_frames_is_refused_oversized(guarded, tmp_path):
+    # Before: MAXMSGSIZE bounded each frame, so three frames just under 1 MiB were read whole.
+    part = b"\0" * ((1 << 20) - 100)
+    files = {"a.bin": part, "b.bin": part, "c.bin": part}
+    reply, _ = guarded.save_as(Guarded.TOKEN, "r", 1, files)
+    assert isinstance(reply, Error) and "for the whole message" in reply.reason  # answered: no 10 s timeout
+    assert guarded.metric("messages_refused_total", reason="oversized") == 1
+    assert not (tmp_path / "r").exists()
+    reply, _ = guarded.save_as(Guarded.TOKEN, "r", 1, {"a.bin": b"small"})
+    assert isinstance(reply, Saved)
+
+
+def test_the_writer_token_rule(tmp_path):
+    import zmq.auth
+
+    from shared.writer_token import TOKEN_ENV, checkpoint_token, token_matches
+
+    assert checkpoint_token({}) == ""
+    assert checkpoint_token({TOKEN_ENV: "abc", "ROYALEFLEET_CURVE_DIR": str(tmp_path)}) == "abc"
+    zmq.auth.create_certificates(str(tmp_path), "server")
+    derived = checkpoint_token({"ROYALEFLEET_CURVE_DIR": str(tmp_path)})
+    assert len(derived) == 64 and derived == checkpoint_token({"ROYALEFLEET_CURVE_DIR": str(tmp_path)})
+    other = tmp_path / "other"
+    other.mkdir()
+    zmq.auth.create_certificates(str(other), "server")
+    assert checkpoint_token({"ROYALEFLEET_CURVE_DIR": str(other)}) != derived
+    with pytest.raises(OSError, match="server.key_secret"):
+        checkpoint_token({"ROYALEFLEET_CURVE_DIR": str(tmp_path / "missing")})
+    assert token_matches("anything", "") and token_matches("t", "t") and not token_matches("", "t")

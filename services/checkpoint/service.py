@@ -7,13 +7,18 @@ Requests (``shared.messages.ToCheckpoint``) and replies:
   ``Saved(request_id, path, bytes_written)`` (``bytes_written``: the sum of the file sizes).
 * ``LoadLatest`` -> ``Loaded(request_id, path, iteration, names, meta)`` with the files as
   arrays (the newest checkpoint that verifies), or ``NotFound(request_id, reason)``.
+* Saves (``SaveCheckpoint``, ``SaveSnapshot``) carry the run's writer token
+  (``shared.writer_token``): with a token configured, one without it is refused as
+  ``unauthorized`` before anything is touched: no folder, no write, no prune.
 * Anything refused -> ``Error(request_id, reason)``; ``request_id`` is read from the raw
   message where possible so the client's pending request fails fast instead of timing out,
   and is -1 when it cannot be. Each refusal is counted in
   ``royalefleet_checkpoint_messages_refused_total{reason}``.
 
-A message larger than ``max_message_mb`` is dropped by ZeroMQ (MAXMSGSIZE) before it is read:
-no reply is possible, the client times out.
+A frame larger than ``max_message_mb`` is dropped by ZeroMQ (MAXMSGSIZE) with its connection
+before it is read: no reply is possible, the client times out. A message whose frames together
+pass ``max_message_mb`` is refused as ``oversized`` (``shared.transport.recv_frames``). Refusals
+are printed escaped and at most one line per reason every 10 s (``shared.log_guard``).
 
 Nothing a peer sends and no disk error ends the loop; only SIGTERM/SIGINT do (within one
 poll interval, 0.2 s). Run: ``python -m services.checkpoint --help``.
@@ -45,7 +50,9 @@ from services.checkpoint.store import (
     checkpoint_name,
 )
 from services.checkpoint.snapshots import SnapshotCorrupt, SnapshotStore
+from shared.log_guard import RefusalLog
 from shared.messages import (
+    PROTOCOL_REFUSALS,
     Decoder,
     Error,
     LoadLatest,
@@ -60,16 +67,17 @@ from shared.messages import (
     Saved,
     ToCheckpoint,
 )
-from shared.transport import bind_router, curve_server_keys, send
+from shared.transport import bind_router, curve_server_keys, recv_frames, send
+from shared.writer_token import TOKEN_ENV, checkpoint_token, token_matches
 
 MIB = 1 << 20
 POLL_MS = 200
 
 REFUSAL_REASONS = (
     # from shared.messages.ProtocolError
-    "undecodable", "version", "unknown_kind", "schema", "frames", "arrays", "oversized",
+    *PROTOCOL_REFUSALS,
     # from this service
-    "run_name", "iteration", "file_name", "names", "meta", "corrupt_index", "write_failed",
+    "unauthorized", "run_name", "iteration", "file_name", "names", "meta", "corrupt_index", "write_failed",
     "read_failed", "internal",
 )
 """Every ``reason`` label of the refusal counter, created at zero so dashboards see them."""
@@ -131,13 +139,17 @@ class CheckpointService:
     ``main``); ``runs_dir`` holds one folder per run."""
 
     def __init__(self, sock: zmq.Socket, runs_dir: Path | str, *, keep: int, metrics: Metrics,
-                 max_message_bytes: int = 64 * MIB, out: Callable[[str], None] | None = None):
+                 max_message_bytes: int = 64 * MIB, out: Callable[[str], None] | None = None,
+                 token: str = ""):
         self.sock = sock
+        self.token = token
+        """The run's writer token (``shared.writer_token``); "" accepts every save."""
         self.runs_dir = Path(runs_dir)
         self.keep = keep
         self.metrics = metrics
         self.decoder = Decoder(ToCheckpoint, max_array_bytes=max_message_bytes)
         self.out = out or (lambda text: print(text, flush=True))
+        self.refusal_log = RefusalLog(self.out)
 
     # ------------------------------------------------------------------ loop
 
@@ -150,10 +162,14 @@ class CheckpointService:
     def handle_one(self) -> None:
         """Receive one message and answer it. Never raises for anything the peer sent or
         the disk did; only a broken socket (ZMQError) escapes."""
-        frames = self.sock.recv_multipart(copy=False)
-        identity, frames = bytes(frames[0]), frames[1:]
         request_id = -1
         try:
+            try:
+                identity, frames = recv_frames(self.sock, router=True)
+            except ProtocolError as exc:  # too big or too many frames: none of it was kept
+                identity = exc.identity  # type: ignore[attr-defined]
+                request_id = _request_id_of([exc.head]) if exc.head is not None else -1  # type: ignore[attr-defined]
+                raise Refusal(exc.reason, str(exc)) from None
             try:
                 body, arrays = self.decoder.decode(frames)
             except ProtocolError as exc:
@@ -163,11 +179,12 @@ class CheckpointService:
             reply, reply_arrays = self.handle(body, arrays)
         except Refusal as exc:
             self.metrics.refused.labels(exc.reason).inc()
-            self.out(f"refused request {request_id} ({exc.reason}): {exc}")
+            self.refusal_log(exc.reason, f"refused request {request_id} ({exc.reason}): {exc}")
             reply, reply_arrays = Error(request_id=request_id, reason=str(exc)), None
         except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the service
             self.metrics.refused.labels("internal").inc()
-            self.out(f"internal error on request {request_id}: {exc!r}\n{traceback.format_exc()}")
+            if self.refusal_log("internal", f"internal error on request {request_id}: {exc!r}"):
+                self.out(traceback.format_exc())
             reply, reply_arrays = Error(request_id=request_id, reason=f"internal error: {exc!r}"), None
         if not send(self.sock, reply, reply_arrays, identity=identity):
             self.out(f"could not reply to request {request_id}: the client is gone or not reading")
@@ -197,7 +214,17 @@ class CheckpointService:
         if store.housekeeping_failures:
             self.metrics.housekeeping_failures.inc(store.housekeeping_failures)
 
+    def _check_writer(self, msg) -> None:
+        """Refuse a save without the run's writer token, before any folder is looked at."""
+        if not token_matches(msg.token, self.token):
+            raise Refusal(
+                "unauthorized",
+                f"{type(msg).__name__} for run {msg.run_name!r}: missing or wrong writer token; only the run's "
+                f"learner writes its checkpoints (it reads the token from {TOKEN_ENV}, or derives it from the "
+                "CURVE servers' key: start it with the same environment as this service)")
+
     def save(self, msg: SaveCheckpoint, arrays: Mapping[str, np.ndarray]):
+        self._check_writer(msg)
         store = self._store(msg.run_name)
         try:
             checkpoint_name(msg.iteration)
@@ -279,6 +306,7 @@ class CheckpointService:
         return SnapshotStore(self.runs_dir / run_name / "snapshots")
 
     def save_snapshot(self, msg: SaveSnapshot, arrays: Mapping[str, np.ndarray]):
+        self._check_writer(msg)
         store = self._snapshots(msg.run_name)
         if set(arrays) != {"actor"}:
             raise Refusal("names", "a snapshot carries exactly one array, 'actor'")
@@ -410,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     max_bytes = settings.max_message_mb * MIB
     try:
+        token = checkpoint_token()
         sock = bind_router(settings.bind, max_bytes=max_bytes, curve=curve_server_keys())
     except OSError as exc:
         print(f"checkpoint service: {exc}", file=sys.stderr, flush=True)
@@ -428,11 +457,13 @@ def main(argv: list[str] | None = None) -> int:
         metrics_url = f"http://{settings.metrics_host}:{settings.metrics_port}/metrics"
     service = CheckpointService(
         sock, settings.runs_dir, keep=settings.keep, metrics=Metrics(prometheus_client.REGISTRY),
-        max_message_bytes=max_bytes,
+        max_message_bytes=max_bytes, token=token,
     )
     print(
         f"checkpoint service on {settings.bind}, runs in {Path(settings.runs_dir).resolve()}, "
-        f"keep {settings.keep}, max message {settings.max_message_mb} MiB, metrics {metrics_url}",
+        f"keep {settings.keep}, max message {settings.max_message_mb} MiB, metrics {metrics_url}, saves "
+        + ("need the run's writer token" if token else
+           f"NOT authenticated (no {TOKEN_ENV} and CURVE off: any local process can write and prune checkpoints)"),
         flush=True,
     )
     try:

@@ -105,10 +105,11 @@ def read_seeds(seeds, expected: dict[str, str], build: Callable[[], object] | No
     return out
 
 
-def admit_seeds(seeds: list[SeedFiles], run_name: str, ckpt, ladder, say: Callable[[str], None] = print) -> list[str]:
+def admit_seeds(seeds: list[SeedFiles], run_name: str, ckpt, ladder, say: Callable[[str], None] = print,
+                token: str = "") -> list[str]:
     """Store each checked seed (``SaveSnapshot``) and admit it as a seed (``AdmitCandidate``,
     ``seed=True``). ``ckpt`` and ``ladder`` are ``shared.transport.Client``s (each request has
-    their deadline). Returns the statuses in order (``admitted_seed`` or ``duplicate``).
+    their deadline); ``token`` is the run's checkpoint writer token (shared/writer_token.py). Returns the statuses in order (``admitted_seed`` or ``duplicate``).
 
     Raises SeedRefused naming the seed when a service does not answer in time, refuses, or the
     store names another id than the seed's."""
@@ -116,7 +117,7 @@ def admit_seeds(seeds: list[SeedFiles], run_name: str, ckpt, ladder, say: Callab
     for s in seeds:
         member = f"snap:{s.snapshot_id}"
         try:
-            reply, _ = ckpt.request(SaveSnapshot(request_id=ckpt.next_id(), run_name=run_name, spec=s.spec),
+            reply, _ = ckpt.request(SaveSnapshot(request_id=ckpt.next_id(), run_name=run_name, spec=s.spec, token=token),
                                     {"actor": np.frombuffer(s.actor, np.uint8)})
         except transport.ServiceTimeout as exc:
             raise SeedRefused(f"seed snapshot {s.path}: not stored: {exc}") from None

@@ -45,6 +45,7 @@ from shared.messages import (
 from shared.schedules import value_at
 from shared.seeding import stream
 from shared.stats import wilson_interval
+from shared.writer_token import checkpoint_token
 
 STARTUP_WAIT_S = 120.0
 """How long the first iteration waits for ``min_rollouts`` before starting with fewer."""
@@ -160,6 +161,7 @@ class Learner:
                                        timeout_s=cfg.services.request_timeout_s,
                                        curve=transport.curve_client_keys())
         self.ladder_status = LadderStatusPoller(self.ladder, cfg.run_name, cfg.services.ladder_status_timeout_s, say)
+        self.ckpt_token = checkpoint_token()  # shared/writer_token.py: only this run's learner writes
         self.ckpt = transport.Client(checkpoint, Decoder(FromCheckpoint), name="checkpoint service",
                                      max_bytes=cfg.services.max_message_mb << 20,
                                      timeout_s=cfg.services.request_timeout_s,
@@ -234,7 +236,8 @@ class Learner:
         for attempt in range(1, attempts + 1):
             try:
                 req = SaveCheckpoint(request_id=self.ckpt.next_id(), run_name=self.cfg.run_name,
-                                     iteration=snapshot.iteration, names=names, meta=snapshot.meta)
+                                     iteration=snapshot.iteration, names=names, meta=snapshot.meta,
+                                     token=self.ckpt_token)
                 reply, _ = self.ckpt.request(req, {n: np.frombuffer(snapshot.files[n], np.uint8) for n in names})
                 if isinstance(reply, Saved):
                     self.saved_iteration = snapshot.iteration
@@ -265,7 +268,8 @@ class Learner:
             "codec_table_digest": self.identity.codec_table_digest, "dtype": "float16"})
         try:
             reply, _ = self.ckpt.request(SaveSnapshot(request_id=self.ckpt.next_id(), run_name=self.cfg.run_name,
-                                                      spec=spec), {"actor": np.frombuffer(actor, np.uint8)})
+                                                      spec=spec, token=self.ckpt_token),
+                                         {"actor": np.frombuffer(actor, np.uint8)})
         except transport.ServiceTimeout as exc:
             self.say(f"learner: snapshot not written: {exc}")
             return
@@ -306,7 +310,7 @@ class Learner:
                     "codec_table_digest": self.identity.codec_table_digest}
         try:
             admit_seeds(read_seeds(seeds, expected, actor_builder(self.pf.spec, self.cfg.net)), self.cfg.run_name,
-                        self.ckpt, self.ladder, self.say)
+                        self.ckpt, self.ladder, self.say, token=self.ckpt_token)
         except SeedRefused as exc:
             raise SystemExit(f"learner: refusing to start: {exc}")
 
