@@ -189,6 +189,16 @@ def is_pool_fallback(assignment: Assignment) -> bool:
     return assignment.role == "pool" and assignment.opponent.startswith("scripted:")
 
 
+MAX_BATTLES = 1_000_000
+"""Largest ``n_battles`` a PlanRequest may name: the role permutation is built over all of them.
+The ladder refuses bigger requests; a learner refuses a rollout whose Hello would take its fleet
+past these limits (services/learner/admission.py)."""
+MAX_LOOKAHEAD = 10_000
+MAX_PLAN_ASSIGNMENTS = 100_000
+"""Assignments one PlanRequest may ask for (len(battles) * lookahead). Each costs ~70 us to
+draw, so this bounds one reply at ~7 s of ladder time and a few MB on the wire."""
+
+
 def plan_assignments(master_seed: int, n_battles: int, battles: Sequence[int], next_ordinals: Sequence[int],
                      lookahead: int, mix: Sequence[float], scripted_opponents: Sequence[str], *,
                      pool_members: Sequence[str] = (), pool_weights: Sequence[float] | None = None) -> list[Assignment]:

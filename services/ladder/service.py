@@ -26,7 +26,9 @@ import zmq
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from shared.config import RunConfig
-from shared.matchmaking import ROLES, is_pool_fallback, plan_assignments, role_counts
+from shared.matchmaking import (
+    MAX_BATTLES, MAX_LOOKAHEAD, MAX_PLAN_ASSIGNMENTS, ROLES, is_pool_fallback, plan_assignments, role_counts,
+)
 from shared.messages import (
     PROTOCOL_REFUSALS, Ack, Decoder, Error, PlanReply, PlanRequest, ProtocolError, ReportEpisodes, ToLadder,
 )
@@ -40,12 +42,6 @@ from services.ladder.pool import PoolCorrupt
 from services.ladder.results import RecordRefused, ResultLog, check_records, check_run_name
 from services.ladder.run_pool import PoolRefusal, PoolWriteError, RunPool
 
-MAX_BATTLES = 1_000_000
-"""Largest ``n_battles`` a PlanRequest may name: the role permutation is built over all of them."""
-MAX_LOOKAHEAD = 10_000
-MAX_PLAN_ASSIGNMENTS = 100_000
-"""Assignments one PlanRequest may ask for (len(battles) * lookahead). Each costs ~70 us to
-draw, so this bounds one reply at ~7 s of ladder time and a few MB on the wire."""
 MAX_ORDINAL = 2**31 - 1
 """Ordinals travel as int32 in a Round's ``ordinal`` array."""
 POOL_SYNC_S = 1.0

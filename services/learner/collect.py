@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
+from services.learner.admission import HelloLimits
 from services.learner.fleet import Fleet, Member, SlotMap
 from services.learner.frozen import FrozenStats
 from services.learner.rectangle import Rectangle
@@ -33,6 +34,7 @@ from shared import transport
 from shared.messages import (
     GROUP_LEARNER, Failure, Heartbeat, Hello, ProtocolError, Refused, Rejoin, Round, Step, snapshot_of,
 )
+from shared.log_guard import RefusalLog, printable
 from shared.seeding import stream
 
 
@@ -54,12 +56,16 @@ class CollectStats:
 
 
 class Collector:
-    def __init__(self, sock: zmq.Socket, decoder, fleet: Fleet, welcome_for, engine, say, refused_counter=None):
+    def __init__(self, sock: zmq.Socket, decoder, fleet: Fleet, welcome_for, engine, say, refused_counter=None,
+                 hello_limits: HelloLimits | None = None):
         self.sock, self.decoder, self.fleet = sock, decoder, fleet
         self.welcome_for = welcome_for  # () -> Welcome
         self.engine = engine
         self.say = say
         self.refused_counter = refused_counter
+        self.hello_limits = hello_limits
+        """What a Hello may claim (services/learner/admission.py); None checks only the shape."""
+        self.refusal_log = RefusalLog(say)
         self.stop_requested = False
         self.refused_count = 0
 
@@ -94,7 +100,8 @@ class Collector:
             if isinstance(msg, Round):
                 on_round(member, msg, arrays)
             elif isinstance(msg, Failure):
-                self.say(f"rollout {member.label()} failed ({msg.kind}): {msg.message.strip().splitlines()[-1] if msg.message.strip() else ''}")
+                last = msg.message.strip().splitlines()[-1] if msg.message.strip() else ""
+                self.say(f"rollout {printable(member.label())} failed ({msg.kind}): {printable(last)}")
                 self.fleet.mark_lost(member)
             elif isinstance(msg, Heartbeat):
                 member.ready = member.ready or msg.state == "ready"
@@ -103,18 +110,26 @@ class Collector:
     def _refused(self, reason: str, text: str) -> None:
         if self.refused_counter is not None:
             self.refused_counter.labels(reason).inc()
-        self.say(text)
+        self.refusal_log(reason, text)  # escaped, at most one line per reason every 10 s
         self.refused_count += 1
 
     def _on_hello(self, identity: bytes, msg: Hello) -> None:
         if msg.engine != self.engine:
             reason = (f"engine build differs: the rollout runs {msg.engine.describe()}, "
                       f"the learner runs {self.engine.describe()}; install the same royalegym/royalesim on both")
-            self.say(f"refused rollout {msg.instance}@{msg.host}: {reason}")
+            self._refused("hello", f"refused rollout {msg.instance}@{msg.host}: {reason}")
             self._send(identity, Refused(reason=reason))
             return
-        if msg.battles < 1 or msg.shards < 1 or msg.battles % msg.shards:
-            self._send(identity, Refused(reason=f"battles={msg.battles} must be a positive multiple of shards={msg.shards}"))
+        fleet_battles = sum(m.battles for m in self.fleet.members.values() if not m.lost and m.instance != msg.instance)
+        if self.hello_limits is not None:
+            problem = self.hello_limits.refusal(msg, fleet_battles)
+        elif msg.battles < 1 or msg.shards < 1 or msg.battles % msg.shards:
+            problem = f"Hello.battles={msg.battles} must be a positive multiple of Hello.shards={msg.shards}"
+        else:
+            problem = None
+        if problem:
+            self._refused("hello", f"refused rollout {msg.instance}@{msg.host}: {problem}")
+            self._send(identity, Refused(reason=problem))
             return
         existing = self.fleet.get(msg.instance)
         if existing is not None and existing.identity == identity and not existing.lost:
@@ -122,7 +137,7 @@ class Collector:
             return
         self.fleet.add(Member(msg.instance, identity, msg.battles, msg.shards, msg.host, msg.pid))
         self._send(identity, self.welcome_for())
-        self.say(f"rollout {msg.instance}@{msg.host}:{msg.pid} registered: {msg.battles} battles in "
+        self.say(f"rollout {printable(msg.instance, 40)}@{printable(msg.host, 80)}:{msg.pid} registered: {msg.battles} battles in "
                  f"{msg.shards} shards; joins at the next iteration")
 
     # ------------------------------------------------------------------ one iteration

@@ -20,9 +20,9 @@ from shared.service_alerts import PROGRESS_METRIC
 class LearnerMetrics:
     def __init__(self, port: int | None, host: str = "127.0.0.1"):
         self.registry = r = CollectorRegistry()
-        self.refused = Counter("royalefleet_learner_messages_refused", "Messages refused by the learner",
+        self.refused = Counter("royalefleet_learner_messages_refused", "Messages refused by the learner (hello: a Hello whose engine or sizes it cannot serve)",
                                ["reason"], registry=r)
-        for reason in (*PROTOCOL_REFUSALS, "unexpected", "out_of_order"):
+        for reason in (*PROTOCOL_REFUSALS, "unexpected", "out_of_order", "hello"):
             self.refused.labels(reason)
         self.checkpoint_failures = Counter("royalefleet_learner_checkpoint_failures",
                                            "Checkpoints that could not be written after retries", registry=r)

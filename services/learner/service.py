@@ -18,7 +18,6 @@ describes is written (never weights an unwritten row would have to describe), th
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import sys
@@ -28,6 +27,7 @@ import msgspec
 import numpy as np
 
 from services.learner import checkpointing, metric_log
+from services.learner.admission import HelloLimits, plan_size
 from services.learner.halt import HALTED_FILE, mark_halted, read_halt_mark
 from services.learner.fleet import Fleet
 from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots
@@ -36,7 +36,6 @@ from services.learner.rectangle import Rectangle
 from shared import transport
 from shared.config import ConfigError, RunConfig, config_differences, dump_config, load_config
 from shared.identity import action_digest_of, compute_identity, describe_device, identity_differences, run_id
-from shared.matchmaking import role_counts
 from shared.messages import (
     Ack, AdmitCandidate, Admitted, Decoder, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan,
     PlanReply, PlanRequest, ReportEpisodes, SaveCheckpoint, Saved, SaveSnapshot, SnapshotSaved, ToLearner, Welcome,
@@ -53,8 +52,6 @@ STARTUP_WAIT_S = 120.0
 JOIN_WAIT_S = 30.0
 """The longest a boundary waits for a registered rollout that is still building its battles."""
 
-MIN_EPISODE_DECISIONS = 10
-"""No episode ends sooner: RoyaleGym allows only the no-op for a seat's first 9 decisions."""
 
 
 class StopRequested(Exception):
@@ -184,7 +181,7 @@ class Learner:
             self.halt_endpoint = HaltEndpoint(metrics_host, halt_port, token, self.request_halt, self.metrics.halt_requests)
             say(f"learner: halt endpoint on http://{metrics_host}:{self.halt_endpoint.port}/halt (bearer token)")
         self.collector = Collector(self.sock, Decoder(ToLearner), self.fleet, self._welcome, self.pf.engine, say,
-                                   self.metrics.refused)
+                                   self.metrics.refused, HelloLimits.at_start(cfg, self.pf.codec.row_bytes))
         self.iteration = 0
         self.timesteps = 0
         self.env_steps = 0
@@ -396,11 +393,7 @@ class Learner:
     def _plan(self, members, slot_map, gamma: float) -> tuple[int, int, list]:
         cfg = self.cfg
         n = slot_map.n_battles
-        mirror, pool, scripted = role_counts(tuple(cfg.ladder.mix), n)
-        learner_rows = n + mirror
-        T = max(1, math.ceil(cfg.ppo.timesteps_per_iteration / learner_rows))
-        shortest = min(MIN_EPISODE_DECISIONS, cfg.env.max_steps or MIN_EPISODE_DECISIONS)
-        lookahead = math.ceil((T + 1) / shortest) + 2
+        T, learner_rows, lookahead = plan_size(cfg, n)  # one formula with the Hello limits (admission.py)
         battles = [int(b) for b in slot_map.battle_ids]
         ordinals = [self.fleet.ordinal.get(b, 0) for b in battles]
         reply, _ = self.ladder.request(PlanRequest(
