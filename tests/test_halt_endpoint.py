@@ -61,3 +61,101 @@ def test_reason_from_plain_and_broken_bodies():
     assert reason_from(b'{"reason": "maintenance"}') == "maintenance"
     assert reason_from(b"not json") == "operator halt (unparseable body)"
     assert reason_from(b"[1, 2]") == "operator halt"
+
+
+# ----------------------------------------------------------------------------- hostile input (issue 12)
+
+import socket  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from services.learner import halt as halt_module  # noqa: E402
+from services.learner.halt import MAX_CONNECTIONS, content_length  # noqa: E402
+
+
+def raw_request(port: int, head: str, body: bytes = b"", *, close_write: bool = True, timeout: float = 10.0) -> bytes:
+    """Send ``head`` (CRLF line ends added) and ``body`` on a plain socket; everything answered."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+        if close_write:
+            s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(4096):
+            out += chunk
+        return out
+
+
+HEAD = "POST /halt HTTP/1.1\nHost: x\nAuthorization: Bearer s3cret\n"
+
+
+@pytest.mark.parametrize("length, status, outcome", [
+    ("abc", b"400", "bad_request"),    # before: the connection closed with no response
+    ("-1", b"400", "bad_request"),     # before: halted (read(-1) read to EOF)
+    ("+5", b"400", "bad_request"),
+    ("5, 5", b"400", "bad_request"),
+])
+def test_a_bad_content_length_is_a_400_and_no_halt(endpoint, length, status, outcome):
+    ep, asked, reg = endpoint
+    answer = raw_request(ep.port, HEAD + f"Content-Length: {length}\n", b'{"reason": "x"}')
+    assert answer.split(b" ")[1] == status and b"Content-Length must be one non-negative whole number" in answer
+    assert asked == []
+    assert reg.get_sample_value("halt_requests_total", {"outcome": outcome}) == 1
+
+
+def test_a_short_body_does_not_halt(endpoint):
+    # Before: a body shorter than its Content-Length (the peer closed early) still halted.
+    ep, asked, reg = endpoint
+    answer = raw_request(ep.port, HEAD + "Content-Length: 100\n", b'{"reason": "x"}')
+    assert answer.split(b" ")[1] == b"400" and b"body of 15 bytes, Content-Length says 100: not halting" in answer
+    assert asked == []
+    assert reg.get_sample_value("halt_requests_total", {"outcome": "incomplete"}) == 1
+
+
+def test_a_chunked_body_is_refused(endpoint):
+    ep, asked, _ = endpoint
+    answer = raw_request(ep.port, HEAD + "Transfer-Encoding: chunked\n", b"5\r\nhello\r\n0\r\n\r\n")
+    assert answer.split(b" ")[1] == b"400" and asked == []
+
+
+def test_a_complete_request_on_a_raw_socket_halts(endpoint):
+    ep, asked, _ = endpoint
+    body = b'{"reason": "maintenance"}'
+    answer = raw_request(ep.port, HEAD + f"Content-Length: {len(body)}\n", body)
+    assert answer.split(b" ")[1] == b"202" and asked == ["maintenance"]
+
+
+def test_idle_connections_are_capped_and_timed_out(monkeypatch):
+    # Before: one thread per connection, with no idle timeout (300 idle connections, 300 threads).
+    monkeypatch.setattr(halt_module, "IDLE_TIMEOUT_S", 1.0)
+    asked: list[str] = []
+    reg = CollectorRegistry()
+    ep = HaltEndpoint("127.0.0.1", 0, "s3cret", asked.append, Counter("halt_requests", "x", ["outcome"], registry=reg))
+    threads_before = threading.active_count()
+    idle = [socket.create_connection(("127.0.0.1", ep.port), timeout=10) for _ in range(MAX_CONNECTIONS + 20)]
+    try:
+        peak = 0
+        ends: list[bytes] = []
+        deadline = time.monotonic() + 10.0
+        for s in idle:  # every connection ends by itself: a 503 at once, or EOF after the idle timeout
+            s.settimeout(max(0.1, deadline - time.monotonic()))
+            peak = max(peak, threading.active_count() - threads_before)
+            data = b""
+            while chunk := s.recv(100):
+                data += chunk
+            ends.append(data)
+        assert peak <= MAX_CONNECTIONS
+        assert all(e == b"" or e.startswith(b"HTTP/1.0 503") for e in ends)
+        busy = sum(e.startswith(b"HTTP/1.0 503") for e in ends)
+        assert busy >= 1 and reg.get_sample_value("halt_requests_total", {"outcome": "busy"}) == busy
+        assert asked == []
+    finally:
+        for s in idle:
+            s.close()
+    code, _ = post(ep.port, b'{"reason": "after"}')  # and the endpoint serves again
+    assert code == 202 and asked == ["after"]
+    ep.close()
+
+
+def test_content_length_parsing():
+    assert [content_length(v) for v in (None, "0", " 12 ", "65536")] == [0, 0, 12, 65536]
+    assert [content_length(v) for v in ("", "abc", "-1", "+1", "1.0", "1 2", "١٢", "9" * 13)] == [None] * 8

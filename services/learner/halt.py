@@ -5,7 +5,8 @@ point as an alarm halt does: the checkpoint of the state the last row describes,
 bundle naming the reason, exit code 3. The body may be Grafana's webhook payload (its alerts'
 names and summaries become the reason) or any JSON with a ``reason``. The token comes from the
 environment (``ROYALEFLEET_HALT_TOKEN``) and is compared in constant time; without a token the
-endpoint is not started at all. Anything else gets 401/404/413 and is counted, never acted on.
+endpoint is not started at all. Anything else gets 400/401/404/413/503 and is counted, never acted
+on; the server is bounded (``HaltEndpoint``: a connection cap and an idle timeout).
 """
 
 from __future__ import annotations
@@ -70,22 +71,86 @@ def reason_from(body: bytes) -> str:
     return ("operator halt: " + ("; ".join(names) or title or "webhook"))[:500]
 
 
+IDLE_TIMEOUT_S = 5.0
+"""A connection that sends nothing for this long (headers or body) is closed, not waited on."""
+MAX_CONNECTIONS = 8
+"""Connections served at once; one more is answered 503 and closed at once (no thread)."""
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer with at most ``MAX_CONNECTIONS`` handler threads: the extra
+    connection gets a 503 and is closed on the accepting thread."""
+
+    daemon_threads = True
+    request_queue_size = 64
+    slots: threading.BoundedSemaphore
+    on_busy = staticmethod(lambda: None)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.on_busy()
+            try:
+                request.settimeout(1.0)
+                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+def content_length(value: str | None) -> int | None:
+    """The body length a ``Content-Length`` header names: None when it is not one non-negative
+    decimal number (``abc``, ``-1``, ``+5``, ``1, 2``); a missing header is a body of 0."""
+    if value is None:
+        return 0
+    value = value.strip()
+    if not value or not value.isascii() or not value.isdigit() or len(value) > 12:
+        return None
+    return int(value)
+
+
 class HaltEndpoint:
+    """``POST /halt`` on ``host:port``, served by a bounded server: at most ``MAX_CONNECTIONS``
+    at once (more: 503), every read under ``IDLE_TIMEOUT_S``, one request per connection. A halt
+    is asked for only after the whole request is read and well formed: the path, the token, a
+    ``Content-Length`` that is a number up to ``MAX_BODY`` (no ``Transfer-Encoding``) and exactly
+    that many body bytes. ``counter`` (labels ``outcome``) counts accepted, unauthorized,
+    not_found, too_large, bad_request (400: a length that is not a number, chunked bodies),
+    incomplete (the body ended or stalled short of its length) and busy."""
+
     def __init__(self, host: str, port: int, token: str, on_halt, counter=None):
         self.token = token.encode()
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = IDLE_TIMEOUT_S  # StreamRequestHandler sets it on the socket: no endless idle
+
             def log_message(self, *args):  # the learner's output is for the learner's lines
                 pass
 
             def _answer(self, code: int, text: str) -> None:
                 data = (text + "\n").encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "text/plain; charset=utf-8")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    pass  # the peer is gone: nothing to tell it
+                self.close_connection = True
 
             def do_POST(self):
                 if self.path.rstrip("/") != "/halt":
@@ -95,11 +160,29 @@ class HaltEndpoint:
                 if not hmac.compare_digest(given, b"Bearer " + endpoint.token):
                     endpoint._count("unauthorized")
                     return self._answer(401, "missing or wrong bearer token")
-                length = int(self.headers.get("Content-Length") or 0)
+                if self.headers.get("Transfer-Encoding") is not None:
+                    endpoint._count("bad_request")
+                    return self._answer(400, "send the body with a Content-Length, not a Transfer-Encoding")
+                length = content_length(self.headers.get("Content-Length"))
+                if length is None:
+                    endpoint._count("bad_request")
+                    return self._answer(400, "Content-Length must be one non-negative whole number")
                 if length > MAX_BODY:
                     endpoint._count("too_large")
                     return self._answer(413, f"body over {MAX_BODY} bytes")
-                reason = reason_from(self.rfile.read(length) if length else b"")
+                body = b""
+                try:
+                    while len(body) < length:
+                        chunk = self.rfile.read(length - len(body))
+                        if not chunk:
+                            break
+                        body += chunk
+                except OSError:  # socket.timeout included: a body that stalls is not a request
+                    pass
+                if len(body) != length:
+                    endpoint._count("incomplete")
+                    return self._answer(400, f"body of {len(body)} bytes, Content-Length says {length}: not halting")
+                reason = reason_from(body)
                 on_halt(reason)
                 endpoint._count("accepted")
                 self._answer(202, "halting at the next safe point: " + reason)
@@ -109,7 +192,9 @@ class HaltEndpoint:
                 self._answer(404, "POST /halt")
 
         self.counter = counter
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server = _BoundedServer((host, port), Handler)
+        self.server.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.server.on_busy = lambda: self._count("busy")
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True, name="halt-endpoint")
         self.thread.start()
