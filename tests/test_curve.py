@@ -17,14 +17,16 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import zmq
 import zmq.auth
 
 from royalefleet import cmd_keys
 from shared import transport
-from shared.messages import Decoder, FromCheckpoint, LoadLatest, NotFound
+from shared.messages import Decoder, Error, FromCheckpoint, LoadLatest, NotFound, SaveCheckpoint, Saved
 from shared.transport import CURVE_DIR_ENV, Client, CurveClient, CurveServer
+from shared.writer_token import checkpoint_token
 
 REPO = Path(__file__).resolve().parents[1]
 REFUSED_WAIT_MS = 1500
@@ -270,6 +272,21 @@ def test_a_real_service_with_the_curve_variable_refuses_strangers(tmp_path, keys
             load(None, REFUSED_WAIT_MS / 1000)
         reply, _ = load(client_keys(keys / "hosts" / "box2"), 10)  # an extra host's bundle is allowed too
         assert isinstance(reply, NotFound)
+
+        # Writes need the run's writer token, derived from the servers' secret key: an admitted
+        # rollout host (client keys only) cannot save; the learner (it holds the key) can.
+        def save(curve, token):
+            c = Client(address, Decoder(FromCheckpoint), name="checkpoint", timeout_s=10, curve=curve)
+            clients.append(c)
+            return c.request(SaveCheckpoint(request_id=c.next_id(), run_name="default", iteration=1,
+                                            names=["a.bin"], meta=b"{}", token=token),
+                             {"a.bin": np.frombuffer(b"abc", np.uint8)})[0]
+
+        reply = save(client_keys(keys / "hosts" / "box2"), "")
+        assert isinstance(reply, Error) and "missing or wrong writer token" in reply.reason
+        assert not (tmp_path / "runs" / "default").exists()
+        reply = save(client_keys(keys), checkpoint_token({CURVE_DIR_ENV: str(keys)}))
+        assert isinstance(reply, Saved)
     finally:
         for c in clients:
             c.close()

@@ -27,6 +27,7 @@ from services.rollout.metrics import RolloutMetrics
 from shared import transport
 from shared.codec import Codec
 from shared.envs import build_env, engine_build
+from shared.log_guard import RefusalLog
 from shared.messages import (
     Close, Decoder, Failure, Heartbeat, Hello, Plan, ProtocolError, Refused, Rejoin, Round, Step,
     ToRollout, Welcome,
@@ -40,6 +41,7 @@ class RolloutService:
             raise ValueError(f"battles={battles} must be a multiple of shards={shards}")
         self.learner, self.n_battles, self.n_shards = learner, battles, shards
         self.say = say
+        self.refusal_log = RefusalLog(say)  # escaped, at most one line per reason every 10 s
         self.metrics = metrics or RolloutMetrics(None)
         self.instance = uuid.uuid4().hex[:12]
         self.sock = transport.connect_dealer(learner, max_bytes=max_message_mb << 20,
@@ -166,7 +168,7 @@ class RolloutService:
                 _, msg, arrays = transport.recv(self.sock, self.decoder)
             except ProtocolError as exc:
                 self.metrics.refused.labels(exc.reason).inc()
-                self.say(f"rollout {self.instance}: refused a message from the learner: {exc}")
+                self.refusal_log(exc.reason, f"rollout {self.instance}: refused a message from the learner: {exc}")
                 continue
             self.last_heard = time.monotonic()
             try:
