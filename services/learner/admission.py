@@ -29,7 +29,7 @@ from shared.messages import Hello
 MIN_EPISODE_DECISIONS = 10
 """No episode ends sooner: RoyaleGym allows only the no-op for a seat's first 9 decisions."""
 
-MEMORY_SHARE = 0.5
+MEMORY_SHARE = 0.75
 """Share of the memory available at start that one iteration's rectangle may take (the update's
 minibatches, the models and the optimizer need the rest)."""
 
