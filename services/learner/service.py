@@ -53,7 +53,6 @@ JOIN_WAIT_S = 30.0
 """The longest a boundary waits for a registered rollout that is still building its battles."""
 
 
-
 class StopRequested(Exception):
     pass
 
