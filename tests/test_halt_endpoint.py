@@ -159,3 +159,36 @@ def test_idle_connections_are_capped_and_timed_out(monkeypatch):
 def test_content_length_parsing():
     assert [content_length(v) for v in (None, "0", " 12 ", "65536")] == [0, 0, 12, 65536]
     assert [content_length(v) for v in ("", "abc", "-1", "+1", "1.0", "1 2", "١٢", "9" * 13)] == [None] * 8
+
+
+def test_a_trickled_request_is_cut_off_at_the_request_deadline(monkeypatch):
+    # Each byte comes within the idle timeout, so only the whole-request deadline ends it.
+    monkeypatch.setattr(halt_module, "IDLE_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(halt_module, "REQUEST_DEADLINE_S", 1.5)
+    asked: list[str] = []
+    ep = HaltEndpoint("127.0.0.1", 0, "s3cret", asked.append)
+    try:
+        with socket.create_connection(("127.0.0.1", ep.port), timeout=5) as s:
+            started = time.monotonic()
+            head = (HEAD + "Content-Length: 2\n\n").replace("\n", "\r\n").encode() + b"{}"
+            closed = False
+            for byte in head:
+                try:
+                    s.sendall(bytes([byte]))
+                except OSError:
+                    closed = True
+                    break
+                time.sleep(0.3)
+                if time.monotonic() - started > 4:
+                    break
+            s.settimeout(3)
+            try:
+                closed = closed or s.recv(100) == b""
+            except TimeoutError:
+                pass  # still open: the deadline did not cut it off
+            except OSError:
+                closed = True  # reset by the server
+        assert closed and time.monotonic() - started < 4
+        assert asked == []
+    finally:
+        ep.close()

@@ -14,7 +14,9 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from shared.durable import replace_file
@@ -73,6 +75,8 @@ def reason_from(body: bytes) -> str:
 
 IDLE_TIMEOUT_S = 5.0
 """A connection that sends nothing for this long (headers or body) is closed, not waited on."""
+REQUEST_DEADLINE_S = 15.0
+"""A whole request must arrive within this: one trickling a byte at a time is cut off too."""
 MAX_CONNECTIONS = 8
 """Connections served at once; one more is answered 503 and closed at once (no thread)."""
 
@@ -84,6 +88,8 @@ class _BoundedServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64
     slots: threading.BoundedSemaphore
+    lock: threading.Lock
+    deadlines: dict
     on_busy = staticmethod(lambda: None)
 
     def process_request(self, request, client_address):
@@ -103,10 +109,26 @@ class _BoundedServer(ThreadingHTTPServer):
             raise
 
     def process_request_thread(self, request, client_address):
+        with self.lock:
+            self.deadlines[request] = time.monotonic() + REQUEST_DEADLINE_S
         try:
             super().process_request_thread(request, client_address)
         finally:
+            with self.lock:
+                self.deadlines.pop(request, None)
             self.slots.release()
+
+    def cut_overdue(self) -> None:
+        """Shut down every connection past its request deadline (the idle timeout bounds each
+        read; this bounds them all together, so a request trickled byte by byte ends too)."""
+        now = time.monotonic()
+        with self.lock:
+            overdue = [r for r, deadline in self.deadlines.items() if deadline < now]
+        for request in overdue:
+            try:
+                request.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 def content_length(value: str | None) -> int | None:
@@ -122,7 +144,8 @@ def content_length(value: str | None) -> int | None:
 
 class HaltEndpoint:
     """``POST /halt`` on ``host:port``, served by a bounded server: at most ``MAX_CONNECTIONS``
-    at once (more: 503), every read under ``IDLE_TIMEOUT_S``, one request per connection. A halt
+    at once (more: 503), every read under ``IDLE_TIMEOUT_S`` and the whole request under
+    ``REQUEST_DEADLINE_S``, one request per connection. A halt
     is asked for only after the whole request is read and well formed: the path, the token, a
     ``Content-Length`` that is a number up to ``MAX_BODY`` (no ``Transfer-Encoding``) and exactly
     that many body bytes. ``counter`` (labels ``outcome``) counts accepted, unauthorized,
@@ -135,6 +158,7 @@ class HaltEndpoint:
 
         class Handler(BaseHTTPRequestHandler):
             timeout = IDLE_TIMEOUT_S  # StreamRequestHandler sets it on the socket: no endless idle
+
 
             def log_message(self, *args):  # the learner's output is for the learner's lines
                 pass
@@ -194,15 +218,24 @@ class HaltEndpoint:
         self.counter = counter
         self.server = _BoundedServer((host, port), Handler)
         self.server.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.server.lock, self.server.deadlines = threading.Lock(), {}
         self.server.on_busy = lambda: self._count("busy")
         self.port = self.server.server_address[1]
+        self._closed = threading.Event()
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True, name="halt-endpoint")
         self.thread.start()
+        self.watchdog = threading.Thread(target=self._watch, daemon=True, name="halt-endpoint-deadlines")
+        self.watchdog.start()
+
+    def _watch(self) -> None:
+        while not self._closed.wait(0.25):
+            self.server.cut_overdue()
 
     def _count(self, outcome: str) -> None:
         if self.counter is not None:
             self.counter.labels(outcome).inc()
 
     def close(self) -> None:
+        self._closed.set()
         self.server.shutdown()
         self.server.server_close()
