@@ -8,6 +8,9 @@
     royalefleet rate     refit the ratings from a result log
     royalefleet eval     play a paired evaluation between two players (snapshots or anchors)
     royalefleet gate     re-run a logged gate decision and compare its numbers
+    royalefleet play     two players play full matches, each written as a trace and an HTML page
+    royalefleet replay   re-simulate an episode of the result log, verify it, write it as HTML
+    royalefleet doctor   check this machine against a config before a run (ok / warn / FAIL)
     royalefleet keys     CURVE keys for authenticated cross-host traffic
 """
 
@@ -187,12 +190,15 @@ def build_parser() -> argparse.ArgumentParser:
     common(ck)
     ck.set_defaults(func=cmd_checkpoints)
 
-    from royalefleet import cmd_eval, cmd_gate, cmd_keys, cmd_rate, cmd_status
+    from royalefleet import cmd_doctor, cmd_eval, cmd_gate, cmd_keys, cmd_play, cmd_rate, cmd_replay, cmd_status
 
+    cmd_doctor.add_parser(sub)
     cmd_status.add_parser(sub)
     cmd_rate.add_parser(sub)
     cmd_eval.add_parser(sub)
     cmd_gate.add_parser(sub)
+    cmd_play.add_parser(sub)
+    cmd_replay.add_parser(sub)
     cmd_keys.add_parser(sub)
 
     cf = sub.add_parser("config", help="print or write a fully populated config",

@@ -327,6 +327,18 @@ class EvaluationConfig(_Cfg):
     """How long an evaluator waits before asking again when the ladder has no job."""
     snapshot_cache: PosInt = 4
     """Frozen snapshots an evaluator keeps loaded (least recently used dropped first)."""
+    replays_per_gate: NonNegInt = 2
+    """Games of each promotion gate recorded to ``<run>/replays/`` (trace + HTML page, listed in
+    ``replays/index.json``): the first games of the candidate-vs-champion condition. 0: none."""
+    replays_per_strength_job: NonNegInt = 1
+    """Games recorded from each strength job (a champion's games against the scripted anchors
+    that make its anchor record): the job's first games. 0: none."""
+    replays_keep: PosInt = 100
+    """Recorded games kept in ``<run>/replays/``; the oldest beyond it are deleted."""
+    replay_every_tick: bool = False
+    """Record a frame per engine tick (smooth to watch, about 3.4 MB a game and twice the play
+    time of that game) instead of one per decision (about 0.37 MB, the page can interpolate).
+    Unrecorded games are played with no recorder at all either way."""
 
 
 class CheckpointConfig(_Cfg):

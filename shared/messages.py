@@ -490,6 +490,20 @@ class EvalJob(_Msg, tag="eval_job"):
     b: str
     seeds: list[int]
     deadline_s: float
+    record_games: int = 0
+    """Record the job's first ``record_games`` games (in play order: seed by seed, ``a`` blue
+    then ``a`` red) as RoyaleGym traces and send them with the report (``EvalReport.replays``);
+    the ladder keeps them in the run's ``replays/`` folder (shared/replays.py). 0: none."""
+
+
+class GameTrace(Struct, forbid_unknown_fields=True, kw_only=True):
+    """One recorded evaluation game: ``royalegym.replay.Trace`` encoded as msgpack."""
+
+    seed: int
+    """Seed index (the records' ``battle``)."""
+    side: int
+    """0: player ``a`` blue; 1: ``a`` red (the records' ``ordinal``)."""
+    trace: bytes
 
 
 class NoJob(_Msg, tag="no_job"):
@@ -510,6 +524,8 @@ class EvalReport(_Msg, tag="eval_report"):
     run_name: str
     worker: str
     records: list[EpisodeRecord]
+    replays: list[GameTrace] = []
+    """The traces of the games the job asked to record (``EvalJob.record_games``)."""
 
 
 ToLearner = Union[Hello, Round, Heartbeat, Failure]

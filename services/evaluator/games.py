@@ -47,16 +47,27 @@ def seat_rng(master_seed: int, job: int, seed: int, side: int, seat: int) -> np.
 
 
 def play_game(env, a, b, *, job: int, seed: int, side: int, env_seed: int, master_seed: int,
-              max_decisions: int) -> list[EpisodeRecord]:
+              max_decisions: int, recorder=None) -> list[EpisodeRecord]:
     """Play one full match of ``a`` against ``b`` on an evaluation env (``build_env`` of
     ``shared.evaluation.eval_env_config``) and return its two records, blue seat first.
 
     ``a`` and ``b`` are players (``services.evaluator.players``); ``side`` 0 seats ``a`` blue.
+    ``recorder`` (a ``royalegym.replay.ReplayRecorder``) is attached for this game only and holds
+    its trace afterwards; without one the env records nothing (``env.recorder`` is None).
     Raises ValueError for a side other than 0/1, GameError for a match that has not ended
     after ``max_decisions`` decisions or that the env truncated.
     """
     if side not in (0, 1):
         raise ValueError(f"side {side!r}: 0 seats player a blue, 1 seats it red")
+    env.recorder = recorder
+    try:
+        return _play(env, a, b, job=job, seed=seed, side=side, env_seed=env_seed, master_seed=master_seed,
+                     max_decisions=max_decisions)
+    finally:
+        env.recorder = None
+
+
+def _play(env, a, b, *, job, seed, side, env_seed, master_seed, max_decisions) -> list[EpisodeRecord]:
     seated = (a, b) if side == 0 else (b, a)
     rngs = [seat_rng(master_seed, job, seed, side, s) for s in (0, 1)]
     mask_only = [SEATS[s] for s in (0, 1) if seated[s].scripted_seat]
@@ -92,10 +103,17 @@ def _record(seat: int, seated, info: Mapping, ret: float, cards: int, job: int, 
 
 def play_job(env, players: Mapping[str, object], *, job: int, a: str, b: str, seeds: Sequence[int],
              seed_set: np.ndarray, master_seed: int, decision_ms: int,
-             on_game: Callable[[int, int], None] | None = None) -> list[EpisodeRecord]:
+             on_game: Callable[[int, int], None] | None = None, record_games: int = 0,
+             traces: list | None = None, frame_every_tick: bool = False) -> list[EpisodeRecord]:
     """Every game of one job: for each seed index in ``seeds`` (in order), ``a`` blue then
     ``a`` red. ``players`` maps player id -> player and must hold ``a`` and ``b``. Returns
     4 * len(seeds) records. ``on_game(games_done, games_total)`` is called after each game.
+
+    The first ``record_games`` games are played with a ``royalegym.replay.ReplayRecorder``
+    (``frame_every_tick`` as given) and ``(seed index, side, trace)`` is appended to ``traces``
+    for each; the others with none. Recording changes no action: the recorder only reads the
+    engine.
+
     Raises ValueError for a seed index outside the seed set or a player not in ``players``."""
     for p in (a, b):
         if p not in players:
@@ -108,8 +126,16 @@ def play_job(env, players: Mapping[str, object], *, job: int, a: str, b: str, se
     total, cap = 2 * len(seeds), decision_cap(decision_ms)
     for s in seeds:
         for side in (0, 1):
+            recorder = None
+            if len(out) // 2 < record_games:
+                from royalegym.replay import ReplayRecorder
+
+                recorder = ReplayRecorder(frame_every_tick=frame_every_tick)
             out += play_game(env, players[a], players[b], job=job, seed=int(s), side=side,
-                             env_seed=int(seed_set[s]), master_seed=master_seed, max_decisions=cap)
+                             env_seed=int(seed_set[s]), master_seed=master_seed, max_decisions=cap,
+                             recorder=recorder)
+            if recorder is not None and recorder.trace is not None and traces is not None:
+                traces.append((int(s), side, recorder.trace))
             if on_game is not None:
                 on_game(len(out) // 2, total)
     return out

@@ -7,8 +7,9 @@ Loop (docs/protocol.md, "Evaluation jobs"):
    ``services.request_timeout_s`` is asked again after ``evaluation.no_job_retry_s``.
 2. The job's snapshots come from the checkpoint service (``LoadSnapshot``), verified there
    against their content id, and are kept in a small LRU cache (``evaluation.snapshot_cache``).
-3. ``services.evaluator.games.play_job`` plays every game on the evaluation env.
-4. ``EvalReport`` with the records -> ``Ack`` once the ladder has fsynced them to the result
+3. ``services.evaluator.games.play_job`` plays every game on the evaluation env; the job's first
+   ``record_games`` games with a RoyaleGym ``ReplayRecorder`` (the rest with none).
+4. ``EvalReport`` with the records (and the recorded traces) -> ``Ack`` once the ladder has fsynced them to the result
    log. A report that gets no Ack is sent again (a job is idempotent: the same job id gives the
    same records, and the ladder writes a job's records once).
 
@@ -25,6 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 
+import msgspec
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from shared import transport
@@ -32,8 +34,8 @@ from shared.config import RunConfig
 from shared.envs import build_env
 from shared.evaluation import check_player, eval_env_config, eval_seed_set
 from shared.messages import (
-    Ack, Decoder, Error, EvalJob, EvalJobRequest, EvalReport, FromCheckpoint, FromLadder, LoadSnapshot, NoJob,
-    NotFound, SnapshotLoaded, snapshot_of,
+    Ack, Decoder, Error, EvalJob, EvalJobRequest, EvalReport, FromCheckpoint, FromLadder, GameTrace, LoadSnapshot,
+    NoJob, NotFound, SnapshotLoaded, snapshot_of,
 )
 
 from services.evaluator.games import GameError, play_job
@@ -92,6 +94,8 @@ class Evaluator:
         self._env = None
         self._facts = None
         self._cache: OrderedDict[tuple[str, str], object] = OrderedDict()
+        self.replays: list[GameTrace] = []
+        """The traces of the job just played that it asked to record (``EvalJob.record_games``)."""
 
     # ------------------------------------------------------------------ players
 
@@ -146,17 +150,23 @@ class Evaluator:
             if self.stop.is_set() and done < total:
                 raise Stopped()
 
+        traces: list = []
         try:
-            return play_job(self._env, players, job=job.job_id, a=job.a, b=job.b, seeds=job.seeds,
-                            seed_set=self.seed_set, master_seed=self.cfg.master_seed,
-                            decision_ms=self.cfg.env.decision_ms, on_game=on_game)
+            records = play_job(self._env, players, job=job.job_id, a=job.a, b=job.b, seeds=job.seeds,
+                               seed_set=self.seed_set, master_seed=self.cfg.master_seed,
+                               decision_ms=self.cfg.env.decision_ms, on_game=on_game,
+                               record_games=job.record_games, traces=traces,
+                               frame_every_tick=self.cfg.evaluation.replay_every_tick)
         except (GameError, ValueError) as exc:
             raise JobFailed("game", str(exc)) from None
+        self.replays = [GameTrace(seed=s, side=side, trace=msgspec.msgpack.encode(t)) for s, side, t in traces]
+        return records
 
     def report(self, job: EvalJob, records) -> bool:
+        replays = self.replays
         for attempt in range(1, REPORT_ATTEMPTS + 1):
             body = EvalReport(request_id=self.ladder.next_id(), job_id=job.job_id, run_name=job.run_name,
-                              worker=self.worker, records=records)
+                              worker=self.worker, records=records, replays=replays)
             try:
                 reply, _ = self.ladder.request(body)
             except transport.ServiceTimeout as exc:

@@ -336,7 +336,8 @@ class GateRunner:
                     j.issued_at, j.worker = now, req.worker
                     s = j.spec
                     return EvalJob(request_id=req.request_id, job_id=s.job_id, run_name=self.run_name, a=s.a,
-                                   b=s.b, seeds=list(s.seeds), deadline_s=ev.job_deadline_s)
+                                   b=s.b, seeds=list(s.seeds), deadline_s=ev.job_deadline_s,
+                                   record_games=self.record_games(s))
             reason = "every job of the current phase is handed out"
         else:
             reason = "no gate pending"
@@ -362,8 +363,76 @@ class GateRunner:
         check_report(job.spec, rep.records)
         written = self.log.append(rep.records)
         job.records = list(rep.records)
+        if rep.replays:
+            self._keep_replays(job.spec, rep)
         self.tick()
         return Ack(request_id=rep.request_id, count=written)
+
+    # ----------------------------------------------------------------- recorded games
+
+    def record_games(self, spec: JobSpec) -> int:
+        """How many of ``spec``'s games the evaluator records (``EvalJob.record_games``): of a
+        champion's anchor record (a strength job) the first ``evaluation.replays_per_strength_job``
+        of each job; of a gate the first ``evaluation.replays_per_gate`` games of the gate, which
+        are those of its first candidate-vs-champion jobs; none of any other job."""
+        ev = self.config.evaluation
+        games = 2 * len(spec.seeds)
+        if spec.condition.startswith("record:"):
+            return min(games, ev.replays_per_strength_job)
+        if spec.condition != "champion" or self.current is None:
+            return 0
+        before = sum(2 * len(j.spec.seeds) for j in self.current.jobs
+                     if j.spec.condition == "champion" and j.spec.job_id < spec.job_id)
+        return max(0, min(games, ev.replays_per_gate - before))
+
+    def _keep_replays(self, spec: JobSpec, rep: EvalReport) -> None:
+        """Write the report's traces to ``<run>/replays/`` with their pages and index entries
+        (shared/replays.py). Only the games the job asked for are kept; a trace that does not
+        decode or draw, or a disk that refuses, is said and skipped: the records are already in
+        the result log, and a game not kept costs nothing else."""
+        from royalegym.replay import Trace
+
+        from shared.replays import ReplayEntry, add_entries, now_utc, replays_dir, trace_result, write_game
+
+        wanted = self.record_games(spec) if self.current is not None else 0
+        order = [(s, side) for s in spec.seeds for side in (0, 1)][:wanted]
+        folder = replays_dir(self.runs_dir, self.run_name)
+        kind = "strength" if spec.condition.startswith("record:") else "gate"
+        iteration = -1
+        try:
+            cand = self._pool().admitted.get(spec.a)
+            iteration = cand.iteration if cand is not None else -1
+        except (OSError, ValueError):
+            pass
+        entries = []
+        for g in rep.replays:
+            if (g.seed, g.side) not in order:
+                self.say(f"ladder: job {spec.job_id}: a trace of seed {g.seed} side {g.side} was not asked for; "
+                         "not kept")
+                continue
+            stem = f"job{spec.job_id}-seed{g.seed}-side{g.side}"
+            blue, red = (spec.a, spec.b) if g.side == 0 else (spec.b, spec.a)
+            try:
+                trace = msgspec.msgpack.decode(g.trace, type=Trace)
+                winner, crowns, ticks = trace_result(trace)
+                title = f"{blue} (blue) vs {red} (red), job {spec.job_id}, seed {g.seed}"
+                write_game(folder, stem, trace, title=title)
+            except (msgspec.DecodeError, ValueError, OSError) as exc:  # RenderError is a ValueError
+                self.say(f"ladder: job {spec.job_id}: the recorded game {stem} is not kept: {exc}")
+                continue
+            entries.append(ReplayEntry(
+                id=stem, kind=kind, blue=blue, red=red, a=spec.a, b=spec.b, job=spec.job_id, seed_index=g.seed,
+                side=g.side, env_seed=int(trace.header.seed), iteration=iteration, winner=winner, crowns=crowns,
+                ticks=ticks, decisions=len(trace.steps), trace=f"replays/{stem}.msgpack",
+                html=f"replays/{stem}.html", written=now_utc()))
+        if entries:
+            try:
+                add_entries(folder, entries, self.config.evaluation.replays_keep)
+            except (OSError, ValueError) as exc:
+                self.say(f"ladder: the replay index {folder}/index.json is not updated: {exc}")
+                return
+            self.say(f"ladder: recorded {len(entries)} game(s) of job {spec.job_id} in {folder} "
+                     f"(newest: {entries[-1].html})")
 
     # ----------------------------------------------------------------- progress
 

@@ -1,0 +1,200 @@
+"""``royalefleet play A B [--seed S] [--games N]``: two players play full matches, each written
+as a RoyaleGym trace and its HTML page, and A's score is printed.
+
+    royalefleet play champion scripted:random_legal --run-name myrun --games 4
+    royalefleet play latest snap:0123456789abcdef --run-name myrun --seed 100
+
+A player is ``snap:<id>`` (or the bare 16-hex id) from the run's snapshot store, ``latest`` (the
+run's newest snapshot by the iteration in its spec), ``champion`` (the pool's champion,
+``ladder/pool.json``), or ``scripted:<name>``: the run's anchors ``scripted:noop`` and
+``scripted:random_legal`` (exactly the training opponents) or any bot of RoyaleGym's scripted
+ladder (``royalegym.opponents.ladder()``: ``random``, ``first-affordable``, ``defend``, ``push``,
+``patient``).
+
+The games are ``royalegym.evaluate``'s: ``ceil(N / 2)`` env seeds ``S, S + 1, ...``, A blue on each,
+then A red on the same seeds, each seat drawing from ``numpy.random.default_rng(2 * seed + seat)``
+(``royalegym.evaluate.play_one``), on the run's evaluation env (its training env with no step
+limit). So ``play`` between two bots gives the result ``royalegym.evaluate`` gives for the same
+seeds (tests/test_watch.py). Each game is recorded (``royalegym.replay.ReplayRecorder``) and
+saved with ``royalegym.render``'s page to ``--out`` (default ``<run>/replays/play/``); the run's
+replay index is not touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from royalefleet.run_options import add_run_options, run_config
+
+LATEST, CHAMPION = "latest", "champion"
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    pp = subparsers.add_parser(
+        "play", help="two players play full matches; each written as a trace and an HTML page",
+        description="Play A against B (snap:<id>, latest, champion, scripted:<name>) on env seeds S, S+1, ... "
+        "with each player on both seats, record every match as a RoyaleGym trace and HTML page, and print "
+        "A's score.")
+    pp.add_argument("a", help="player A")
+    pp.add_argument("b", help="player B")
+    pp.add_argument("--seed", type=int, default=0, help="the first env seed (default 0)")
+    pp.add_argument("--games", type=int, default=2, help="matches: ceil(N/2) seeds, A on both seats (default 2)")
+    pp.add_argument("--out", type=Path, help="folder for the traces and pages (default <run>/replays/play)")
+    pp.add_argument("--per-decision", action="store_true",
+                    help="record one frame per decision instead of per engine tick (10x smaller)")
+    add_run_options(pp, "the run whose snapshots, pool and env are used (overrides the config)")
+    pp.set_defaults(func=cmd_play)
+    return pp
+
+
+class Seat:
+    """A player as a RoyaleGym ``Opponent`` (``act(obs, mask, rng)``), for ``play_one``."""
+
+    def __init__(self, player):
+        self.player = player
+        self.id = player.id
+
+    def act(self, obs, mask, rng) -> int:
+        return int(self.player.act(obs, rng))
+
+
+class LadderBot:
+    """One of RoyaleGym's scripted bots (``royalegym.opponents.ladder()``) under ``scripted:<name>``."""
+
+    scripted_seat = True
+
+    def __init__(self, player_id: str, bot):
+        self.id, self._bot = player_id, bot
+
+    def act(self, obs, rng) -> int:
+        return int(self._bot.act(obs, obs["action_mask"], rng))
+
+
+def ladder_bot(player: str) -> LadderBot | None:
+    """``scripted:<name>`` for a bot of ``royalegym.opponents.ladder()`` (None for another id)."""
+    from royalegym.opponents import ladder
+
+    if not player.startswith("scripted:"):
+        return None
+    bots = dict(ladder())
+    name = player.split(":", 1)[1].replace("_", "-")
+    return LadderBot(player, bots[name]) if name in bots else None
+
+
+def resolve(player: str, cfg) -> str:
+    """``latest`` / ``champion`` as a ``snap:<id>``; anything else normalised (a bare id).
+    Raises ValueError naming what is missing."""
+    from royalefleet.cmd_eval import normalise
+
+    root = Path(cfg.runs_dir) / cfg.run_name
+    if player == CHAMPION:
+        from services.ladder.pool import PoolState
+
+        champion = PoolState.for_run(cfg.runs_dir, cfg.run_name, cfg.ladder).champion
+        if champion is None:
+            raise ValueError(f"run {cfg.run_name!r} has no champion yet ({root}/ladder/pool.json names none): "
+                             "a run has one after its first snapshot")
+        return champion
+    if player == LATEST:
+        import msgspec
+
+        from services.checkpoint.snapshots import SnapshotStore
+
+        store = SnapshotStore(root / "snapshots")
+        best = None
+        for sid in store.ids():
+            try:
+                spec = msgspec.json.decode((store.root / sid / "spec.json").read_bytes())
+            except (OSError, msgspec.DecodeError):
+                continue
+            key = (int(spec.get("iteration", -1)), int(spec.get("env_steps", -1)), sid)
+            best = max(best, key) if best else key
+        if best is None:
+            raise ValueError(f"run {cfg.run_name!r} has no snapshot under {store.root}; `latest` needs one")
+        return "snap:" + best[2]
+    return normalise(player)
+
+
+def load_player(player: str, players):
+    """The player for an id: a RoyaleGym ladder bot, or ``LocalPlayers.get`` (anchors, snapshots)."""
+    bot = ladder_bot(player)
+    if bot is not None and player not in ("scripted:noop", "scripted:random_legal"):
+        return bot
+    try:
+        return players.get(player)
+    except ValueError as exc:
+        from royalegym.opponents import ladder
+
+        names = ", ".join(f"scripted:{n}" for n, _ in ladder())
+        raise ValueError(f"{exc}; play also takes latest, champion and RoyaleGym's bots: {names}") from None
+
+
+def cmd_play(args, out=None) -> int:
+    from royalegym.evaluate import play_one
+    from royalegym.protocol import Winner
+    from royalegym.replay import ReplayRecorder
+
+    from royalefleet.cmd_eval import LocalPlayers
+    from shared.envs import build_env
+    from shared.evaluation import eval_env_config
+    from shared.replays import replays_dir, trace_result, write_game
+    from shared.stats import wilson_interval
+
+    out = out or sys.stdout
+    if args.games < 1:
+        print(f"royalefleet play: --games {args.games}: expected at least 1", file=sys.stderr)
+        return 2
+    if args.seed < 0:
+        print(f"royalefleet play: --seed {args.seed}: env seeds are >= 0", file=sys.stderr)
+        return 2
+    cfg = run_config(args)
+    try:
+        a, b = resolve(args.a, cfg), resolve(args.b, cfg)
+        players = LocalPlayers(cfg)
+        loaded = {p: load_player(p, players) for p in dict.fromkeys((a, b))}
+    except (ValueError, OSError) as exc:
+        print(f"royalefleet play: {exc}", file=sys.stderr)
+        return 2
+    folder = args.out or replays_dir(cfg.runs_dir, cfg.run_name) / "play"
+    env = build_env(eval_env_config(cfg.env))
+    per_seat = (args.games + 1) // 2
+    wins = losses = draws = 0
+    try:
+        for a_blue in (True, False):
+            for g in range(per_seat):
+                seed = args.seed + g
+                blue, red = (a, b) if a_blue else (b, a)
+                recorder = ReplayRecorder(frame_every_tick=not args.per_decision)
+                env.recorder = recorder
+                try:
+                    winner, ticks, _ = play_one(env, Seat(loaded[blue]), Seat(loaded[red]), seed)
+                finally:
+                    env.recorder = None
+                stem = f"seed{seed}-{'a_blue' if a_blue else 'a_red'}"
+                _, html = write_game(folder, stem, recorder.trace, title=f"{blue} (blue) vs {red} (red), seed {seed}")
+                _, crowns, _ = trace_result(recorder.trace)
+                if winner is None or winner == Winner.DRAW:
+                    draws += 1
+                    said = "draw" if winner is not None else "unfinished"
+                elif (winner == Winner.BLUE) == a_blue:
+                    wins += 1
+                    said = "A won"
+                else:
+                    losses += 1
+                    said = "B won"
+                out.write(f"  seed {seed}, A {'blue' if a_blue else 'red'}: {said} {crowns[0]}-{crowns[1]} "
+                          f"(blue-red crowns) in {ticks} ticks: {html}\n")
+                out.flush()
+    except OSError as exc:
+        print(f"royalefleet play: cannot write to {folder}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        env.close()
+    n = wins + losses + draws
+    lo, hi = wilson_interval(wins + 0.5 * draws, n)
+    out.write(f"{a} vs {b}: {wins}-{losses}-{draws} (won-lost-drawn) over {n} games, score "
+              f"{(wins + 0.5 * draws) / n:.4f}, Wilson 95 % interval [{lo:.4f}, {hi:.4f}]; traces and pages in "
+              f"{folder}\n")
+    return 0
