@@ -93,7 +93,7 @@ def first_divergence(recorded, replayed) -> str | None:
     h0, h1 = _hashes_by_tick(recorded), _hashes_by_tick(replayed)
     if recorded.header.seed != replayed.header.seed or (recorded.frames and replayed.frames
                                                         and recorded.frames[0].state_hash != replayed.frames[0].state_hash):
-        return (f"decision 0 (tick 0): the battles start from different states: env seed {recorded.header.seed} "
+        return (f"decision 0 (tick 0): the battles start from different states: engine seed {recorded.header.seed} "
                 f"recorded, {replayed.header.seed} replayed; state hash {recorded.frames[0].state_hash} recorded, "
                 f"{replayed.frames[0].state_hash} replayed")
     for i, (s0, s1) in enumerate(zip(recorded.steps, replayed.steps)):

@@ -7,8 +7,8 @@
 Read-only, and no service needs to be up: it reads the files the services write (README.md,
 "Where a run's outputs go") and prints one line per subject: progress (the last metric row and
 how long ago it was written), the numbers of that row a trainer looks at first, the newest
-checkpoint, whether the run is halted, the ladder's pool and gate, the alarms and the purged
-rows. A file that cannot be read is named on its line and the exit code is 1; otherwise 0.
+checkpoint, whether the run is halted, the ladder's pool and gate, the alarms, the purged
+rows and the newest recorded games (``replays/index.json``, with the path of each page). A file that cannot be read is named on its line and the exit code is 1; otherwise 0.
 """
 
 from __future__ import annotations
@@ -182,6 +182,27 @@ def purged_line(run: Path) -> str | None:
     return f"purged     {n} row(s) a resume moved out of metrics.jsonl ({PURGED_NAME})"
 
 
+NEWEST_REPLAYS = 3
+"""Recorded games named by ``status``, newest first."""
+
+
+def replay_lines(run: Path) -> list[str]:
+    """The newest recorded games of ``<run>/replays/index.json`` (shared/replays.py), with the
+    path of each page."""
+    from shared.replays import REPLAYS_DIR, read_index
+
+    folder = run / REPLAYS_DIR
+    entries = read_index(folder).entries
+    if not entries:
+        return ["replays    no recorded game yet (the evaluators record evaluation.replays_per_gate games of each "
+                "gate); `royalefleet play` plays some now"]
+    lines = [f"replays    recorded games: {len(entries)} in {folder} (index.json); newest:"]
+    for e in reversed(entries[-NEWEST_REPLAYS:]):
+        lines.append(f"             {e.blue} (blue) vs {e.red} (red), {e.kind}, job {e.job}: {e.winner} "
+                     f"{e.crowns[0]}-{e.crowns[1]}, {e.written}: {run / e.html}")
+    return lines
+
+
 def status_lines(cfg, now: float | None = None) -> tuple[list[str], bool]:
     """The lines ``royalefleet status`` prints and whether every file read; each subject is read
     on its own, so one unreadable file costs only its line."""
@@ -201,6 +222,7 @@ def status_lines(cfg, now: float | None = None) -> tuple[list[str], bool]:
         ("ladder/pool.json", lambda: ladder_lines(cfg, run)),
         ("alarms.jsonl", lambda: alarm_lines(run)),
         ("metrics.purged.jsonl", lambda: [x for x in [purged_line(run)] if x]),
+        ("replays/index.json", lambda: replay_lines(run)),
     ]
     for name, read in subjects:
         try:

@@ -55,7 +55,8 @@ class ReplayEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Index in the run's evaluation seed set (``shared.evaluation.eval_seed_set``)."""
     side: int
     env_seed: int
-    """The env's reset seed (the trace header's seed)."""
+    """The env's reset seed: entry ``seed_index`` of the seed set (the trace header holds the
+    engine seed RoyaleGym derived from it)."""
     iteration: int
     """Learner iteration at which snapshot ``a`` was taken (-1 when ``a`` is scripted or unknown)."""
     winner: str
@@ -114,6 +115,8 @@ def write_game(folder: str | os.PathLike, stem: str, trace, *, title: str) -> tu
     trace_path, html_path = folder / f"{stem}.msgpack", folder / f"{stem}.html"
     replace_file(trace_path, msgspec.msgpack.encode(trace))
     replace_file(html_path, page.encode("utf-8"))
+    for p in (trace_path, html_path):
+        os.chmod(p, 0o644)  # a page to open in a browser, not a secret (the temporary file was 0600)
     return trace_path, html_path
 
 

@@ -400,7 +400,8 @@ class GateRunner:
         kind = "strength" if spec.condition.startswith("record:") else "gate"
         iteration = -1
         try:
-            cand = self._pool().admitted.get(spec.a)
+            pool = self._pool()
+            cand = pool.admitted.get(spec.a) or next((c for c in pool.pending if c.id == spec.a), None)
             iteration = cand.iteration if cand is not None else -1
         except (OSError, ValueError):
             pass
@@ -422,7 +423,7 @@ class GateRunner:
                 continue
             entries.append(ReplayEntry(
                 id=stem, kind=kind, blue=blue, red=red, a=spec.a, b=spec.b, job=spec.job_id, seed_index=g.seed,
-                side=g.side, env_seed=int(trace.header.seed), iteration=iteration, winner=winner, crowns=crowns,
+                side=g.side, env_seed=int(self.seed_set[g.seed]), iteration=iteration, winner=winner, crowns=crowns,
                 ticks=ticks, decisions=len(trace.steps), trace=f"replays/{stem}.msgpack",
                 html=f"replays/{stem}.html", written=now_utc()))
         if entries:
