@@ -57,6 +57,8 @@ def cmd_up(args) -> int:
             print(f"royalefleet resume: run {cfg.run_name!r} has no checkpoint under {store.root}; "
                   "start it with `royalefleet up`", file=sys.stderr)
             return 2
+    if not getattr(args, "no_doctor", False) and doctor_refuses(cfg):
+        return 2
     learner_env = {}
     if args.allow_identity_drift:
         learner_env["ROYALEFLEET_ALLOW_IDENTITY_DRIFT"] = "1"
@@ -65,6 +67,25 @@ def cmd_up(args) -> int:
     learner_env = learner_env or None
     return Stack(cfg, iterations=args.iterations, say=lambda s: print(s, flush=True),
                  echo_all=args.verbose, learner_env=learner_env).run()
+
+
+def doctor_refuses(cfg) -> bool:
+    """Run ``royalefleet doctor --fast`` on ``cfg`` in a child process (the launcher stays free of
+    torch, which the checks import), echoing its lines; True when a check failed (exit 2)."""
+    import subprocess
+    import tempfile
+
+    print("royalefleet up: checking this machine first (royalefleet doctor --fast; --no-doctor skips it)", flush=True)
+    with tempfile.NamedTemporaryFile(suffix=".json") as fh:
+        fh.write(dump_config(cfg))
+        fh.flush()
+        code = subprocess.run([sys.executable, "-m", "royalefleet", "doctor", "--fast", "--config", fh.name],
+                              timeout=600).returncode
+    if code == 2:
+        print("royalefleet up: not started: a check failed (its FAIL line above says how to fix it; "
+              "`royalefleet doctor` runs every check)", file=sys.stderr)
+        return True
+    return False
 
 
 def cmd_config(args) -> int:
@@ -135,6 +156,8 @@ def stack_options(sp) -> None:
     sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
     sp.add_argument("--allow-identity-drift", action="store_true",
                     help="resume a checkpoint whose run identity differs, recording the drift (drift.json)")
+    sp.add_argument("--no-doctor", action="store_true",
+                    help="skip the machine checks (royalefleet doctor's fast subset) run before anything starts")
     sp.add_argument("--clear-halt", action="store_true",
                     help="continue a run that an alarm or an operator halted (removes runs/<name>/halted.json; "
                     "read its bundle first)")
