@@ -224,6 +224,7 @@ def rollout_process_bytes(cfg) -> tuple[int, int]:
 def measure(cfg) -> Measured:
     """Build the config's network and run one real minibatch forward and backward (module
     docstring, ``memory``). Takes seconds: the codec's preflight plays 1,000 random-legal states."""
+    import msgspec
     import numpy as np
     import torch
 
@@ -245,7 +246,7 @@ def measure(cfg) -> Measured:
     n = cfg.ppo.minibatch_size
     rows = real_rows(cfg.env, pf.codec, n)
     data = synthetic_update_data(policy, rows, legal_counts(rows, pf.codec))
-    ppo = __import__("msgspec").structs.replace(cfg.ppo, n_epochs=1, batch_size=n, minibatch_size=n)
+    ppo = msgspec.structs.replace(cfg.ppo, n_epochs=1, batch_size=n, minibatch_size=n)
     sched = evaluate_schedules(cfg, 0)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()

@@ -4,6 +4,7 @@ refusing to start on a failed check with the same lines."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -173,8 +174,8 @@ def test_compose_files_that_do_not_parse_fail(tmp_path):
     ok = doc.check_compose(docker=fake_docker(tmp_path, 0, ""))
     assert ok.level == OK and ok.text == ("docker compose config parses compose.yaml, compose.yaml + "
                                           "compose.gpu.yaml, compose.rollout.yaml")
-    missing = doc.check_compose(docker=None) if not __import__("shutil").which("docker") else None
-    if missing is not None:
+    if shutil.which("docker") is None:
+        missing = doc.check_compose()
         assert missing.level == FAIL and missing.text == "no `docker` command on PATH"
 
 
