@@ -6,7 +6,8 @@ when every check is ok, 1 with warnings only, 2 with a failure. The checks:
 * ``python``, ``packages``: Python >= 3.12; torch, royalegym, royalesim, msgspec, pyzmq installed
   (versions printed).
 * ``engine``: one ``RustEngine`` built; its build digest and binary hash printed (what a rollout
-  must match, ``Hello.engine``).
+  must match, ``Hello.engine``); a warning when the run's newest checkpoint was trained on another
+  engine (its ``identity/identity.json``), which a resume refuses without ``--allow-identity-drift``.
 * ``cuda``: the device the config asks for (``net.device``) against what torch sees: ``cuda``
   without a GPU is a failure; the GPU's name and free / total memory otherwise.
 * ``memory``: what the config needs against what the machine has (``/proc/meminfo``
@@ -117,7 +118,9 @@ def check_packages(version_of: Callable[[str], str] | None = None) -> Check:
     return Check("packages", OK, ", ".join(found))
 
 
-def check_engine() -> Check:
+def check_engine(cfg=None) -> Check:
+    """A RustEngine builds here; with ``cfg``, also whether the run's newest checkpoint was
+    trained on this engine (``engine_moved``: a warning, since a resume may mean to drift)."""
     try:
         from royalegym import RustEngine
 
@@ -126,8 +129,46 @@ def check_engine() -> Check:
     except Exception as exc:  # an engine that does not build is exactly what this reports
         return Check("engine", FAIL, f"RustEngine() failed: {type(exc).__name__}: {exc}",
                      "reinstall royalesim for this platform (pip install --force-reinstall royalesim)")
-    return Check("engine", OK, f"RustEngine, {len(engine.cards())} cards, build {ident.get('build_digest', '?')[:16]}, "
-                 f"binary {ident.get('engine_binary_sha256', '?')[:16]}")
+    text = (f"RustEngine, {len(engine.cards())} cards, build {ident.get('build_digest', '?')[:16]}, "
+            f"binary {ident.get('engine_binary_sha256', '?')[:16]}")
+    if cfg is not None:
+        moved = engine_moved(cfg)
+        if moved:
+            return Check("engine", WARN, f"{text}; {moved}",
+                         "install the royalegym / royalesim the run was trained with, or resume on purpose with "
+                         "`royalefleet resume --allow-identity-drift` (recorded in drift.json)")
+    return Check("engine", OK, text)
+
+
+def engine_moved(cfg) -> str | None:
+    """How this machine's engine differs from the one the run's newest checkpoint was trained on
+    (its ``identity/identity.json``), or None (same engine, or no checkpoint)."""
+    import msgspec
+
+    from services.checkpoint.store import CheckpointStore
+    from shared.envs import build_env, engine_build
+    from shared.identity import RunIdentity
+
+    root = Path(cfg.runs_dir) / cfg.run_name / "checkpoints"
+    if not root.is_dir():
+        return None
+    entries = [e for e in CheckpointStore(root).list_entries() if e.ok]
+    if not entries:
+        return None
+    path = root / entries[-1].name / "identity" / "identity.json"
+    try:
+        recorded = msgspec.json.decode(path.read_bytes(), type=RunIdentity).engine
+    except (OSError, msgspec.DecodeError):
+        return None
+    env = build_env(cfg.env)
+    here = engine_build(env)
+    env.close()
+    if here == recorded:
+        return None
+    fields = [f for f in recorded.__struct_fields__ if getattr(recorded, f) != getattr(here, f)]
+    return (f"the run's checkpoint {entries[-1].name} was trained on another engine ({', '.join(fields)}: "
+            + "; ".join(f"{getattr(recorded, f)} there, {getattr(here, f)} here" for f in fields)
+            + "): a resume refuses it")
 
 
 def check_cuda(cfg, cuda_available: bool | None = None) -> Check:
@@ -491,7 +532,7 @@ def run_checks(cfg, *, only: Iterable[str] | None = None, compose: bool = False,
             elif name == "packages":
                 add(check_packages())
             elif name == "engine":
-                add(check_engine())
+                add(check_engine(cfg))
             elif name == "cuda":
                 add(check_cuda(cfg))
             elif name == "disk":

@@ -199,3 +199,20 @@ def test_up_runs_the_fast_checks_first_and_refuses_on_a_failure(tmp_path):
     assert "ok    battles" in out.stdout and "memory" not in out.stdout  # the fast subset only
     assert "royalefleet up: not started: a check failed" in out.stderr
     assert not (tmp_path / "runs" / "default" / "logs").exists()  # nothing was started
+
+
+def test_a_run_trained_on_another_engine_warns_before_a_resume(cfg):
+    from royalefleet.identity_cmd import identity_for
+    from services.checkpoint.store import CheckpointStore
+
+    ident, _ = identity_for(cfg)
+    store = CheckpointStore(f"{cfg.runs_dir}/{cfg.run_name}/checkpoints", say=lambda s: None)
+    store.write(3, {"identity/identity.json": msgspec.json.encode(ident)}, b"{}")
+    assert doc.check_engine(cfg).level == OK  # trained on this very engine
+    other = msgspec.structs.replace(ident, engine=msgspec.structs.replace(ident.engine, build_digest="0" * 16))
+    store.write(4, {"identity/identity.json": msgspec.json.encode(other)}, b"{}")
+    c = doc.check_engine(cfg)
+    assert c.level == WARN
+    assert c.text.endswith(f"the run's checkpoint 00000004 was trained on another engine (build_digest: "
+                           f"{'0' * 16} there, {ident.engine.build_digest} here): a resume refuses it")
+    assert "--allow-identity-drift" in c.fix
