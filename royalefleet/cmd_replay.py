@@ -47,9 +47,11 @@ from royalefleet.run_options import add_run_options, run_config
 def add_parser(subparsers) -> argparse.ArgumentParser:
     rp = subparsers.add_parser(
         "replay", help="re-simulate an episode of the result log with the same players, verify it, write it as HTML",
-        description="Re-simulate one episode of a run's result log from its seed, ordinal and assignment with the "
-        "same players, check the outcome (and the recorded trace when there is one), and write the trace and its "
-        "HTML page. Exit 0 verified, 1 a difference (the first diverging decision is printed), 2 not replayable.")
+        description="Re-simulate one evaluation game of a run's result log from its job, seed and side with the "
+        "same players, check the logged records (and the recorded trace when there is one), and write the trace "
+        "and its HTML page. A training episode is refused with the reason (the learner's seat cannot be "
+        "reproduced; docs/watching.md). Exit 0 verified, 1 a difference (the first diverging decision is printed), "
+        "2 not replayable.")
     rp.add_argument("run", help="the run's name (its folder under runs_dir)")
     rp.add_argument("episode", nargs="?", type=int, help="line number in <run>/ladder/results.jsonl (1-based)")
     rp.add_argument("--battle", type=int, help="pick by the record's battle (an evaluation game's seed index)")
