@@ -459,3 +459,28 @@ def test_a_scripted_seat_recorded_with_the_mask_only_shortcut_still_verifies(cfg
     assert env._mask_only == frozenset({"blue", "red"})  # both seats were scripted: both mask-only
     assert sum(len(s.commands) for s in rec.trace.steps) > 0
     assert verify_trace(rec.trace, RustEngine()) == []
+
+
+def test_the_evaluator_service_sends_the_traces_its_job_asked_for(cfg):
+    """The service's glue: ``Evaluator.play`` keeps the traces of the job's first
+    ``record_games`` games for its report, and none when the job asks for none."""
+    from royalegym.replay import Trace
+
+    from services.evaluator.service import Evaluator
+    from shared.messages import EvalJob
+
+    ev = Evaluator(cfg, ladder="tcp://127.0.0.1:1", checkpoint="tcp://127.0.0.1:1", say=lambda s: None)
+    try:
+        job = EvalJob(request_id=1, job_id=3, run_name="t", a=RAND, b=NOOP, seeds=[0, 1], deadline_s=60.0,
+                      record_games=3)
+        records = ev.play(job)
+        assert [(g.seed, g.side) for g in ev.replays] == [(0, 0), (0, 1), (1, 0)]
+        for g in ev.replays:
+            trace = msgspec.msgpack.decode(g.trace, type=Trace)
+            blue = next(r for r in records if r.battle == g.seed and r.ordinal == g.side and r.seat == "blue")
+            assert len(trace.steps) == blue.episode_steps and trace.result.final_tick == blue.episode_ticks
+            assert trace.header.frame_every_tick is cfg.evaluation.replay_every_tick is False
+        ev.play(msgspec.structs.replace(job, record_games=0))
+        assert ev.replays == []
+    finally:
+        ev.close()
