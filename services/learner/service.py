@@ -590,7 +590,9 @@ class Learner:
         row["time/checkpoint"] = time.perf_counter() - t0
         row["time/iteration"] = time.perf_counter() - t_iter
         row["throughput/overall_steps_per_second"] = n_train / row["time/iteration"]
-        # The row first, then the alarms read it, then the checkpoint it describes.
+        # The row first, then the alarms read it, then the checkpoint it describes. One plain
+        # copy (no numpy scalars) serves the file, the alarms and any bundle.
+        row = metric_log.plain_row(row)
         self._write_row(row)
         verdict = self.alarms.observe(row)
         if verdict.halt_due or it % cfg.checkpoint.every_iterations == 0:
@@ -608,7 +610,7 @@ class Learner:
         return row
 
     def _write_row(self, row: dict) -> None:
-        row = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
+        row = metric_log.plain_row(row)
         metric_log.append_row(self.metrics_path, msgspec.json.encode(row) + b"\n")
         self.metrics.export(row)
         self.say(progress_line(row))
@@ -751,7 +753,7 @@ def _lost_cells(rect: Rectangle, T: int) -> int:
             seen = np.flatnonzero(rect.obs_valid[:, r])
             last_group = rect.group[seen[-1], r] if len(seen) else 0
             if last_group == 0:
-                lost += T - first_missing
+                lost += T - int(first_missing)
     return lost
 
 
