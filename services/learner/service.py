@@ -423,13 +423,19 @@ class Learner:
         announced = False
         deadline = time.monotonic() + (STARTUP_WAIT_S if self.first_iteration else 0.0)
         # A rollout that said Hello is building its battles (0.3 s a battle, more under load):
-        # wait for it, boundedly, so a restarted rollout rejoins at the next boundary.
-        join_deadline = time.monotonic() + max(self.cfg.rollout.round_timeout_s, JOIN_WAIT_S)
+        # wait for it, boundedly, so a restarted rollout rejoins at the next boundary. The bound
+        # runs from its Hello, not from this boundary: one killed while building (a ghost) is
+        # forgotten once, never waited for again at every later boundary.
+        join_wait = max(self.cfg.rollout.round_timeout_s, JOIN_WAIT_S)
         self.collector.poll(0, lambda *a: None)  # Hellos that arrived during the update count
         while not self.stopping:
+            for m in self.fleet.forget_unready(join_wait):
+                self.metrics.rollouts_forgotten.inc()
+                self.say(f"learner: forgot rollout {m.label()}: registered {join_wait:.0f} s ago and never said it "
+                         "was ready (killed while building its battles?); a live one is told to rejoin")
             members = [m for m in self.fleet.members.values() if not m.lost]
             waiting = sum(1 for m in members if m.ready or m.active)
-            building = any(not (m.ready or m.active) for m in members) and time.monotonic() < join_deadline
+            building = any(not (m.ready or m.active) for m in members)
             if waiting and not building and (waiting >= self.min_rollouts or time.monotonic() >= deadline):
                 self.first_iteration = False
                 return self.fleet.arrange()
