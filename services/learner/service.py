@@ -61,6 +61,11 @@ class AlarmHalt(Exception):
     """A halt-severity alarm spent its patience: the checkpoint and the bundle are written."""
 
 
+class SaveHalt(Exception):
+    """``checkpoint.max_failed_saves`` saves in a row failed: stop, without a bundle (the disk
+    that refused the checkpoints would refuse it too)."""
+
+
 class DeterminismError(RuntimeError):
     pass
 
@@ -99,7 +104,7 @@ def apply_determinism(cfg: RunConfig, device: str) -> dict:
 class Learner:
     def __init__(self, cfg: RunConfig, *, bind: str, ladder: str, checkpoint: str, runs_dir: str,
                  metrics_port: int | None, metrics_host: str, iterations: int, min_rollouts: int = 1,
-                 allow_identity_drift: bool = False, clear_halt: bool = False,
+                 allow_identity_drift: bool = False, clear_halt: bool = False, start_fresh: bool = False,
                  perturb_resume: tuple[str, ...] = (), halt_port: int = 0,
                  say=print):
         import torch
@@ -119,7 +124,7 @@ class Learner:
         self.cfg, self.say, self.iterations_limit = cfg, say, iterations
         self.min_rollouts, self.first_iteration = max(1, min_rollouts), True
         self.allow_identity_drift, self.perturb_resume = allow_identity_drift, perturb_resume
-        self.clear_halt = clear_halt
+        self.clear_halt, self.start_fresh = clear_halt, start_fresh
         self.t_start = time.monotonic()
         device = cfg.net.device
         if device == "auto":
@@ -186,6 +191,8 @@ class Learner:
         self.env_steps = 0
         self.episodes = 0
         self.saved_iteration = -1
+        self.failed_saves = 0
+        """Checkpoint saves failed in a row (``_save``); ``checkpoint.max_failed_saves`` halts."""
         self.snapshot: checkpointing.Snapshot | None = None
         self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
         say(f"learner: run id {self.run_id}; listening for rollouts on {bind}; run folder {self.run_dir}")
@@ -237,6 +244,7 @@ class Learner:
                 reply, _ = self.ckpt.request(req, {n: np.frombuffer(snapshot.files[n], np.uint8) for n in names})
                 if isinstance(reply, Saved):
                     self.saved_iteration = snapshot.iteration
+                    self.failed_saves = 0
                     self.say(f"learner: checkpoint of iteration {snapshot.iteration} written to {reply.path}")
                     return True
                 self.say(f"learner: checkpoint service refused the save ({getattr(reply, 'reason', reply)}); "
@@ -246,8 +254,10 @@ class Learner:
             if attempt < attempts:
                 time.sleep(min(2.0 * attempt, 5.0))
         self.metrics.checkpoint_failures.inc()
-        self.say(f"learner: checkpoint of iteration {snapshot.iteration} NOT written after {attempts} attempts; "
-                 "the state stays in memory and the next save tries again")
+        self.failed_saves += 1
+        self.say(f"learner: checkpoint of iteration {snapshot.iteration} NOT written after {attempts} attempts "
+                 f"({self.failed_saves} failed save(s) in a row; the learner halts at "
+                 f"checkpoint.max_failed_saves = {self.cfg.checkpoint.max_failed_saves}); the state stays in memory")
         return False
 
     def _snapshot_actor(self) -> None:
@@ -311,7 +321,9 @@ class Learner:
             raise SystemExit(f"learner: refusing to start: {exc}")
 
     def resume(self) -> None:
-        """Continue from the run's newest checkpoint that verifies, or start fresh.
+        """Continue from the run's newest checkpoint that verifies, or start fresh when the run
+        has none. A run whose checkpoints exist and none verifies is refused (SystemExit naming
+        each one and its failing file), nothing purged, unless ``start_fresh``.
 
         Refuses (SystemExit naming everything) a checkpoint whose identity differs from this
         run's (unless allow_identity_drift, which records the drift), and one whose state no
@@ -321,7 +333,20 @@ class Learner:
             reply, arrays = self.ckpt.request(LoadLatest(request_id=self.ckpt.next_id(), run_name=self.cfg.run_name))
         except transport.ServiceTimeout as exc:
             raise SystemExit(f"learner: cannot reach the checkpoint service to look for a checkpoint: {exc}")
+        if isinstance(reply, NotFound) and reply.skipped and not self.start_fresh:
+            # Checkpoints exist and none verifies: starting fresh would purge the run's record
+            # and overwrite its checkpoint folders. Purge nothing; a person decides.
+            raise SystemExit(
+                f"learner: refusing to start run {self.cfg.run_name!r}: it has {len(reply.skipped)} checkpoint(s) "
+                "and none verifies:\n" + "\n".join(f"  {s}" for s in reply.skipped)
+                + "\nNothing was changed. Repair or restore a checkpoint folder (royalefleet checkpoints lists "
+                "them), start another run_name, or start this run over with `royalefleet resume --start-fresh` "
+                "(ROYALEFLEET_START_FRESH=1; Compose: FLEET_START_FRESH=1 for one `up -d learner`), which moves "
+                f"its metric rows to {metric_log.PURGED_NAME} and overwrites its checkpoints as new ones are written")
         if isinstance(reply, NotFound):
+            if reply.skipped:
+                self.say(f"learner: starting run {self.cfg.run_name!r} over (--start-fresh); none of its "
+                         f"{len(reply.skipped)} checkpoint(s) verifies:\n" + "\n".join(f"  {s}" for s in reply.skipped))
             self.say(f"learner: no checkpoint for run {self.cfg.run_name!r}; starting fresh")
             moved, _ = metric_log.purge_after(self.metrics_path, 0)
             if moved:  # a process killed before its first checkpoint: its rows describe nothing kept
@@ -332,6 +357,8 @@ class Learner:
         if not isinstance(reply, Loaded):
             raise SystemExit(f"learner: the checkpoint service could not load the latest checkpoint: "
                              f"{getattr(reply, 'reason', reply)}")
+        for problem in reply.skipped:  # the fallback to an older checkpoint, said where it is seen
+            self.say(f"learner: skipped a newer checkpoint that does not verify: {problem}")
         try:
             meta = msgspec.json.decode(reply.meta, type=checkpointing.CheckpointMeta)
         except msgspec.ValidationError as exc:
@@ -382,6 +409,11 @@ class Learner:
             self.say(f"learner: {moved} metric row(s) that describe no weights this run goes on from ({span}: "
                      f"past checkpoint {meta.iteration}, torn, or superseded) moved from metrics.jsonl to "
                      f"{metric_log.PURGED_NAME}")
+        row = checkpointing.missing_row(meta, files, self.metrics_path)
+        if row is not None:  # the checkpointed iteration's row was torn or lost: it is part of the checkpoint
+            metric_log.append_row(self.metrics_path, row)
+            self.say(f"learner: the metric row of iteration {meta.iteration} was missing from metrics.jsonl; "
+                     f"restored from {reply.path}/{checkpointing.ROW_FILE}")
         if self.perturb_resume:
             self.say(f"learner: PERTURBED resume (test hook): did not load {', '.join(self.perturb_resume)}")
         self.say(f"learner: resumed iteration {meta.iteration} at {meta.counters.timesteps:,} timesteps from "
@@ -599,10 +631,17 @@ class Learner:
         # The row first, then the alarms read it, then the checkpoint it describes. One plain
         # copy (no numpy scalars) serves the file, the alarms and any bundle.
         row = metric_log.plain_row(row)
-        self._write_row(row)
+        line, row_written = self._write_row(row)
+        checkpointing.attach_row(self.snapshot, line)  # the row travels with the checkpoint of its state
         verdict = self.alarms.observe(row)
-        if verdict.halt_due or it % cfg.checkpoint.every_iterations == 0:
+        # A row the disk refused lives only in the snapshot now: its checkpoint is due.
+        if verdict.halt_due or it % cfg.checkpoint.every_iterations == 0 or not row_written:
             self._save(self.snapshot)
+            if self.failed_saves >= cfg.checkpoint.max_failed_saves:
+                raise SaveHalt(f"halted at iteration {it}: {self.failed_saves} checkpoint saves in a row failed "
+                               f"(checkpoint.max_failed_saves = {cfg.checkpoint.max_failed_saves}); the newest "
+                               f"checkpoint is of iteration {self.saved_iteration}. Free the disk or mend the "
+                               "checkpoint service (its log says why), then resume with --clear-halt")
         bundle = verdict.halt_due or any(r.bundle for r in verdict.fired)
         if bundle:
             from services.learner.alarms import write_bundle
@@ -615,11 +654,21 @@ class Learner:
             raise AlarmHalt(f"halted by alarm {names} at iteration {it}; see {self.run_dir}/bundles/ and alarms.jsonl")
         return row
 
-    def _write_row(self, row: dict) -> None:
+    def _write_row(self, row: dict) -> tuple[bytes, bool]:
+        """Append ``row`` to metrics.jsonl, export and print it; returns (the encoded line,
+        whether the file took it). A disk that refuses (OSError) is said, not raised."""
         row = metric_log.plain_row(row)
-        metric_log.append_row(self.metrics_path, msgspec.json.encode(row) + b"\n")
+        line = msgspec.json.encode(row) + b"\n"
+        written = True
+        try:
+            metric_log.append_row(self.metrics_path, line)
+        except OSError as exc:
+            written = False
+            self.say(f"learner: metric row of iteration {row['run/iteration']} NOT written to {self.metrics_path} "
+                     f"({exc}); it is kept with this iteration's checkpoint, which a resume restores it from")
         self.metrics.export(row)
         self.say(progress_line(row))
+        return line, written
 
     # ------------------------------------------------------------------ main loop
 
@@ -646,6 +695,16 @@ class Learner:
             self.say(f"learner: {exc}")
             self.shutdown()
             self._mark_halted(str(exc))
+            return 3
+        except SaveHalt as exc:
+            # No bundle and no last save at shutdown: the saves are what failed.
+            self.say(f"learner: {exc}")
+            self.shutdown(save=False)
+            try:
+                self._mark_halted(str(exc))
+            except OSError as err:
+                self.say(f"learner: the halt record {HALTED_FILE} could not be written either ({err}); "
+                         "a restart will resume from the newest checkpoint")
             return 3
         finally:
             if not self.closed:
@@ -685,13 +744,13 @@ class Learner:
                  f"Compose: FLEET_CLEAR_HALT=1 for one `up -d learner`), or start another run_name")
         return False
 
-    def shutdown(self) -> None:
+    def shutdown(self, save: bool = True) -> None:
         self.closed = True
         if self.halt_endpoint is not None:
             self.halt_endpoint.close()
-        if self.snapshot is not None and self.saved_iteration < self.snapshot.iteration:
+        if save and self.snapshot is not None and self.saved_iteration < self.snapshot.iteration:
             self._save(self.snapshot)
-        elif self.snapshot is None and self.saved_iteration < 0:
+        elif save and self.snapshot is None and self.saved_iteration < 0:
             self.say("learner: no iteration finished; nothing to checkpoint")
         self.ladder.close()
         self.ckpt.close()
@@ -873,6 +932,10 @@ def main(argv=None) -> int:
                    default=env("ROYALEFLEET_CLEAR_HALT", "") not in ("", "0"),
                    help="continue a run that was halted (an alarm or an operator wrote halted.json in its folder) "
                    "[ROYALEFLEET_CLEAR_HALT=1]")
+    p.add_argument("--start-fresh", action="store_true",
+                   default=env("ROYALEFLEET_START_FRESH", "") not in ("", "0"),
+                   help="start the run over when it has checkpoints and none verifies (its metric rows are moved "
+                   "to metrics.purged.jsonl); without it such a start is refused [ROYALEFLEET_START_FRESH=1]")
     a = p.parse_args(argv)
     # A test hook, not a user option: resume WITHOUT these components, to show that
     # verify-resume catches a resume that lost state (tests/test_verify_resume.py).
@@ -916,6 +979,7 @@ def make_learner(cfg: RunConfig, a, perturb, say) -> "Learner":
         min_rollouts=a.min_rollouts,
         allow_identity_drift=a.allow_identity_drift,
         clear_halt=a.clear_halt,
+        start_fresh=a.start_fresh,
         perturb_resume=perturb,
         halt_port=s.learner_halt_port if a.halt_port < 0 else a.halt_port,
         say=say,
