@@ -3,8 +3,10 @@ whose checkpoints do not verify, a torn last row, a disk that refuses every save
 
 from __future__ import annotations
 
+import json
 import time
 import types
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -17,7 +19,7 @@ from services.learner.service import JOIN_WAIT_S, Learner
 from shared import transport
 from shared.config import load_config
 from shared.messages import ProtocolError, Decoder, EngineBuild, Heartbeat, Hello, Rejoin, ToLearner, ToRollout
-from tests.stack import free_ports
+from tests.stack import Up, free_ports, read_rows, run_to_exit, tiny_config
 
 ENGINE = EngineBuild(engine_class="royalegym.rust_engine.RustEngine", calibration_digest="c", build_digest="b",
                      binary_sha256="e42383517b50bfe1", cards_digest="k", royalegym_version="0.1.25")
@@ -94,3 +96,103 @@ def test_a_boundary_does_not_wait_for_a_rollout_killed_while_building():
         for s in (live, ghost):
             s.close(0)
         server.close(0)
+
+
+# ----------------------------------------------------------------------------- items 6, 7, 8 on a real stack
+
+
+def _tear_last_row(run: Path) -> bytes:
+    """Cut the last row of metrics.jsonl in the middle, as a crash in its write would; returns
+    the whole row."""
+    path = run / "metrics.jsonl"
+    data = path.read_bytes()
+    start = data.rstrip(b"\n").rfind(b"\n") + 1
+    path.write_bytes(data[: start + (len(data) - start) // 2])
+    return data[start:]
+
+
+def _corrupt(folder: Path) -> None:
+    """Flip one byte of the actor's weights: same size, wrong sha256."""
+    f = folder / "actor" / "model.safetensors"
+    data = bytearray(f.read_bytes())
+    data[-1] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_torn_row_fallback_and_corrupt_checkpoints_on_a_real_stack(tmp_path):
+    """Items 7 and 6 on a tiny stack (every iteration checkpointed):
+
+    - a torn last row whose iteration has a checkpoint comes back, byte for byte, at the resume;
+    - a corrupt newest checkpoint: the learner says which file failed and resumes the older one;
+    - every checkpoint corrupt: `resume` exits 2 naming each one and its file and changes no
+      byte of the run folder; `--start-fresh` then starts it over."""
+    cfg = tiny_config(tmp_path / "runs", checkpoint={"every_iterations": 1})
+    run = tmp_path / "runs" / "default"
+    up, code = run_to_exit(cfg, "--iterations", "2", timeout=240)
+    assert code == 0, up.tail()
+    whole = _tear_last_row(run)
+    assert json.loads(whole)["run/iteration"] == 2
+
+    up, code = run_to_exit(cfg, "--iterations", "1", timeout=240)  # item 7
+    assert code == 0, up.tail()
+    assert any("the metric row of iteration 2 was missing from metrics.jsonl; restored from" in s for s in up.lines), up.tail()
+    lines = (run / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    assert lines[1] == whole and [json.loads(x)["run/iteration"] for x in lines] == [1, 2, 3]
+
+    _corrupt(run / "checkpoints" / "00000003")  # item 6: the fallback, said by the learner
+    up, code = run_to_exit(cfg, "--iterations", "1", timeout=240)
+    assert code == 0, up.tail()
+    said = [s for s in up.lines if "skipped a newer checkpoint that does not verify" in s]
+    assert said and "00000003: actor/model.safetensors: sha256" in said[0], up.tail()
+    assert any("resumed iteration 2 " in s for s in up.lines)
+    assert [r["run/iteration"] for r in read_rows(run)] == [1, 2, 3]
+
+    for folder in (run / "checkpoints").iterdir():
+        if folder.is_dir():
+            _corrupt(folder)
+    before = _tree(run)
+    up, code = run_to_exit(cfg, "--iterations", "1", timeout=240)
+    assert code == 2, up.tail()
+    out = "\n".join(up.lines)
+    assert "refusing to start run 'default': it has 3 checkpoint(s) and none verifies" in out, up.tail()
+    for it in (1, 2, 3):
+        assert f"{it:08d}: actor/model.safetensors: sha256" in out
+    after = _tree(run)
+    assert {k: v for k, v in after.items() if not k.startswith("logs/")} == \
+        {k: v for k, v in before.items() if not k.startswith("logs/")}, "the refused start changed the run folder"
+
+    up, code = run_to_exit(cfg, "--start-fresh", "--iterations", "1", timeout=240)
+    assert code == 0, up.tail()
+    assert any("starting run 'default' over (--start-fresh)" in s for s in up.lines), up.tail()
+    assert [r["run/iteration"] for r in read_rows(run)] == [1]
+
+
+@pytest.mark.slow
+def test_saves_that_keep_failing_halt_the_learner_without_a_bundle(tmp_path):
+    """Item 8: a checkpoint folder that cannot be written (here a file where the folder goes,
+    as a full disk refuses every write) fails every save; after checkpoint.max_failed_saves (2)
+    in a row the learner halts (exit 3) with halted.json and no bundle, instead of training on."""
+    cfg = tiny_config(tmp_path / "runs", checkpoint={"every_iterations": 2})
+    run = tmp_path / "runs" / "default"
+    up = Up(cfg, "--iterations", "6")
+    try:
+        up.wait_for(lambda s: "no checkpoint for run 'default'; starting fresh" in s, 120, "the learner's start")
+        (run / "checkpoints").write_text("not a folder\n")  # every save from now on fails
+        code = up.wait_exit(240)
+    finally:
+        if up.proc.poll() is None:
+            up.kill()
+    assert code == 3, up.tail()
+    assert [r["run/iteration"] for r in read_rows(run)] == [1, 2, 3, 4]
+    failed = sorted({s for s in up.lines if "NOT written after 3 attempts" in s})  # the launcher repeats the tail
+    assert len(failed) == 2 and "2 failed save(s) in a row" in failed[1], up.tail()
+    assert any("2 checkpoint saves in a row failed (checkpoint.max_failed_saves = 2); the run has no checkpoint" in s
+               for s in up.lines)
+    mark = json.loads((run / "halted.json").read_text())
+    assert mark["iteration"] == 4 and "2 checkpoint saves in a row failed" in mark["reason"]
+    assert not (run / "bundles").exists()

@@ -639,8 +639,10 @@ class Learner:
             self._save(self.snapshot)
             if self.failed_saves >= cfg.checkpoint.max_failed_saves:
                 raise SaveHalt(f"halted at iteration {it}: {self.failed_saves} checkpoint saves in a row failed "
-                               f"(checkpoint.max_failed_saves = {cfg.checkpoint.max_failed_saves}); the newest "
-                               f"checkpoint is of iteration {self.saved_iteration}. Free the disk or mend the "
+                               f"(checkpoint.max_failed_saves = {cfg.checkpoint.max_failed_saves}); "
+                               + (f"the newest checkpoint is of iteration {self.saved_iteration}"
+                                  if self.saved_iteration >= 0 else "the run has no checkpoint")
+                               + ". Free the disk or mend the "
                                "checkpoint service (its log says why), then resume with --clear-halt")
         bundle = verdict.halt_due or any(r.bundle for r in verdict.fired)
         if bundle:
