@@ -4,6 +4,8 @@ whose checkpoints do not verify, a torn last row, a disk that refuses every save
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import types
 from pathlib import Path
@@ -18,7 +20,7 @@ from services.learner.fleet import Fleet, Member
 from services.learner.service import JOIN_WAIT_S, Learner
 from shared import transport
 from shared.config import load_config
-from shared.messages import ProtocolError, Decoder, EngineBuild, Heartbeat, Hello, Rejoin, ToLearner, ToRollout
+from shared.messages import Decoder, EngineBuild, Heartbeat, Hello, ProtocolError, Rejoin, ToLadder, ToLearner, ToRollout
 from tests.stack import Up, free_ports, read_rows, run_to_exit, tiny_config
 
 ENGINE = EngineBuild(engine_class="royalegym.rust_engine.RustEngine", calibration_digest="c", build_digest="b",
@@ -196,3 +198,81 @@ def test_saves_that_keep_failing_halt_the_learner_without_a_bundle(tmp_path):
     mark = json.loads((run / "halted.json").read_text())
     assert mark["iteration"] == 4 and "2 checkpoint saves in a row failed" in mark["reason"]
     assert not (run / "bundles").exists()
+
+
+# ----------------------------------------------------------------------------- item 4: a silent ladder
+
+
+@pytest.mark.slow
+def test_a_stopped_ladder_costs_no_iteration_and_no_episode(tmp_path):
+    """Item 4: the ladder stopped (SIGSTOP) right after a metric row: the learner does not
+    die of the plan request's timeout; it collects with assignments drawn over the last pool,
+    holds the finished episodes, and once the ladder runs again (SIGCONT) every iteration's
+    episodes are in the result log, each exactly once."""
+    cfg = tiny_config(tmp_path / "runs", services={"request_timeout_s": 3.0})
+    run = tmp_path / "runs" / "default"
+    up = Up(cfg, "--iterations", "7")
+    ladder = None
+    try:
+        up.wait_for(lambda s: s.startswith("it    2 "), 240, "iteration 2")
+        ladder = next(pid for pid, cmd in up.children().items() if "services.ladder" in cmd)
+        os.kill(ladder, signal.SIGSTOP)
+        up.wait_for(lambda s: "the ladder did not answer the plan request" in s, 60, "the plan request to time out")
+        up.wait_for(lambda s: s.startswith("it    5 "), 120, "iteration 5 without the ladder")
+        os.kill(ladder, signal.SIGCONT)
+        ladder = None
+        code = up.wait_exit(240)
+    finally:
+        if ladder is not None:
+            os.kill(ladder, signal.SIGCONT)
+        if up.proc.poll() is None:
+            up.kill()
+    assert code == 0, up.tail()
+    assert any("the ladder answers again" in s for s in up.lines), up.tail()
+    rows = read_rows(run)
+    assert [r["run/iteration"] for r in rows] == list(range(1, 8))
+    assert max(r["health/episodes_held"] for r in rows) > 0 and rows[-1]["health/episodes_held"] == 0
+    records = [json.loads(x)["record"] for x in (run / "ladder" / "results.jsonl").read_text().splitlines()]
+    keys = [(r["battle"], r["ordinal"], r["seat"]) for r in records]
+    assert len(keys) == len(set(keys)), "an episode was written twice"
+    for row in rows:  # every learner seat-episode of every iteration reached the result log
+        mine = [r for r in records if r["iteration"] == row["run/iteration"] and r["player"] == "learner"]
+        assert len(mine) == row.get("env/episodes", 0), (row["run/iteration"], len(mine), row.get("env/episodes"))
+    assert not (run / "episodes.held.jsonl").exists()
+
+
+def test_a_client_keeps_the_late_reply_of_a_timed_out_request():
+    """What makes a held episode report exactly-once: the Ack of a report that timed out is
+    kept when it comes late (then the batch is not sent again), and a request answered after
+    it with no Ack for it means it was lost (then it is)."""
+    from shared.messages import Ack, FromLadder, ReportEpisodes
+
+    port = free_ports(1)[0]
+    server = transport.bind_router(f"tcp://127.0.0.1:{port}")
+    client = transport.Client(f"tcp://127.0.0.1:{port}", Decoder(FromLadder), name="ladder", timeout_s=0.3)
+    try:
+        first = ReportEpisodes(request_id=client.next_id(), run_name="r", episodes=[])
+        with pytest.raises(transport.ServiceTimeout):
+            client.request(first)
+        assert client.late_reply(first.request_id) is None and not client.answered_after(first.request_id)
+        identity, got, _ = transport.recv(server, Decoder(ToLadder), router=True)
+        transport.send(server, Ack(request_id=got.request_id, count=0), identity=identity)  # served late
+        second = ReportEpisodes(request_id=client.next_id(), run_name="r", episodes=[])
+
+        def serve_second():
+            ident, body, _ = transport.recv(server, Decoder(ToLadder), router=True)
+            transport.send(server, Ack(request_id=body.request_id, count=7), identity=ident)
+
+        import threading
+
+        t = threading.Thread(target=lambda: (server.poll(5000), serve_second()))
+        t.start()
+        reply, _ = client.request(second, timeout_s=5)
+        t.join()
+        assert reply.count == 7 and client.answered_after(first.request_id)
+        late, _ = client.late_reply(first.request_id)
+        assert isinstance(late, Ack) and late.request_id == first.request_id
+        assert client.late_reply(first.request_id) is None  # taken once
+    finally:
+        client.close()
+        server.close(0)

@@ -30,6 +30,10 @@ class LearnerMetrics:
             "royalefleet_learner_rollouts_forgotten",
             "Rollouts forgotten at a boundary because they never said ready within the join wait after Hello",
             registry=r)
+        self.ladder_unanswered_plans = Counter(
+            "royalefleet_learner_ladder_unanswered_plans",
+            "Plan requests the ladder did not answer in time; the iteration collected with assignments drawn by "
+            "the learner", registry=r)
         self.halt_requests = Counter("royalefleet_learner_halt_requests", "Requests to the halt endpoint, by outcome",
                                      ["outcome"], registry=r)
         self.iterations = Counter("royalefleet_learner_iterations", "Iterations finished by this process", registry=r)

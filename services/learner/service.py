@@ -36,8 +36,9 @@ from services.learner.rectangle import Rectangle
 from shared import transport
 from shared.config import ConfigError, RunConfig, config_differences, dump_config, load_config
 from shared.identity import action_digest_of, compute_identity, describe_device, identity_differences, run_id
+from shared.matchmaking import plan_assignments, role_counts
 from shared.messages import (
-    Ack, AdmitCandidate, Admitted, Decoder, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan,
+    Ack, AdmitCandidate, Admitted, Decoder, EpisodeRecord, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan,
     PlanReply, PlanRequest, ReportEpisodes, SaveCheckpoint, Saved, SaveSnapshot, SnapshotSaved, ToLearner, Welcome,
     snapshot_of,
 )
@@ -51,6 +52,15 @@ STARTUP_WAIT_S = 120.0
 
 JOIN_WAIT_S = 30.0
 """The longest a boundary waits for a registered rollout that is still building its battles."""
+
+
+HELD_EPISODES = "episodes.held.jsonl"
+"""``<run>/episodes.held.jsonl``: episode reports the ladder has not acknowledged, one batch a line."""
+
+
+class HeldBatch(msgspec.Struct, forbid_unknown_fields=True):
+    iteration: int
+    episodes: list[EpisodeRecord]
 
 
 class StopRequested(Exception):
@@ -177,6 +187,10 @@ class Learner:
              "codec_table_digest": self.identity.codec_table_digest},
             self.pf.codec, self.device, say)
         self.halt_reason: str | None = None
+        self.ladder_silent = False
+        """The ladder left the last plan request unanswered (``_request_plan``)."""
+        self.unreported: list[list] = []
+        """[request id or None, iteration, episodes]: reports the ladder has not acknowledged."""
         self.halt_endpoint = None
         token = os.environ.get("ROYALEFLEET_HALT_TOKEN", "")
         if token and halt_port:
@@ -290,7 +304,8 @@ class Learner:
         try:
             reply, _ = self.ladder.request(AdmitCandidate(
                 request_id=self.ladder.next_id(), run_name=self.cfg.run_name, snapshot_id=snapshot_id,
-                env_steps=self.env_steps, iteration=self.iteration))
+                env_steps=self.env_steps, iteration=self.iteration),
+                timeout_s=self.cfg.services.ladder_status_timeout_s if self.ladder_silent else None)
         except transport.ServiceTimeout as exc:
             self.say(f"learner: candidate snap:{snapshot_id} not offered to the pool: {exc}")
             return
@@ -427,11 +442,9 @@ class Learner:
         T, learner_rows, lookahead = plan_size(cfg, n)  # one formula with the Hello limits (admission.py)
         battles = [int(b) for b in slot_map.battle_ids]
         ordinals = [self.fleet.ordinal.get(b, 0) for b in battles]
-        reply, _ = self.ladder.request(PlanRequest(
+        reply = self._request_plan(PlanRequest(
             request_id=self.ladder.next_id(), iteration=self.iteration + 1, n_battles=n, battles=battles,
             next_ordinals=ordinals, lookahead=lookahead))
-        if not isinstance(reply, PlanReply):
-            raise RuntimeError(f"the ladder refused the plan request: {getattr(reply, 'reason', reply)}")
         by_battle: dict[int, list] = {}
         for a in reply.assignments:
             by_battle.setdefault(a.battle, []).append(a)
@@ -447,6 +460,117 @@ class Learner:
         self.frozen.new_iteration()
         self.frozen.prefetch(plan_snapshots(self.fleet, battles, self.frozen.capacity))
         return T, learner_rows, list(reply.role_counts)
+
+    def _request_plan(self, req: PlanRequest) -> PlanReply:
+        """The ladder's plan, or, when it does not answer, the same pure function
+        (``shared.matchmaking.plan_assignments``) drawn here over the pool the last plan named
+        (uniform over those snapshots; PFSP weights live in the ladder): collection needs no
+        ladder. While it stays silent each boundary asks again with the short status timeout,
+        so a dead ladder costs one request timeout, not one per iteration."""
+        timeout = self.cfg.services.ladder_status_timeout_s if self.ladder_silent else None
+        try:
+            reply, _ = self.ladder.request(req, timeout_s=timeout)
+        except transport.ServiceTimeout as exc:
+            pool = sorted({a.opponent for a in self.fleet.assignments.values()
+                           if a.role == "pool" and snapshot_of(a.opponent) is not None})
+            if not self.ladder_silent:
+                self.say(f"learner: the ladder did not answer the plan request ({exc}); collecting with assignments "
+                         f"drawn here over the last plan's pool ({len(pool)} snapshot(s)) until it answers; "
+                         "finished episodes are held for it, never dropped")
+            self.ladder_silent = True
+            self.metrics.ladder_unanswered_plans.inc()
+            lad = self.cfg.ladder
+            assignments = plan_assignments(self.cfg.master_seed, req.n_battles, req.battles, req.next_ordinals,
+                                           req.lookahead, tuple(lad.mix), tuple(lad.scripted_opponents),
+                                           pool_members=pool)
+            return PlanReply(request_id=req.request_id, assignments=assignments,
+                             role_counts=role_counts(tuple(lad.mix), req.n_battles))
+        if not isinstance(reply, PlanReply):
+            raise RuntimeError(f"the ladder refused the plan request: {getattr(reply, 'reason', reply)}")
+        if self.ladder_silent:
+            self.say(f"learner: the ladder answers again (iteration {req.iteration})")
+            self.ladder_silent = False
+        return reply
+
+    def _deliver_episodes(self, episodes: list, iteration: int) -> None:
+        """Hand ``episodes`` (and every batch still held) to the ladder's result log, oldest
+        first. A batch whose report timed out is held with its request id: its Ack may still
+        come (a stopped ladder serves it when it runs again, ``Client.late_reply``); it is sent
+        again only once the ladder has answered a later request without acking it (then it was
+        lost on the way, e.g. the ladder restarted), so a batch is written once. A refusal
+        (Error) is said and not retried: the same records would be refused again."""
+        if episodes:
+            self.unreported.append([None, iteration, episodes])
+        self._send_held()
+        self._persist_held()
+
+    def _send_held(self) -> None:
+        timeout = self.cfg.services.ladder_status_timeout_s if self.ladder_silent else None
+        while self.unreported:
+            batch = self.unreported[0]
+            rid, it, eps = batch
+            if rid is not None:
+                late = self.ladder.late_reply(rid)
+                if late is None and not self.ladder.answered_after(rid):
+                    return  # perhaps still queued at a stopped ladder: wait for its answer
+                if late is not None:
+                    self._episodes_answered(late[0], it, eps)
+                    self.unreported.pop(0)
+                    continue
+            batch[0] = rid = self.ladder.next_id()
+            try:
+                reply, _ = self.ladder.request(ReportEpisodes(request_id=rid, run_name=self.cfg.run_name, episodes=eps),
+                                               timeout_s=timeout)
+            except transport.ServiceTimeout as exc:
+                held = sum(len(b[2]) for b in self.unreported)
+                self.say(f"learner: episode report of iteration {it} not acknowledged ({exc}); {held} episode(s) "
+                         "held until the ladder answers")
+                return
+            self._episodes_answered(reply, it, eps)
+            self.unreported.pop(0)
+            timeout = None
+
+    def _persist_held(self) -> None:
+        """Keep the held batches in ``<run>/episodes.held.jsonl`` (replaced atomically; removed
+        when none is held), so a learner that stops or is killed while the ladder is away
+        delivers them after its restart (``_load_held``)."""
+        from shared.durable import replace_file
+
+        path = os.path.join(self.run_dir, HELD_EPISODES)
+        try:
+            if self.unreported:
+                replace_file(path, b"".join(msgspec.json.encode({"iteration": it, "episodes": eps}) + b"\n"
+                                            for _, it, eps in self.unreported))
+            elif os.path.exists(path):
+                os.remove(path)
+        except OSError as exc:
+            self.say(f"learner: {path} not written ({exc}); the held episodes are in memory only")
+
+    def _load_held(self) -> None:
+        """Take the batches a previous process held (``_persist_held``) to send first."""
+        path = os.path.join(self.run_dir, HELD_EPISODES)
+        try:
+            with open(path, "rb") as fh:
+                lines = fh.read().splitlines()
+        except FileNotFoundError:
+            return
+        for n, line in enumerate(lines, 1):
+            try:
+                batch = msgspec.json.decode(line, type=HeldBatch)
+            except msgspec.DecodeError as exc:
+                self.say(f"learner: line {n} of {path} set aside, it does not decode: {exc}")
+                continue
+            self.unreported.append([None, batch.iteration, batch.episodes])
+        self.say(f"learner: {sum(len(b[2]) for b in self.unreported)} episode(s) held by an earlier process "
+                 f"({path}) go to the ladder with the next report")
+
+    def _episodes_answered(self, reply, iteration: int, episodes: list) -> None:
+        if isinstance(reply, Ack):
+            if iteration != self.iteration:
+                self.say(f"learner: the ladder took the {len(episodes)} held episode(s) of iteration {iteration}")
+        else:
+            self.say(f"learner: the ladder refused the episode report of iteration {iteration}: "
+                     f"{getattr(reply, 'reason', reply)}")
 
     def wait_for_rollouts(self) -> list:
         """Block (handling messages) until a rollout is registered; before the first iteration,
@@ -611,14 +735,8 @@ class Learner:
 
         # Episodes to the ladder's result log; the checkpoint snapshot of this row's state.
         t0 = time.perf_counter()
-        if reported:
-            try:
-                reply, _ = self.ladder.request(ReportEpisodes(request_id=self.ladder.next_id(), run_name=cfg.run_name,
-                                                              episodes=reported))
-                if not isinstance(reply, Ack):
-                    self.say(f"learner: the ladder refused the episode report: {getattr(reply, 'reason', reply)}")
-            except transport.ServiceTimeout as exc:
-                self.say(f"learner: episode report not delivered: {exc}")
+        self._deliver_episodes(reported, it)
+        row["health/episodes_held"] = sum(len(b[2]) for b in self.unreported)
         row.update(self.ladder_status.poll())  # ladder/ keys; absent when the ladder does not answer
         self.snapshot = checkpointing.capture(self)
         row["run/state_digest"] = self.snapshot.state_digest
@@ -681,6 +799,7 @@ class Learner:
                 self.halt_endpoint.close()
             return 3
         self.resume()
+        self._load_held()
         done = 0
         try:
             while not self.stopping and (self.iterations_limit <= 0 or done < self.iterations_limit):
@@ -750,6 +869,8 @@ class Learner:
         self.closed = True
         if self.halt_endpoint is not None:
             self.halt_endpoint.close()
+        if self.unreported:  # one more try; what stays held is in episodes.held.jsonl for the next start
+            self._deliver_episodes([], self.iteration)
         if save and self.snapshot is not None and self.saved_iteration < self.snapshot.iteration:
             self._save(self.snapshot)
         elif save and self.snapshot is None and self.saved_iteration < 0:
