@@ -103,16 +103,6 @@ def test_a_boundary_does_not_wait_for_a_rollout_killed_while_building():
 # ----------------------------------------------------------------------------- items 6, 7, 8 on a real stack
 
 
-def _tear_last_row(run: Path) -> bytes:
-    """Cut the last row of metrics.jsonl in the middle, as a crash in its write would; returns
-    the whole row."""
-    path = run / "metrics.jsonl"
-    data = path.read_bytes()
-    start = data.rstrip(b"\n").rfind(b"\n") + 1
-    path.write_bytes(data[: start + (len(data) - start) // 2])
-    return data[start:]
-
-
 def _corrupt(folder: Path) -> None:
     """Flip one byte of the actor's weights: same size, wrong sha256."""
     f = folder / "actor" / "model.safetensors"
@@ -129,30 +119,28 @@ def _tree(path: Path) -> dict[str, bytes]:
 def test_torn_row_fallback_and_corrupt_checkpoints_on_a_real_stack(tmp_path):
     """Items 7 and 6 on a tiny stack (every iteration checkpointed):
 
-    - a torn last row whose iteration has a checkpoint comes back, byte for byte, at the resume;
     - a corrupt newest checkpoint: the learner says which file failed and resumes the older one;
+    - the row of that older checkpoint's iteration, torn, comes back byte for byte;
     - every checkpoint corrupt: `resume` exits 2 naming each one and its file and changes no
       byte of the run folder; `--start-fresh` then starts it over."""
     cfg = tiny_config(tmp_path / "runs", checkpoint={"every_iterations": 1})
     run = tmp_path / "runs" / "default"
-    up, code = run_to_exit(cfg, "--iterations", "2", timeout=240)
+    up, code = run_to_exit(cfg, "--iterations", "3", timeout=240)
     assert code == 0, up.tail()
-    whole = _tear_last_row(run)
-    assert json.loads(whole)["run/iteration"] == 2
+    first, second, third = (run / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    # row 2's write cut half-way (a full disk), row 3 appended after it; checkpoint 3 corrupt
+    (run / "metrics.jsonl").write_bytes(first + second[: len(second) // 2] + third)
+    _corrupt(run / "checkpoints" / "00000003")
 
-    up, code = run_to_exit(cfg, "--iterations", "1", timeout=240)  # item 7
-    assert code == 0, up.tail()
-    assert any("the metric row of iteration 2 was missing from metrics.jsonl; restored from" in s for s in up.lines), up.tail()
-    lines = (run / "metrics.jsonl").read_bytes().splitlines(keepends=True)
-    assert lines[1] == whole and [json.loads(x)["run/iteration"] for x in lines] == [1, 2, 3]
-
-    _corrupt(run / "checkpoints" / "00000003")  # item 6: the fallback, said by the learner
     up, code = run_to_exit(cfg, "--iterations", "1", timeout=240)
     assert code == 0, up.tail()
-    said = [s for s in up.lines if "skipped a newer checkpoint that does not verify" in s]
+    said = [s for s in up.lines if "skipped a newer checkpoint that does not verify" in s]  # item 6: the fallback
     assert said and "00000003: actor/model.safetensors: sha256" in said[0], up.tail()
     assert any("resumed iteration 2 " in s for s in up.lines)
-    assert [r["run/iteration"] for r in read_rows(run)] == [1, 2, 3]
+    # item 7: the torn row of the checkpoint resumed comes back, byte for byte
+    assert any("the metric row of iteration 2 was missing from metrics.jsonl; restored from" in s for s in up.lines), up.tail()
+    lines = (run / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    assert lines[1] == second and [json.loads(x)["run/iteration"] for x in lines] == [1, 2, 3]
 
     for folder in (run / "checkpoints").iterdir():
         if folder.is_dir():
@@ -172,6 +160,10 @@ def test_torn_row_fallback_and_corrupt_checkpoints_on_a_real_stack(tmp_path):
     assert code == 0, up.tail()
     assert any("starting run 'default' over (--start-fresh)" in s for s in up.lines), up.tail()
     assert [r["run/iteration"] for r in read_rows(run)] == [1]
+    # the new checkpoint replaces the corrupt one of its iteration and is the newest in the index
+    index = json.loads((run / "checkpoints" / "index.json").read_text())
+    assert [e["iteration"] for e in index["entries"]] == [2, 3, 1]
+    assert any("checkpoint of iteration 1 written" in s for s in up.lines)
 
 
 @pytest.mark.slow
