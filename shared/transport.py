@@ -180,9 +180,9 @@ class ServiceTimeout(TimeoutError):
 class Client:
     """A DEALER that makes request/reply calls to one ROUTER service.
 
-    A reply that comes after its request timed out is kept (the last ``LATE_KEPT``), so a
-    caller that must know whether a timed-out request was carried out after all can ask
-    (``late_reply``, ``answered_after``) instead of sending it again blind."""
+    A reply that comes after its request timed out is kept (its body, without arrays: the last
+    ``LATE_KEPT``), so a caller that must know whether a timed-out request was carried out
+    after all can ask (``late_reply``, ``answered_after``) instead of sending it again blind."""
 
     LATE_KEPT = 64
 
@@ -192,27 +192,27 @@ class Client:
         self._decoder = decoder
         self._sock = connect_dealer(address, max_bytes=max_bytes, curve=curve)
         self._ids = itertools.count(int.from_bytes(os.urandom(3), "little") << 20)
-        self._late: dict[int, tuple] = {}
+        self._late: dict[int, object] = {}
         self.last_answered = -1
         """The highest request id a reply has come for (ids only grow)."""
 
-    def _keep(self, reply, arrays) -> None:
+    def _keep(self, reply) -> None:
         rid = getattr(reply, "request_id", None)
         if isinstance(rid, int):
             self.last_answered = max(self.last_answered, rid)
-            self._late[rid] = (reply, arrays)
+            self._late[rid] = reply  # never its arrays: a late checkpoint is no memory to hold
             while len(self._late) > self.LATE_KEPT:
                 del self._late[next(iter(self._late))]
 
     def late_reply(self, request_id: int):
-        """(reply, arrays) that came for ``request_id`` after its request timed out, or None.
-        Reads whatever replies wait on the socket first; never blocks."""
+        """The reply (its body) that came for ``request_id`` after its request timed out, or
+        None. Reads whatever replies wait on the socket first; never blocks."""
         while self._sock.poll(0, zmq.POLLIN):
             try:
-                _, reply, arrays_in = recv(self._sock, self._decoder)
+                _, reply, _ = recv(self._sock, self._decoder)
             except ProtocolError:
                 continue
-            self._keep(reply, arrays_in)
+            self._keep(reply)
         return self._late.pop(request_id, None)
 
     def answered_after(self, request_id: int) -> bool:
@@ -247,7 +247,7 @@ class Client:
             if getattr(reply, "request_id", None) == body.request_id:
                 self.last_answered = max(self.last_answered, body.request_id)
                 return reply, arrays_in
-            self._keep(reply, arrays_in)  # the late reply of an earlier request
+            self._keep(reply)  # the late reply of an earlier request
 
     def close(self) -> None:
         self._sock.close(0)

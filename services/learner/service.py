@@ -514,7 +514,7 @@ class Learner:
                 if late is None and not self.ladder.answered_after(rid):
                     return  # perhaps still queued at a stopped ladder: wait for its answer
                 if late is not None:
-                    self._episodes_answered(late[0], it, eps)
+                    self._episodes_answered(late, it, eps)
                     self.unreported.pop(0)
                     continue
             batch[0] = rid = self.ladder.next_id()
