@@ -64,6 +64,8 @@ def cmd_up(args) -> int:
         learner_env["ROYALEFLEET_ALLOW_IDENTITY_DRIFT"] = "1"
     if args.clear_halt:
         learner_env["ROYALEFLEET_CLEAR_HALT"] = "1"
+    if args.start_fresh:
+        learner_env["ROYALEFLEET_START_FRESH"] = "1"
     learner_env = learner_env or None
     return Stack(cfg, iterations=args.iterations, say=lambda s: print(s, flush=True),
                  echo_all=args.verbose, learner_env=learner_env).run()
@@ -161,6 +163,9 @@ def stack_options(sp) -> None:
     sp.add_argument("--clear-halt", action="store_true",
                     help="continue a run that an alarm or an operator halted (removes runs/<name>/halted.json; "
                     "read its bundle first)")
+    sp.add_argument("--start-fresh", action="store_true",
+                    help="start the run over when it has checkpoints and none verifies (a start is refused "
+                    "otherwise); its metric rows move to metrics.purged.jsonl")
 
 
 def build_parser() -> argparse.ArgumentParser:

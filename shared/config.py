@@ -346,6 +346,13 @@ class CheckpointConfig(_Cfg):
     """Write a checkpoint every this many iterations (and always at a clean stop)."""
     keep: PosInt = 10
     """Checkpoints kept; older ones are pruned."""
+    max_failed_saves: PosInt = 2
+    """Consecutive checkpoint saves (each already retried 3 times) that may fail before the
+    learner halts: a count, >= 1, default 2. Every failed save widens what a crash would lose
+    (``every_iterations`` more iterations), so after this many in a row (a full disk, a
+    checkpoint service that refuses) the learner stops with a halt record (``halted.json``,
+    exit 3) instead of training on unsaved. Not part of the run identity (nothing a run
+    computes depends on it)."""
 
 
 class ServicesConfig(_Cfg):

@@ -423,11 +423,18 @@ class Loaded(_Msg, tag="loaded"):
     iteration: int
     names: list[str]
     meta: bytes
+    skipped: list[str] = []
+    """Newer checkpoints that did not verify, newest first, each ``checkpoint <folder>: <file>:
+    <problem>``: why this one and not the newest (the learner says so)."""
 
 
 class NotFound(_Msg, tag="not_found"):
     request_id: int
     reason: str
+    skipped: list[str] = []
+    """For ``LoadLatest``: the run's checkpoints, none of which verifies, newest first, each
+    ``checkpoint <folder>: <file>: <problem>``. Empty when the run has no checkpoint at all:
+    only then may a learner start fresh on its own."""
 
 
 class SaveSnapshot(_Msg, tag="save_snapshot"):

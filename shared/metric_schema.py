@@ -112,6 +112,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     # health
     "health/rollouts": ("count", "rollouts in this iteration"),
     "health/rollouts_lost": ("count", "rollouts lost during this iteration (deadline missed or failed)"),
+    "health/episodes_held": ("episodes", "finished seat-episodes the ladder has not acknowledged: held by the learner "
+                             "while the ladder does not answer, sent when it does (healthy: exactly 0)"),
     "health/rows_invalid": ("timesteps", "learner cells of this iteration invalidated by lost rollouts"),
     "health/rows_invalid_frac": ("fraction", "rows_invalid / learner cells of the rectangle"),
     "health/trainable_rows": ("timesteps", "learner cells trained on this iteration"),

@@ -178,7 +178,13 @@ class ServiceTimeout(TimeoutError):
 
 
 class Client:
-    """A DEALER that makes request/reply calls to one ROUTER service."""
+    """A DEALER that makes request/reply calls to one ROUTER service.
+
+    A reply that comes after its request timed out is kept (its body, without arrays: the last
+    ``LATE_KEPT``), so a caller that must know whether a timed-out request was carried out
+    after all can ask (``late_reply``, ``answered_after``) instead of sending it again blind."""
+
+    LATE_KEPT = 64
 
     def __init__(self, address: str, decoder: Decoder, *, name: str, max_bytes: int | None = None,
                  timeout_s: float = 30.0, curve: CurveClient | None = None):
@@ -186,13 +192,41 @@ class Client:
         self._decoder = decoder
         self._sock = connect_dealer(address, max_bytes=max_bytes, curve=curve)
         self._ids = itertools.count(int.from_bytes(os.urandom(3), "little") << 20)
+        self._late: dict[int, object] = {}
+        self.last_answered = -1
+        """The highest request id a reply has come for (ids only grow)."""
+
+    def _keep(self, reply) -> None:
+        rid = getattr(reply, "request_id", None)
+        if isinstance(rid, int):
+            self.last_answered = max(self.last_answered, rid)
+            self._late[rid] = reply  # never its arrays: a late checkpoint is no memory to hold
+            while len(self._late) > self.LATE_KEPT:
+                del self._late[next(iter(self._late))]
+
+    def late_reply(self, request_id: int):
+        """The reply (its body) that came for ``request_id`` after its request timed out, or
+        None. Reads whatever replies wait on the socket first; never blocks."""
+        while self._sock.poll(0, zmq.POLLIN):
+            try:
+                _, reply, _ = recv(self._sock, self._decoder)
+            except ProtocolError:
+                continue
+            self._keep(reply)
+        return self._late.pop(request_id, None)
+
+    def answered_after(self, request_id: int) -> bool:
+        """Whether a request sent after ``request_id`` has been answered. One connection
+        delivers in order, so then a missing reply to ``request_id`` means it was lost on the
+        way (the service restarted), not that it is still waiting to be served."""
+        return self.last_answered > request_id
 
     def next_id(self) -> int:
         return next(self._ids)
 
     def request(self, body, arrays=None, *, timeout_s: float | None = None):
         """Send ``body`` (whose ``request_id`` must be fresh) and wait for the reply with the
-        same id. Replies to older requests are dropped. Raises ServiceTimeout."""
+        same id. Replies to older requests are kept for ``late_reply``. Raises ServiceTimeout."""
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
         if not send(self._sock, body, arrays):
             # A DEALER queues while the connection is pending; a refusal here means the queue
@@ -211,7 +245,9 @@ class Client:
             except ProtocolError:
                 continue
             if getattr(reply, "request_id", None) == body.request_id:
+                self.last_answered = max(self.last_answered, body.request_id)
                 return reply, arrays_in
+            self._keep(reply)  # the late reply of an earlier request
 
     def close(self) -> None:
         self._sock.close(0)

@@ -5,6 +5,7 @@ the learner's monitor (services/learner/alarms.py) exports, logs and bundles wha
 import json
 import math
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -335,3 +336,68 @@ def test_write_bundle_holds_rows_alarms_config_and_a_halt_record(tmp_path):
     assert halt["halted"] and halt["checkpoint"] == "ck/60"
     assert "royalefleet up --config" in halt["resume"] and "--run-name r1" in halt["resume"]
     assert bundle.endswith("60") and math.isfinite(halt["iteration"])
+
+
+def _rectangle_with_lost_rollout():
+    """A real rectangle of 4 cycles x 4 slots, every slot the learner's, where the rollout of
+    slots 2-3 answered cycles 0-1 and was then lost: (4 - 1) + ... cells invalid."""
+    from services.learner.rectangle import Rectangle
+
+    T, R = 4, 4
+    rect = Rectangle(T, R, row_bytes=8, mask_offset=7)
+    group = np.zeros(R, np.int8)
+    for t in range(T + 1):
+        slots = np.arange(R) if t < 2 else np.arange(2)
+        rect.store_obs(t, slots, group[slots], np.zeros(len(slots), np.int32), np.zeros((len(slots), 8), np.uint8))
+        if t > 0:
+            n = len(slots)
+            rect.store_step(t - 1, slots, np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool),
+                            np.zeros(n, np.int8), np.zeros(0, np.int64), np.zeros((0, 8), np.uint8))
+    return rect, T
+
+
+def test_a_bundle_from_a_row_with_lost_rollouts_holds_plain_numbers(tmp_path):
+    """Issue 12 item 2: the invalid-rows count of a lost rollout came out of numpy and crashed
+    the bundle's JSON encoding. A row built as the learner builds it, with a lost rollout and a
+    halting alarm, goes into a bundle whose every number is a plain JSON number."""
+    from services.learner.metric_log import plain_row
+    from services.learner.service import _lost_cells
+
+    rect, T = _rectangle_with_lost_rollout()
+    lost = _lost_cells(rect, T)
+    # slots 2 and 3 received steps of cycle 0 only (the round of cycle 1 closed step 0): cycles 1..3 lost, each
+    assert lost == 2 * (T - 1)
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    mon = AlarmMonitor(AlarmConfig(), CollectorRegistry(), run_dir=str(run_dir), say=lambda s: None)
+    verdict = None
+    for i in (1, 2, 3):
+        row = {**healthy_row(), "run/iteration": i, "health/rollouts_lost": np.int64(i),
+               "health/rows_invalid": np.int64(lost) if i == 3 else 0,
+               "health/rows_invalid_frac": np.float64(lost) / np.int64(16), "ppo/kl": np.float32(0.25)}
+        verdict = mon.observe(plain_row(row))
+    assert verdict.halt_due and "worker_failures_persistent" in [r.name for r in verdict.fired]
+    bundle = write_bundle(str(run_dir), 3, mon.recent_rows, verdict.fired, dump_config(RunConfig()))
+    last = json.loads((run_dir / "bundles" / "3" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["health/rows_invalid"] == 6 and type(last["health/rows_invalid"]) is int
+    assert last["health/rows_invalid_frac"] == 0.375
+    halt = json.loads((run_dir / "bundles" / "3" / "halt.json").read_text())
+    persistent = next(a for a in halt["alarms"] if a["alarm"] == "worker_failures_persistent")
+    assert persistent["last_values"]["health/rollouts_lost"] == [1, 2, 3]
+    assert bundle.endswith("3")
+
+
+def test_write_bundle_takes_numpy_scalars_and_refuses_arrays(tmp_path):
+    """write_bundle is the last thing a halt does: a numpy scalar in a row it is handed is
+    written as the plain number it holds; an array is refused naming its key."""
+    from services.learner.metric_log import plain_row
+
+    rect, T = _rectangle_with_lost_rollout()
+    # a numpy reduction, as the learner's row computes its counts: 2 slots x 4 steps + 2 slots x 1
+    row = {"run/iteration": 1, "health/steps_valid": rect.step_valid.sum(), "health/ok": np.bool_(True),
+           "ppo/kl": np.float32(0.5)}
+    write_bundle(str(tmp_path), 1, [row], [], "{}")
+    got = json.loads((tmp_path / "bundles" / "1" / "metrics.jsonl").read_text())
+    assert got == {"run/iteration": 1, "health/steps_valid": 10, "health/ok": True, "ppo/kl": 0.5}
+    with pytest.raises(TypeError, match="'run/slots'"):
+        plain_row({"run/slots": np.zeros(3)})

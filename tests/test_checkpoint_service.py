@@ -378,3 +378,23 @@ def test_the_writer_token_rule(tmp_path):
     with pytest.raises(OSError, match="server.key_secret"):
         checkpoint_token({"ROYALEFLEET_CURVE_DIR": str(tmp_path / "missing")})
     assert token_matches("anything", "") and token_matches("t", "t") and not token_matches("", "t")
+
+
+def test_latest_names_every_checkpoint_it_skipped_and_why(running, tmp_path):
+    """Issue 12 item 6: the learner must tell "no checkpoint" (start fresh) from "checkpoints,
+    none verifies" (refuse): ``skipped`` is empty for the first, and names each checkpoint and
+    its failing file for the second; a fallback to an older one names the newer ones too."""
+    for it in (1, 2):
+        assert isinstance(running.save("exp1", it, {"a": bytes([it]) * 10, "b": b"x"})[0], Saved)
+    root = tmp_path / "runs" / "exp1" / "checkpoints"
+    (root / "00000002" / "b").write_bytes(b"y")  # same size, wrong hash
+    reply, _ = running.load("exp1")
+    assert isinstance(reply, Loaded) and reply.iteration == 1
+    assert len(reply.skipped) == 1 and reply.skipped[0].startswith(f"checkpoint {root / '00000002'}: b: sha256 ")
+    assert not reply.skipped[0].endswith("checkpoint")  # the log line's "trying the next older" tail is not in it
+    (root / "00000001" / "a").unlink()
+    reply, arrays = running.load("exp1")
+    assert isinstance(reply, NotFound) and arrays == {}
+    assert [s.split(": ")[:2] for s in reply.skipped] == [[f"checkpoint {root / '00000002'}", "b"],
+                                                          [f"checkpoint {root / '00000001'}", "a"]]
+    assert running.load("never-saved")[0].skipped == []

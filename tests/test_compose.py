@@ -204,9 +204,11 @@ def test_compose_gives_each_service_the_launchers_environment(env_file):
         # Secrets come from the operator's environment, never from a config: the CURVE key folder,
         # and the learner's halt-endpoint token (Grafana's contact point carries the same one).
         secrets = {CURVE_DIR_ENV} | ({"ROYALEFLEET_HALT_TOKEN"} if svc == "learner" else set())
-        # Decisions for one start (royalefleet up's --allow-identity-drift / --clear-halt): off
-        # unless the operator sets FLEET_ALLOW_IDENTITY_DRIFT / FLEET_CLEAR_HALT for one `up`.
-        switches = {"ROYALEFLEET_ALLOW_IDENTITY_DRIFT", "ROYALEFLEET_CLEAR_HALT"} if svc == "learner" else set()
+        # Decisions for one start (royalefleet up's --allow-identity-drift / --clear-halt /
+        # --start-fresh): off unless the operator sets FLEET_ALLOW_IDENTITY_DRIFT /
+        # FLEET_CLEAR_HALT / FLEET_START_FRESH for one `up`.
+        switches = ({"ROYALEFLEET_ALLOW_IDENTITY_DRIFT", "ROYALEFLEET_CLEAR_HALT", "ROYALEFLEET_START_FRESH"}
+                    if svc == "learner" else set())
         assert all(got[k] == "0" for k in switches), (svc, {k: got[k] for k in switches})
         assert set(got) - secrets - switches == set(want), (svc, sorted(set(got) ^ set(want)))
         assert got[CURVE_DIR_ENV] == "/keys"

@@ -5,8 +5,10 @@ Requests (``shared.messages.ToCheckpoint``) and replies:
 * ``SaveCheckpoint`` (arrays: one 1-D uint8 array per file, named as in ``names``) ->
   write atomically under ``<runs_dir>/<run_name>/checkpoints/``, prune to ``keep`` ->
   ``Saved(request_id, path, bytes_written)`` (``bytes_written``: the sum of the file sizes).
-* ``LoadLatest`` -> ``Loaded(request_id, path, iteration, names, meta)`` with the files as
-  arrays (the newest checkpoint that verifies), or ``NotFound(request_id, reason)``.
+* ``LoadLatest`` -> ``Loaded(request_id, path, iteration, names, meta, skipped)`` with the
+  files as arrays (the newest checkpoint that verifies; ``skipped`` names each newer one that
+  did not and why), or ``NotFound(request_id, reason, skipped)`` (``skipped`` empty: the run
+  has no checkpoint; not empty: it has some and none verifies).
 * Saves (``SaveCheckpoint``, ``SaveSnapshot``) carry the run's writer token
   (``shared.writer_token``): with a token configured, one without it is refused as
   ``unauthorized`` before anything is touched: no folder, no write, no prune.
@@ -43,6 +45,7 @@ import zmq
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from services.checkpoint.store import (
+    NEXT_OLDER,
     CheckpointCorrupt,
     CheckpointStore,
     check_file_names,
@@ -280,20 +283,22 @@ class CheckpointService:
         finally:
             if problems:
                 self.metrics.verify_failures.inc(len(problems))
+        # each problem without the "trying the next older" tail the log line carries
+        skipped = [p.removesuffix(NEXT_OLDER) for p in problems]
         if found is None:
             why = (
                 f"no checkpoint of run {msg.run_name!r} verifies ({len(problems)} skipped: {'; '.join(problems)})"
                 if problems
                 else f"no checkpoint of run {msg.run_name!r} in {store.root}"
             )
-            return NotFound(request_id=msg.request_id, reason=why), None
+            return NotFound(request_id=msg.request_id, reason=why, skipped=skipped), None
         manifest, files = found
         self.metrics.loads.inc()
         path = store.root / checkpoint_name(manifest.iteration)
         self.out(f"loaded {path} for run {msg.run_name!r}")
         reply = Loaded(
             request_id=msg.request_id, path=str(path), iteration=manifest.iteration,
-            names=list(files), meta=bytes(manifest.meta),
+            names=list(files), meta=bytes(manifest.meta), skipped=skipped,
         )
         return reply, {name: np.frombuffer(data, dtype=np.uint8) for name, data in files.items()}
 

@@ -105,6 +105,10 @@ class _VersionOnly(Struct):
     format_version: int = -1
 
 
+NEXT_OLDER = "; trying the next older checkpoint"
+"""The tail of ``latest``'s line about a checkpoint it skipped."""
+
+
 class CheckpointCorrupt(Exception):
     """A checkpoint (or the index) that does not verify.
 
@@ -432,7 +436,7 @@ class CheckpointStore:
                         f"holds iteration {manifest.iteration}, the index says {entry.iteration}",
                     )
             except CheckpointCorrupt as exc:
-                text = f"{exc}; trying the next older checkpoint"
+                text = f"{exc}{NEXT_OLDER}"
                 self.say(text)
                 if problems is not None:
                     problems.append(text)

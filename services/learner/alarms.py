@@ -27,6 +27,7 @@ from typing import NamedTuple
 import msgspec
 from prometheus_client import CollectorRegistry, Gauge
 
+from services.learner.metric_log import plain_row
 from shared.alarms import ALARMS, BY_NAME, AlarmResult, AlarmState, check_overrides, describe, effective, evaluate
 from shared.config import AlarmConfig
 
@@ -131,7 +132,8 @@ def write_bundle(run_dir: str, iteration: int, rows, fired: list[AlarmResult], c
     """
     bundle = os.path.join(run_dir, "bundles", str(iteration))
     os.makedirs(bundle, exist_ok=True)
-    rows = list(rows)[-RECENT_ROWS:]
+    # Plain numbers only: a numpy scalar would raise TypeError here, in the middle of a halt.
+    rows = [plain_row(r) for r in list(rows)[-RECENT_ROWS:]]
 
     def write(name: str, data: bytes) -> None:
         tmp = os.path.join(bundle, name + ".tmp")

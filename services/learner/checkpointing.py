@@ -15,7 +15,16 @@ ladder_position     ``ladder_position/ordinals.json``               each battle'
 codec               ``codec/table.json``                            the codec table
 config              ``config/config.json``                          the resolved config
 identity            ``identity/identity.json``                      the RunIdentity
+metric row          ``metric_row/row.json``                         the metric row of the
+                                                                    checkpoint's iteration
+                                                                    (``ROW_FILE``), as appended
+                                                                    to ``metrics.jsonl``
 ==================  ==============================================  =========================
+
+The metric row is part of a checkpoint's promise (the row describes the state, the state is
+kept): a resume that finds the row of its iteration missing from ``metrics.jsonl`` (a line torn
+by a crash or a full disk) writes it back from here. It loads nothing into the learner, and
+a checkpoint written before it existed lacks it and still resumes.
 
 The checkpoint service adds ``manifest.json`` with the sha256 of every file and this module's
 ``meta`` (iteration, run id, identity, config, state digest) verbatim. No pickle anywhere:
@@ -42,6 +51,7 @@ from shared.identity import RunIdentity
 from shared.messages import CodecTable
 
 STATE_FILES = ("actor/", "critic/", "optimizers/", "update_state/")
+ROW_FILE = "metric_row/row.json"
 
 
 class Counters(msgspec.Struct, forbid_unknown_fields=True):
@@ -162,6 +172,38 @@ def capture(learner) -> Snapshot:
     meta = CheckpointMeta(iteration=learner.iteration, run_id=learner.run_id, state_digest=digest,
                           counters=learner.counters(), identity=learner.identity, config=learner.cfg)
     return Snapshot(learner.iteration, files, _json(meta), digest)
+
+
+def attach_row(snapshot: Snapshot, line: bytes) -> None:
+    """Keep the encoded metric row ``line`` (one JSON object and its newline) of the snapshot's
+    iteration with the snapshot (``ROW_FILE``); raises ValueError when the row is of another
+    iteration or describes another state."""
+    import json
+
+    row = json.loads(line)
+    if row.get("run/iteration") != snapshot.iteration or row.get("run/state_digest") != snapshot.state_digest:
+        raise ValueError(f"row of iteration {row.get('run/iteration')} (state {row.get('run/state_digest')}) "
+                         f"attached to the snapshot of iteration {snapshot.iteration} ({snapshot.state_digest})")
+    snapshot.files[ROW_FILE] = line
+
+
+def missing_row(meta: CheckpointMeta, files: dict[str, bytes], metrics_path: str) -> bytes | None:
+    """The checkpoint's own metric row (``ROW_FILE``) when ``metrics_path`` holds no whole row of
+    the checkpoint's iteration (it was torn, or lost with the disk) and the checkpoint carries
+    one that describes its state; None otherwise (the row is there, or the checkpoint predates
+    ``ROW_FILE``). Call it after ``metric_log.purge_after``, which moves a torn line out."""
+    import json
+
+    line = files.get(ROW_FILE)
+    if line is None or meta.iteration == 0 or _digests_of(metrics_path, meta.iteration):
+        return None
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    if row.get("run/iteration") != meta.iteration or row.get("run/state_digest") != meta.state_digest:
+        return None
+    return line if line.endswith(b"\n") else line + b"\n"
 
 
 def restore(learner, files: dict[str, bytes], *, skip: tuple[str, ...] = ()) -> None:

@@ -31,6 +31,8 @@ class Member:
     lost: bool = False
     fresh: bool = True
     last_seen: float = field(default_factory=time.monotonic)
+    registered: float = field(default_factory=time.monotonic)
+    """When its Hello was taken (monotonic s): ``forget_unready`` measures its build from here."""
     held: dict = field(default_factory=dict)
     """shard -> (Round, arrays): the cycle-T round of the previous iteration, which is this
     iteration's cycle 0 (the battles did not move in between)."""
@@ -65,6 +67,8 @@ class Fleet:
         restarted battle begins that episode again from its first decision: it never finished,
         so nothing of it is in the result log."""
         self.lost_total = 0
+        self.forgotten_total = 0
+        """Members forgotten because they never became ready (``forget_unready``)."""
         self.assignments: dict[tuple[int, int], Assignment] = {}
         """(battle id, ordinal) -> the assignment that battle plays (or will play) at that
         episode, as the rollout holding it applies it: what tells the learner which snapshot
@@ -85,6 +89,20 @@ class Fleet:
         if not member.lost:
             member.lost = True
             self.lost_total += 1
+
+    def forget_unready(self, deadline_s: float, now: float | None = None) -> list[Member]:
+        """Mark lost (and count in ``forgotten_total``) every member that said Hello more than
+        ``deadline_s`` seconds ago and has not said it is ready: a rollout killed while building
+        its battles never will, and every boundary would wait for it. One that is merely slow
+        is told to rejoin when it next speaks (the learner answers an unknown instance so) and
+        joins again, its battles already built. Returns the members forgotten now."""
+        now = time.monotonic() if now is None else now
+        gone = [m for m in self.members.values()
+                if not (m.ready or m.active or m.lost) and now - m.registered > deadline_s]
+        for m in gone:
+            self.mark_lost(m)
+            self.forgotten_total += 1
+        return gone
 
     def active(self) -> list[Member]:
         return sorted((m for m in self.members.values() if m.active and not m.lost), key=lambda m: m.battle_ids[0])

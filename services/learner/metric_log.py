@@ -13,12 +13,39 @@ to ``metrics.purged.jsonl`` beside it, not deleted.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from pathlib import Path
+
+import numpy as np
 
 from shared.durable import replace_file
 
 PURGED_NAME = "metrics.purged.jsonl"
+
+
+def plain_row(row: dict) -> dict:
+    """``row`` with every value a plain JSON value: numpy scalars (``np.int64``,
+    ``np.float32``, ``np.bool_``) become the Python int, float or bool they hold; str, int,
+    float, bool and None pass. Everything the learner writes as JSON (the metric row,
+    ``alarms.jsonl``, a bundle's ``metrics.jsonl`` and ``halt.json``) goes through this, since
+    neither msgspec nor ``json`` encodes a numpy scalar (a TypeError in the middle of a halt).
+
+    Raises TypeError naming the key for any other value (an array, an object)."""
+    out = {}
+    for key, value in row.items():
+        if value is None or type(value) in (str, bool, int, float):
+            out[key] = value
+        elif isinstance(value, np.bool_):
+            out[key] = bool(value)
+        elif isinstance(value, numbers.Integral):  # np.int64, np.uint32, ...
+            out[key] = int(value)
+        elif isinstance(value, numbers.Real):  # np.float32, np.float64
+            out[key] = float(value)
+        else:
+            raise TypeError(f"metric row key {key!r} holds {type(value).__name__} {value!r}: "
+                            "a row holds numbers, strings, booleans or null only")
+    return out
 
 
 def append_row(path: str | os.PathLike, line: bytes) -> None:

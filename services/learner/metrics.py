@@ -26,6 +26,14 @@ class LearnerMetrics:
             self.refused.labels(reason)
         self.checkpoint_failures = Counter("royalefleet_learner_checkpoint_failures",
                                            "Checkpoints that could not be written after retries", registry=r)
+        self.rollouts_forgotten = Counter(
+            "royalefleet_learner_rollouts_forgotten",
+            "Rollouts forgotten at a boundary because they never said ready within the join wait after Hello",
+            registry=r)
+        self.ladder_unanswered_plans = Counter(
+            "royalefleet_learner_ladder_unanswered_plans",
+            "Plan requests the ladder did not answer in time; the iteration collected with assignments drawn by "
+            "the learner", registry=r)
         self.halt_requests = Counter("royalefleet_learner_halt_requests", "Requests to the halt endpoint, by outcome",
                                      ["outcome"], registry=r)
         self.iterations = Counter("royalefleet_learner_iterations", "Iterations finished by this process", registry=r)

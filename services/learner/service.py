@@ -36,8 +36,9 @@ from services.learner.rectangle import Rectangle
 from shared import transport
 from shared.config import ConfigError, RunConfig, config_differences, dump_config, load_config
 from shared.identity import action_digest_of, compute_identity, describe_device, identity_differences, run_id
+from shared.matchmaking import plan_assignments, role_counts
 from shared.messages import (
-    Ack, AdmitCandidate, Admitted, Decoder, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan,
+    Ack, AdmitCandidate, Admitted, Decoder, EpisodeRecord, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan,
     PlanReply, PlanRequest, ReportEpisodes, SaveCheckpoint, Saved, SaveSnapshot, SnapshotSaved, ToLearner, Welcome,
     snapshot_of,
 )
@@ -53,12 +54,26 @@ JOIN_WAIT_S = 30.0
 """The longest a boundary waits for a registered rollout that is still building its battles."""
 
 
+HELD_EPISODES = "episodes.held.jsonl"
+"""``<run>/episodes.held.jsonl``: episode reports the ladder has not acknowledged, one batch a line."""
+
+
+class HeldBatch(msgspec.Struct, forbid_unknown_fields=True):
+    iteration: int
+    episodes: list[EpisodeRecord]
+
+
 class StopRequested(Exception):
     pass
 
 
 class AlarmHalt(Exception):
     """A halt-severity alarm spent its patience: the checkpoint and the bundle are written."""
+
+
+class SaveHalt(Exception):
+    """``checkpoint.max_failed_saves`` saves in a row failed: stop, without a bundle (the disk
+    that refused the checkpoints would refuse it too)."""
 
 
 class DeterminismError(RuntimeError):
@@ -99,7 +114,7 @@ def apply_determinism(cfg: RunConfig, device: str) -> dict:
 class Learner:
     def __init__(self, cfg: RunConfig, *, bind: str, ladder: str, checkpoint: str, runs_dir: str,
                  metrics_port: int | None, metrics_host: str, iterations: int, min_rollouts: int = 1,
-                 allow_identity_drift: bool = False, clear_halt: bool = False,
+                 allow_identity_drift: bool = False, clear_halt: bool = False, start_fresh: bool = False,
                  perturb_resume: tuple[str, ...] = (), halt_port: int = 0,
                  say=print):
         import torch
@@ -119,7 +134,7 @@ class Learner:
         self.cfg, self.say, self.iterations_limit = cfg, say, iterations
         self.min_rollouts, self.first_iteration = max(1, min_rollouts), True
         self.allow_identity_drift, self.perturb_resume = allow_identity_drift, perturb_resume
-        self.clear_halt = clear_halt
+        self.clear_halt, self.start_fresh = clear_halt, start_fresh
         self.t_start = time.monotonic()
         device = cfg.net.device
         if device == "auto":
@@ -172,6 +187,10 @@ class Learner:
              "codec_table_digest": self.identity.codec_table_digest},
             self.pf.codec, self.device, say)
         self.halt_reason: str | None = None
+        self.ladder_silent = False
+        """The ladder left the last plan request unanswered (``_request_plan``)."""
+        self.unreported: list[list] = []
+        """[request id or None, iteration, episodes]: reports the ladder has not acknowledged."""
         self.halt_endpoint = None
         token = os.environ.get("ROYALEFLEET_HALT_TOKEN", "")
         if token and halt_port:
@@ -186,6 +205,8 @@ class Learner:
         self.env_steps = 0
         self.episodes = 0
         self.saved_iteration = -1
+        self.failed_saves = 0
+        """Checkpoint saves failed in a row (``_save``); ``checkpoint.max_failed_saves`` halts."""
         self.snapshot: checkpointing.Snapshot | None = None
         self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
         say(f"learner: run id {self.run_id}; listening for rollouts on {bind}; run folder {self.run_dir}")
@@ -237,6 +258,7 @@ class Learner:
                 reply, _ = self.ckpt.request(req, {n: np.frombuffer(snapshot.files[n], np.uint8) for n in names})
                 if isinstance(reply, Saved):
                     self.saved_iteration = snapshot.iteration
+                    self.failed_saves = 0
                     self.say(f"learner: checkpoint of iteration {snapshot.iteration} written to {reply.path}")
                     return True
                 self.say(f"learner: checkpoint service refused the save ({getattr(reply, 'reason', reply)}); "
@@ -246,8 +268,10 @@ class Learner:
             if attempt < attempts:
                 time.sleep(min(2.0 * attempt, 5.0))
         self.metrics.checkpoint_failures.inc()
-        self.say(f"learner: checkpoint of iteration {snapshot.iteration} NOT written after {attempts} attempts; "
-                 "the state stays in memory and the next save tries again")
+        self.failed_saves += 1
+        self.say(f"learner: checkpoint of iteration {snapshot.iteration} NOT written after {attempts} attempts "
+                 f"({self.failed_saves} failed save(s) in a row; the learner halts at "
+                 f"checkpoint.max_failed_saves = {self.cfg.checkpoint.max_failed_saves}); the state stays in memory")
         return False
 
     def _snapshot_actor(self) -> None:
@@ -280,7 +304,8 @@ class Learner:
         try:
             reply, _ = self.ladder.request(AdmitCandidate(
                 request_id=self.ladder.next_id(), run_name=self.cfg.run_name, snapshot_id=snapshot_id,
-                env_steps=self.env_steps, iteration=self.iteration))
+                env_steps=self.env_steps, iteration=self.iteration),
+                timeout_s=self.cfg.services.ladder_status_timeout_s if self.ladder_silent else None)
         except transport.ServiceTimeout as exc:
             self.say(f"learner: candidate snap:{snapshot_id} not offered to the pool: {exc}")
             return
@@ -311,7 +336,9 @@ class Learner:
             raise SystemExit(f"learner: refusing to start: {exc}")
 
     def resume(self) -> None:
-        """Continue from the run's newest checkpoint that verifies, or start fresh.
+        """Continue from the run's newest checkpoint that verifies, or start fresh when the run
+        has none. A run whose checkpoints exist and none verifies is refused (SystemExit naming
+        each one and its failing file), nothing purged, unless ``start_fresh``.
 
         Refuses (SystemExit naming everything) a checkpoint whose identity differs from this
         run's (unless allow_identity_drift, which records the drift), and one whose state no
@@ -321,7 +348,20 @@ class Learner:
             reply, arrays = self.ckpt.request(LoadLatest(request_id=self.ckpt.next_id(), run_name=self.cfg.run_name))
         except transport.ServiceTimeout as exc:
             raise SystemExit(f"learner: cannot reach the checkpoint service to look for a checkpoint: {exc}")
+        if isinstance(reply, NotFound) and reply.skipped and not self.start_fresh:
+            # Checkpoints exist and none verifies: starting fresh would purge the run's record
+            # and overwrite its checkpoint folders. Purge nothing; a person decides.
+            raise SystemExit(
+                f"learner: refusing to start run {self.cfg.run_name!r}: it has {len(reply.skipped)} checkpoint(s) "
+                "and none verifies:\n" + "\n".join(f"  {s}" for s in reply.skipped)
+                + "\nNothing was changed. Repair or restore a checkpoint folder (royalefleet checkpoints lists "
+                "them), start another run_name, or start this run over with `royalefleet resume --start-fresh` "
+                "(ROYALEFLEET_START_FRESH=1; Compose: FLEET_START_FRESH=1 for one `up -d learner`), which moves "
+                f"its metric rows to {metric_log.PURGED_NAME} and overwrites its checkpoints as new ones are written")
         if isinstance(reply, NotFound):
+            if reply.skipped:
+                self.say(f"learner: starting run {self.cfg.run_name!r} over (--start-fresh); none of its "
+                         f"{len(reply.skipped)} checkpoint(s) verifies:\n" + "\n".join(f"  {s}" for s in reply.skipped))
             self.say(f"learner: no checkpoint for run {self.cfg.run_name!r}; starting fresh")
             moved, _ = metric_log.purge_after(self.metrics_path, 0)
             if moved:  # a process killed before its first checkpoint: its rows describe nothing kept
@@ -332,6 +372,8 @@ class Learner:
         if not isinstance(reply, Loaded):
             raise SystemExit(f"learner: the checkpoint service could not load the latest checkpoint: "
                              f"{getattr(reply, 'reason', reply)}")
+        for problem in reply.skipped:  # the fallback to an older checkpoint, said where it is seen
+            self.say(f"learner: skipped a newer checkpoint that does not verify: {problem}")
         try:
             meta = msgspec.json.decode(reply.meta, type=checkpointing.CheckpointMeta)
         except msgspec.ValidationError as exc:
@@ -382,6 +424,11 @@ class Learner:
             self.say(f"learner: {moved} metric row(s) that describe no weights this run goes on from ({span}: "
                      f"past checkpoint {meta.iteration}, torn, or superseded) moved from metrics.jsonl to "
                      f"{metric_log.PURGED_NAME}")
+        row = checkpointing.missing_row(meta, files, self.metrics_path)
+        if row is not None:  # the checkpointed iteration's row was torn or lost: it is part of the checkpoint
+            metric_log.append_row(self.metrics_path, row)
+            self.say(f"learner: the metric row of iteration {meta.iteration} was missing from metrics.jsonl; "
+                     f"restored from {reply.path}/{checkpointing.ROW_FILE}")
         if self.perturb_resume:
             self.say(f"learner: PERTURBED resume (test hook): did not load {', '.join(self.perturb_resume)}")
         self.say(f"learner: resumed iteration {meta.iteration} at {meta.counters.timesteps:,} timesteps from "
@@ -395,11 +442,9 @@ class Learner:
         T, learner_rows, lookahead = plan_size(cfg, n)  # one formula with the Hello limits (admission.py)
         battles = [int(b) for b in slot_map.battle_ids]
         ordinals = [self.fleet.ordinal.get(b, 0) for b in battles]
-        reply, _ = self.ladder.request(PlanRequest(
+        reply = self._request_plan(PlanRequest(
             request_id=self.ladder.next_id(), iteration=self.iteration + 1, n_battles=n, battles=battles,
             next_ordinals=ordinals, lookahead=lookahead))
-        if not isinstance(reply, PlanReply):
-            raise RuntimeError(f"the ladder refused the plan request: {getattr(reply, 'reason', reply)}")
         by_battle: dict[int, list] = {}
         for a in reply.assignments:
             by_battle.setdefault(a.battle, []).append(a)
@@ -416,6 +461,117 @@ class Learner:
         self.frozen.prefetch(plan_snapshots(self.fleet, battles, self.frozen.capacity))
         return T, learner_rows, list(reply.role_counts)
 
+    def _request_plan(self, req: PlanRequest) -> PlanReply:
+        """The ladder's plan, or, when it does not answer, the same pure function
+        (``shared.matchmaking.plan_assignments``) drawn here over the pool the last plan named
+        (uniform over those snapshots; PFSP weights live in the ladder): collection needs no
+        ladder. While it stays silent each boundary asks again with the short status timeout,
+        so a dead ladder costs one request timeout, not one per iteration."""
+        timeout = self.cfg.services.ladder_status_timeout_s if self.ladder_silent else None
+        try:
+            reply, _ = self.ladder.request(req, timeout_s=timeout)
+        except transport.ServiceTimeout as exc:
+            pool = sorted({a.opponent for a in self.fleet.assignments.values()
+                           if a.role == "pool" and snapshot_of(a.opponent) is not None})
+            if not self.ladder_silent:
+                self.say(f"learner: the ladder did not answer the plan request ({exc}); collecting with assignments "
+                         f"drawn here over the last plan's pool ({len(pool)} snapshot(s)) until it answers; "
+                         "finished episodes are held for it, never dropped")
+            self.ladder_silent = True
+            self.metrics.ladder_unanswered_plans.inc()
+            lad = self.cfg.ladder
+            assignments = plan_assignments(self.cfg.master_seed, req.n_battles, req.battles, req.next_ordinals,
+                                           req.lookahead, tuple(lad.mix), tuple(lad.scripted_opponents),
+                                           pool_members=pool)
+            return PlanReply(request_id=req.request_id, assignments=assignments,
+                             role_counts=role_counts(tuple(lad.mix), req.n_battles))
+        if not isinstance(reply, PlanReply):
+            raise RuntimeError(f"the ladder refused the plan request: {getattr(reply, 'reason', reply)}")
+        if self.ladder_silent:
+            self.say(f"learner: the ladder answers again (iteration {req.iteration})")
+            self.ladder_silent = False
+        return reply
+
+    def _deliver_episodes(self, episodes: list, iteration: int) -> None:
+        """Hand ``episodes`` (and every batch still held) to the ladder's result log, oldest
+        first. A batch whose report timed out is held with its request id: its Ack may still
+        come (a stopped ladder serves it when it runs again, ``Client.late_reply``); it is sent
+        again only once the ladder has answered a later request without acking it (then it was
+        lost on the way, e.g. the ladder restarted), so a batch is written once. A refusal
+        (Error) is said and not retried: the same records would be refused again."""
+        if episodes:
+            self.unreported.append([None, iteration, episodes])
+        self._send_held()
+        self._persist_held()
+
+    def _send_held(self) -> None:
+        timeout = self.cfg.services.ladder_status_timeout_s if self.ladder_silent else None
+        while self.unreported:
+            batch = self.unreported[0]
+            rid, it, eps = batch
+            if rid is not None:
+                late = self.ladder.late_reply(rid)
+                if late is None and not self.ladder.answered_after(rid):
+                    return  # perhaps still queued at a stopped ladder: wait for its answer
+                if late is not None:
+                    self._episodes_answered(late, it, eps)
+                    self.unreported.pop(0)
+                    continue
+            batch[0] = rid = self.ladder.next_id()
+            try:
+                reply, _ = self.ladder.request(ReportEpisodes(request_id=rid, run_name=self.cfg.run_name, episodes=eps),
+                                               timeout_s=timeout)
+            except transport.ServiceTimeout as exc:
+                held = sum(len(b[2]) for b in self.unreported)
+                self.say(f"learner: episode report of iteration {it} not acknowledged ({exc}); {held} episode(s) "
+                         "held until the ladder answers")
+                return
+            self._episodes_answered(reply, it, eps)
+            self.unreported.pop(0)
+            timeout = None
+
+    def _persist_held(self) -> None:
+        """Keep the held batches in ``<run>/episodes.held.jsonl`` (replaced atomically; removed
+        when none is held), so a learner that stops or is killed while the ladder is away
+        delivers them after its restart (``_load_held``)."""
+        from shared.durable import replace_file
+
+        path = os.path.join(self.run_dir, HELD_EPISODES)
+        try:
+            if self.unreported:
+                replace_file(path, b"".join(msgspec.json.encode({"iteration": it, "episodes": eps}) + b"\n"
+                                            for _, it, eps in self.unreported))
+            elif os.path.exists(path):
+                os.remove(path)
+        except OSError as exc:
+            self.say(f"learner: {path} not written ({exc}); the held episodes are in memory only")
+
+    def _load_held(self) -> None:
+        """Take the batches a previous process held (``_persist_held``) to send first."""
+        path = os.path.join(self.run_dir, HELD_EPISODES)
+        try:
+            with open(path, "rb") as fh:
+                lines = fh.read().splitlines()
+        except FileNotFoundError:
+            return
+        for n, line in enumerate(lines, 1):
+            try:
+                batch = msgspec.json.decode(line, type=HeldBatch)
+            except msgspec.DecodeError as exc:
+                self.say(f"learner: line {n} of {path} set aside, it does not decode: {exc}")
+                continue
+            self.unreported.append([None, batch.iteration, batch.episodes])
+        self.say(f"learner: {sum(len(b[2]) for b in self.unreported)} episode(s) held by an earlier process "
+                 f"({path}) go to the ladder with the next report")
+
+    def _episodes_answered(self, reply, iteration: int, episodes: list) -> None:
+        if isinstance(reply, Ack):
+            if iteration != self.iteration:
+                self.say(f"learner: the ladder took the {len(episodes)} held episode(s) of iteration {iteration}")
+        else:
+            self.say(f"learner: the ladder refused the episode report of iteration {iteration}: "
+                     f"{getattr(reply, 'reason', reply)}")
+
     def wait_for_rollouts(self) -> list:
         """Block (handling messages) until a rollout is registered; before the first iteration,
         until ``min_rollouts`` are or ``startup_wait_s`` has passed (so a local stack does not
@@ -423,13 +579,19 @@ class Learner:
         announced = False
         deadline = time.monotonic() + (STARTUP_WAIT_S if self.first_iteration else 0.0)
         # A rollout that said Hello is building its battles (0.3 s a battle, more under load):
-        # wait for it, boundedly, so a restarted rollout rejoins at the next boundary.
-        join_deadline = time.monotonic() + max(self.cfg.rollout.round_timeout_s, JOIN_WAIT_S)
+        # wait for it, boundedly, so a restarted rollout rejoins at the next boundary. The bound
+        # runs from its Hello, not from this boundary: one killed while building (a ghost) is
+        # forgotten once, never waited for again at every later boundary.
+        join_wait = max(self.cfg.rollout.round_timeout_s, JOIN_WAIT_S)
         self.collector.poll(0, lambda *a: None)  # Hellos that arrived during the update count
         while not self.stopping:
+            for m in self.fleet.forget_unready(join_wait):
+                self.metrics.rollouts_forgotten.inc()
+                self.say(f"learner: forgot rollout {m.label()}: registered {join_wait:.0f} s ago and never said it "
+                         "was ready (killed while building its battles?); a live one is told to rejoin")
             members = [m for m in self.fleet.members.values() if not m.lost]
             waiting = sum(1 for m in members if m.ready or m.active)
-            building = any(not (m.ready or m.active) for m in members) and time.monotonic() < join_deadline
+            building = any(not (m.ready or m.active) for m in members)
             if waiting and not building and (waiting >= self.min_rollouts or time.monotonic() >= deadline):
                 self.first_iteration = False
                 return self.fleet.arrange()
@@ -573,14 +735,8 @@ class Learner:
 
         # Episodes to the ladder's result log; the checkpoint snapshot of this row's state.
         t0 = time.perf_counter()
-        if reported:
-            try:
-                reply, _ = self.ladder.request(ReportEpisodes(request_id=self.ladder.next_id(), run_name=cfg.run_name,
-                                                              episodes=reported))
-                if not isinstance(reply, Ack):
-                    self.say(f"learner: the ladder refused the episode report: {getattr(reply, 'reason', reply)}")
-            except transport.ServiceTimeout as exc:
-                self.say(f"learner: episode report not delivered: {exc}")
+        self._deliver_episodes(reported, it)
+        row["health/episodes_held"] = sum(len(b[2]) for b in self.unreported)
         row.update(self.ladder_status.poll())  # ladder/ keys; absent when the ladder does not answer
         self.snapshot = checkpointing.capture(self)
         row["run/state_digest"] = self.snapshot.state_digest
@@ -590,11 +746,22 @@ class Learner:
         row["time/checkpoint"] = time.perf_counter() - t0
         row["time/iteration"] = time.perf_counter() - t_iter
         row["throughput/overall_steps_per_second"] = n_train / row["time/iteration"]
-        # The row first, then the alarms read it, then the checkpoint it describes.
-        self._write_row(row)
+        # The row first, then the alarms read it, then the checkpoint it describes. One plain
+        # copy (no numpy scalars) serves the file, the alarms and any bundle.
+        row = metric_log.plain_row(row)
+        line, row_written = self._write_row(row)
+        checkpointing.attach_row(self.snapshot, line)  # the row travels with the checkpoint of its state
         verdict = self.alarms.observe(row)
-        if verdict.halt_due or it % cfg.checkpoint.every_iterations == 0:
+        # A row the disk refused lives only in the snapshot now: its checkpoint is due.
+        if verdict.halt_due or it % cfg.checkpoint.every_iterations == 0 or not row_written:
             self._save(self.snapshot)
+            if self.failed_saves >= cfg.checkpoint.max_failed_saves:
+                raise SaveHalt(f"halted at iteration {it}: {self.failed_saves} checkpoint saves in a row failed "
+                               f"(checkpoint.max_failed_saves = {cfg.checkpoint.max_failed_saves}); "
+                               + (f"the newest checkpoint is of iteration {self.saved_iteration}"
+                                  if self.saved_iteration >= 0 else "the run has no checkpoint")
+                               + ". Free the disk or mend the "
+                               "checkpoint service (its log says why), then resume with --clear-halt")
         bundle = verdict.halt_due or any(r.bundle for r in verdict.fired)
         if bundle:
             from services.learner.alarms import write_bundle
@@ -607,11 +774,21 @@ class Learner:
             raise AlarmHalt(f"halted by alarm {names} at iteration {it}; see {self.run_dir}/bundles/ and alarms.jsonl")
         return row
 
-    def _write_row(self, row: dict) -> None:
-        row = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
-        metric_log.append_row(self.metrics_path, msgspec.json.encode(row) + b"\n")
+    def _write_row(self, row: dict) -> tuple[bytes, bool]:
+        """Append ``row`` to metrics.jsonl, export and print it; returns (the encoded line,
+        whether the file took it). A disk that refuses (OSError) is said, not raised."""
+        row = metric_log.plain_row(row)
+        line = msgspec.json.encode(row) + b"\n"
+        written = True
+        try:
+            metric_log.append_row(self.metrics_path, line)
+        except OSError as exc:
+            written = False
+            self.say(f"learner: metric row of iteration {row['run/iteration']} NOT written to {self.metrics_path} "
+                     f"({exc}); it is kept with this iteration's checkpoint, which a resume restores it from")
         self.metrics.export(row)
         self.say(progress_line(row))
+        return line, written
 
     # ------------------------------------------------------------------ main loop
 
@@ -622,6 +799,7 @@ class Learner:
                 self.halt_endpoint.close()
             return 3
         self.resume()
+        self._load_held()
         done = 0
         try:
             while not self.stopping and (self.iterations_limit <= 0 or done < self.iterations_limit):
@@ -638,6 +816,16 @@ class Learner:
             self.say(f"learner: {exc}")
             self.shutdown()
             self._mark_halted(str(exc))
+            return 3
+        except SaveHalt as exc:
+            # No bundle and no last save at shutdown: the saves are what failed.
+            self.say(f"learner: {exc}")
+            self.shutdown(save=False)
+            try:
+                self._mark_halted(str(exc))
+            except OSError as err:
+                self.say(f"learner: the halt record {HALTED_FILE} could not be written either ({err}); "
+                         "a restart will resume from the newest checkpoint")
             return 3
         finally:
             if not self.closed:
@@ -677,13 +865,15 @@ class Learner:
                  f"Compose: FLEET_CLEAR_HALT=1 for one `up -d learner`), or start another run_name")
         return False
 
-    def shutdown(self) -> None:
+    def shutdown(self, save: bool = True) -> None:
         self.closed = True
         if self.halt_endpoint is not None:
             self.halt_endpoint.close()
-        if self.snapshot is not None and self.saved_iteration < self.snapshot.iteration:
+        if self.unreported:  # one more try; what stays held is in episodes.held.jsonl for the next start
+            self._deliver_episodes([], self.iteration)
+        if save and self.snapshot is not None and self.saved_iteration < self.snapshot.iteration:
             self._save(self.snapshot)
-        elif self.snapshot is None and self.saved_iteration < 0:
+        elif save and self.snapshot is None and self.saved_iteration < 0:
             self.say("learner: no iteration finished; nothing to checkpoint")
         self.ladder.close()
         self.ckpt.close()
@@ -751,7 +941,7 @@ def _lost_cells(rect: Rectangle, T: int) -> int:
             seen = np.flatnonzero(rect.obs_valid[:, r])
             last_group = rect.group[seen[-1], r] if len(seen) else 0
             if last_group == 0:
-                lost += T - first_missing
+                lost += T - int(first_missing)
     return lost
 
 
@@ -865,6 +1055,10 @@ def main(argv=None) -> int:
                    default=env("ROYALEFLEET_CLEAR_HALT", "") not in ("", "0"),
                    help="continue a run that was halted (an alarm or an operator wrote halted.json in its folder) "
                    "[ROYALEFLEET_CLEAR_HALT=1]")
+    p.add_argument("--start-fresh", action="store_true",
+                   default=env("ROYALEFLEET_START_FRESH", "") not in ("", "0"),
+                   help="start the run over when it has checkpoints and none verifies (its metric rows are moved "
+                   "to metrics.purged.jsonl); without it such a start is refused [ROYALEFLEET_START_FRESH=1]")
     a = p.parse_args(argv)
     # A test hook, not a user option: resume WITHOUT these components, to show that
     # verify-resume catches a resume that lost state (tests/test_verify_resume.py).
@@ -908,6 +1102,7 @@ def make_learner(cfg: RunConfig, a, perturb, say) -> "Learner":
         min_rollouts=a.min_rollouts,
         allow_identity_drift=a.allow_identity_drift,
         clear_halt=a.clear_halt,
+        start_fresh=a.start_fresh,
         perturb_resume=perturb,
         halt_port=s.learner_halt_port if a.halt_port < 0 else a.halt_port,
         say=say,
