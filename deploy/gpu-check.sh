@@ -19,8 +19,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-TESTS_S=${GPU_CHECK_TESTS_S:-270}
-BENCH_S=${GPU_CHECK_BENCH_S:-200}
+TESTS_S=${GPU_CHECK_TESTS_S:-240}
+BENCH_S=${GPU_CHECK_BENCH_S:-180}
 
 if ! device=$("$PY" -c 'import torch, sys
 if not torch.cuda.is_available():
