@@ -2,6 +2,7 @@
 #   make run     train on real RoyaleGym battles, every service local (Ctrl-C stops cleanly;
 #                the next `make run` resumes). `make run ITERATIONS=2` stops after two iterations.
 #   make test    the test suite.
+#   make gpu-check   the GPU check (skips with one line without CUDA).
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3 2>/dev/null)
 VENV := .venv
@@ -9,7 +10,7 @@ ITERATIONS ?= 0
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test bench config clean-venv
+.PHONY: run test bench config gpu-check clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "royalefleet needs Python >= 3.12 (RoyaleGym does); found " + sys.version.split()[0] + " at $(PYTHON). Install 3.12 (pyenv install 3.12) or run: make PYTHON=/path/to/python3.12 ...")'
@@ -29,6 +30,11 @@ bench: $(VENV)/.installed
 
 config: $(VENV)/.installed
 	$(VENV)/bin/royalefleet config $(ARGS)
+
+# The GPU check (deploy/gpu-check.sh) with this venv's torch; on the accelerator machine run the
+# script itself under that machine's python3 (docs/throughput.md, "GPU check").
+gpu-check: $(VENV)/.installed
+	PYTHON=$(VENV)/bin/python bash deploy/gpu-check.sh
 
 clean-venv:
 	rm -rf $(VENV)

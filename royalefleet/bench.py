@@ -117,6 +117,13 @@ def run_bench(cfg: RunConfig, *, seconds: float, iterations: int, update_only: b
     say(f"{'update rows/s':<40}{update_rows:>12,.0f}")
     say(f"{'wire bytes per observation row':<40}{mean('throughput/wire_bytes_per_row'):>12,.0f}")
     say(f"{'inference ms per round':<40}{mean('throughput/inference_ms_per_round'):>12.2f}")
+    say(f"{'iteration seconds (update seconds)':<40}{mean('time/iteration'):>12.1f}   ({mean('time/update'):.1f})")
+    precision = ", ".join(sorted({str(r[k]) for r in steady for k in ("run/inference_precision", "run/train_precision")
+                                 if k in r})) or "-"
+    say(f"{'learner precision (inference, update)':<40}{precision:>12}")
+    if any("health/vram_peak_allocated_mb" in r for r in steady):
+        say(f"{'VRAM peak allocated / reserved MiB':<40}{mean('health/vram_peak_allocated_mb'):>12,.0f}"
+            f"   ({mean('health/vram_reserved_mb'):,.0f} reserved, {mean('health/vram_driver_free_mb'):,.0f} free)")
     say(f"{'learner wait share of collection':<40}{mean('throughput/parent_wait_frac'):>12.2f}")
     say("")
     return run_update_bench(cfg, batches=update_batches, reference=reference, say=say)

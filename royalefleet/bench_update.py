@@ -108,8 +108,9 @@ def synthetic_update_data(policy, rows: np.ndarray, n_legal: np.ndarray, seed: i
 
     Actions and log-probs from ``policy.act`` on seeded uniforms (forced rows: action 0, log-prob
     exactly 0.0), old values from ``policy.values``, advantages N(0, 1) float32, returns
-    ``old_values + advantages``; ``fetch`` unpacks the rows with ``policy.obs_batch`` as the
-    learner's does. Raises ValueError when the lengths differ."""
+    ``old_values + advantages``; ``fetch`` is the learner's own (``policy.fetcher``: numpy per
+    minibatch on the CPU, the rows on the device once on CUDA). Raises ValueError when the
+    lengths differ."""
     from services.learner.ppo import UpdateData
 
     if len(rows) != len(n_legal):
@@ -120,7 +121,8 @@ def synthetic_update_data(policy, rows: np.ndarray, n_legal: np.ndarray, seed: i
     advantages = rng.standard_normal(len(rows)).astype(np.float32)
     return UpdateData(actions=actions, old_log_probs=log_probs, advantages=advantages,
                       returns=(values + advantages).astype(np.float32), old_values=values,
-                      n_legal=n_legal.astype(np.int32), fetch=lambda cells: policy.obs_batch(rows[cells]))
+                      n_legal=n_legal.astype(np.int32), fetch=policy.fetcher(rows, np.arange(len(rows))),
+                      old_log_prob_precision=getattr(policy.model, "last_precision", {}).get("actor"))
 
 
 def head(data, n: int):
@@ -138,11 +140,15 @@ def update_speed(cfg: RunConfig, batches: int = 1) -> dict:
     """Time ``ppo_update`` on ``cfg.ppo.batch_size * batches`` real-observation rows with the
     profile's network, after a warm-up update (one epoch over the first minibatch's rows).
 
-    Puts this process in the run's determinism tier first (``apply_determinism``; under
-    run_exact it raises DeterminismError unless the BLAS thread variables were set before numpy
-    loaded, as ``update_side``'s process has them). Raises ValueError for ``batches`` < 1.
+    On the profile's device (``net.device``; ``auto`` is CUDA when torch sees one), in the
+    precision the learner would use there (bf16 autocast on CUDA by default), with the update's
+    rows held on the device as the learner holds them. Puts this process in the run's
+    determinism tier first (``apply_determinism``; under run_exact it raises DeterminismError
+    unless the BLAS thread variables, and on CUDA ``CUBLAS_WORKSPACE_CONFIG``, were set before
+    numpy loaded, as ``update_side``'s process has them). Raises ValueError for ``batches`` < 1.
     Returns the figures as a flat dict: ``rows_per_s`` (rows / s), ``choice_rows_per_s``,
-    ``seconds`` and ``warmup_seconds`` (s), ``forced_frac``, the batch shape and network size."""
+    ``seconds`` and ``warmup_seconds`` (s), ``forced_frac``, the batch shape, network size,
+    device and precision (``dtype``)."""
     import torch
     import torch.utils.deterministic
 
@@ -155,11 +161,12 @@ def update_speed(cfg: RunConfig, batches: int = 1) -> dict:
 
     if batches < 1:
         raise ValueError(f"update_speed: batches must be at least 1, got {batches}")
-    apply_determinism(cfg, "cpu")
-    device = torch.device("cpu")
+    device_name = cfg.net.device if cfg.net.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    apply_determinism(cfg, device_name)
+    device = torch.device(device_name)
     t0 = time.perf_counter()
     pf = run_preflight(cfg.env, cfg.master_seed)
-    model = ActorCritic(pf.spec, cfg.net, seed=int(stream(cfg.master_seed, "torch/init").integers(2**62)))
+    model = ActorCritic(pf.spec, cfg.net, seed=int(stream(cfg.master_seed, "torch/init").integers(2**62))).to(device)
     opt_actor, opt_critic = make_optimizers(model, cfg.ppo)
     policy = Policy(model, pf.codec, device)
     n = cfg.ppo.batch_size * batches
@@ -180,6 +187,8 @@ def update_speed(cfg: RunConfig, batches: int = 1) -> dict:
         t0 = time.perf_counter()
         stats = ppo_update(model, opt_actor, opt_critic, head(data, rows_of), ppo, epochs_of(iteration), device,
                            ent_coef=sched["ent_coef"], ent_coef_noop=sched["ent_coef_noop"])
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         seconds.append(time.perf_counter() - t0)
     choice = int((n_legal > 1).sum())
     counts = model.parameter_count()
@@ -188,7 +197,8 @@ def update_speed(cfg: RunConfig, batches: int = 1) -> dict:
         "minibatch_size": cfg.ppo.minibatch_size, "epochs": cfg.ppo.n_epochs,
         "optimizer_steps": int(stats["ppo/optimizer_steps"]), "channels": cfg.net.channels,
         "blocks": cfg.net.blocks, "actor_params": counts["actor"], "critic_params": counts["critic"],
-        "forced_rows": "critic_only", "dtype": "float32", "threads": cfg.determinism.torch_threads,
+        "forced_rows": "critic_only", "dtype": DTYPE_NAMES[model.last_precision.get("critic", "fp32")],
+        "device": device_name, "threads": cfg.determinism.torch_threads,
         "timed_epochs": cfg.ppo.n_epochs, "fill": bool(torch.are_deterministic_algorithms_enabled()
                                                        and torch.utils.deterministic.fill_uninitialized_memory),
         "tier": cfg.determinism.tier, "seconds": seconds[1], "warmup_seconds": seconds[0],
@@ -196,18 +206,21 @@ def update_speed(cfg: RunConfig, batches: int = 1) -> dict:
     }
 
 
+DTYPE_NAMES = {"fp32": "float32", "tf32": "tf32", "bf16": "bfloat16"}
+"""The table's ``dtype`` for a precision name (``shared.nn.model.PRECISIONS``)."""
+
 # ----------------------------------------------------------------------------- the two processes
 
 
 def side_environment(cfg: RunConfig) -> dict[str, str]:
     """This process's environment with the BLAS thread variables at
-    ``determinism.torch_threads`` (what the launcher gives the learner) and this checkout on
-    PYTHONPATH."""
+    ``determinism.torch_threads`` and ``CUBLAS_WORKSPACE_CONFIG`` (what the launcher gives the
+    learner) and this checkout on PYTHONPATH."""
     threads = str(cfg.determinism.torch_threads)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = os.environ.get("PYTHONPATH", "")
     return os.environ | {"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                         "PYTHONPATH": root + (os.pathsep + path if path else "")}
+                         "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONPATH": root + (os.pathsep + path if path else "")}
 
 
 def _run_side(cfg: RunConfig, argv: list[str], what: str) -> dict:
@@ -302,7 +315,7 @@ def update_table(ours: dict, refs: list[tuple[str, dict]]) -> list[str]:
         ("actor params", lambda r: f"{r['actor_params']:,}"),
         ("critic params", lambda r: f"{r['critic_params']:,}"),
         ("actor rows", lambda r: "choice only" if r["forced_rows"] != "all" else "all"),
-        ("dtype, threads", lambda r: f"{r['dtype']}, {r['threads']}"),
+        ("dtype, threads, dev", lambda r: f"{r['dtype']}, {r['threads']}, {r.get('device', 'cpu')}"),
         ("tier", lambda r: r["tier"] + (" +fill" if r["fill"] else "")),
     ]
     lines = [f"{'':<20}" + "".join(f"{t:>{width}}" for t, _ in cols)]

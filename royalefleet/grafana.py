@@ -38,7 +38,7 @@ import pathlib
 import re
 import sys
 
-from shared.alarms import ALARMS, Alarm, describe, promql, thresholds
+from shared.alarms import ALARMS, RATIO_ATOL, Alarm, describe, promql, thresholds
 from shared.config import AlarmConfig
 from shared.metric_schema import prometheus_name
 from shared.service_alerts import PROGRESS_METRIC, SERVICE_ALERTS, STALL_SECONDS, ServiceAlert
@@ -302,7 +302,8 @@ def training_dashboard() -> dict:
         ts("Gradient norms (before clipping)", [(L("ppo/grad_norm_actor"), "actor"),
                                                 (L("ppo/grad_norm_critic"), "critic")]),
         ts("Ratio invariant", [(L("ppo/ratio_max_abs_dev"), "max |ratio - 1|, first minibatch")],
-           description="Should be ~0; ratio_invariant halts above 5 x 1e-4."),
+           description="Should be ~0; ratio_invariant halts above 5 x the tolerance of the precision the "
+                       "forwards ran in (ppo/ratio_atol: fp32 1e-4, tf32 5e-3, bf16 2e-2)."),
         ts("Losses", [(L("ppo/value_loss"), "value"), (L("ppo/policy_loss"), "policy")]),
         ts("Forced rows", [(L("ppo/forced_frac"), "single legal action")], unit="percentunit"),
     ]
@@ -644,6 +645,7 @@ def prometheus_rules() -> dict:
 HEALTHY: dict[str, float] = {
     "health/illegal_action_rate": 0.0,
     "ppo/ratio_max_abs_dev": 1e-6,
+    "ppo/ratio_atol": RATIO_ATOL["fp32"],
     "health/nan_guard_trips": 0.0,
     "health/buffer_fill_frac": 1.0,
     "health/obs_codec_rounded": 0.0,
@@ -671,6 +673,13 @@ HEALTHY: dict[str, float] = {
 }
 """A value in each alarm key's healthy band (the reference schema's), for the quiet series."""
 
+TOLERANT: dict[str, dict[str, float]] = {
+    "ratio_invariant": {"ppo/ratio_max_abs_dev": 1e-2, "ppo/ratio_atol": RATIO_ATOL["bf16"]},
+}
+"""Per ``gt_times`` alarm, a row that would fire at HEALTHY's tolerance and must not at its own:
+the ~1e-2 the reference measured between bf16 rollout and update forwards on CUDA, under the
+bf16 tolerance. Its series (``tolerant``) shows the rule follows the precision the row names."""
+
 
 def _round(x: float) -> float:
     return float(f"{x:.6g}")
@@ -688,6 +697,8 @@ def firing_values(alarm: Alarm, cfg: AlarmConfig | None = None) -> dict[str, flo
             return {k[0]: _round(t[0] / 2) if t[0] > 0 else t[0] - 0.5}
         case "ge":
             return {k[0]: t[0]}
+        case "gt_times":
+            return {k[0]: _round(t[0] * HEALTHY[k[1]] * 1.5), k[1]: HEALTHY[k[1]]}
         case "rose":
             return {k[0]: 1.0}
         case "all_gt":
@@ -706,7 +717,9 @@ def scenarios(alarm: Alarm, cfg: AlarmConfig | None = None) -> tuple[dict[str, l
     must first fire on: ``fire`` holds from row ``warmup`` on (vram_spilling needs healthy rows
     first, to set its best) and fires on its patience-th holding row; ``quiet`` is healthy
     throughout; ``reset`` holds ``patience - 1`` rows, breaks once, holds ``patience - 1`` rows
-    again and is healthy after: it never fires."""
+    again and is healthy after: it never fires; ``tolerant`` (alarms in ``TOLERANT``) holds a
+    deviation that fires at the fp32 tolerance, under the coarser tolerance its row names: it
+    never fires."""
     healthy = {k: HEALTHY[k] for k in alarm.keys}
     bad = firing_values(alarm, cfg)
     warmup = 2 if alarm.condition == "vram_spill" else 0
@@ -715,7 +728,10 @@ def scenarios(alarm: Alarm, cfg: AlarmConfig | None = None) -> tuple[dict[str, l
     fire = [healthy] * warmup + [bad] * (n - warmup)
     reset = [healthy] * warmup + [bad] * (p - 1) + [healthy] + [bad] * (p - 1)
     reset += [healthy] * (n - len(reset))
-    return {"fire": fire, "quiet": [healthy] * n, "reset": reset}, warmup + p - 1
+    runs = {"fire": fire, "quiet": [healthy] * n, "reset": reset}
+    if alarm.name in TOLERANT:
+        runs["tolerant"] = [TOLERANT[alarm.name]] * n
+    return runs, warmup + p - 1
 
 
 def _series_values(rows: list[dict[str, float]], key: str) -> str:

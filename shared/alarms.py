@@ -35,10 +35,13 @@ from shared.metric_schema import prometheus_name
 
 Severity = Literal["warn", "halt"]
 
-Condition = Literal["gt", "lt", "ge", "rose", "all_gt", "ci_outside", "first_gt_second", "vram_spill"]
+Condition = Literal["gt", "lt", "ge", "gt_times", "rose", "all_gt", "ci_outside", "first_gt_second", "vram_spill"]
 """How an alarm reads its keys and thresholds (``k`` = keys, ``t`` = resolved thresholds):
 
 - ``gt`` / ``lt`` / ``ge``: ``k[0] > t[0]`` / ``k[0] < t[0]`` / ``k[0] >= t[0]``;
+- ``gt_times``: ``k[0] > t[0] * k[1]``: the tolerance is a multiple of a number the row itself
+  carries (``ratio_invariant``: of ``ppo/ratio_atol``, the tolerance of the precision the
+  forwards ran in);
 - ``rose``: the failure count rose this iteration. Our key counts the iteration's losses (it is
   the per-iteration increase of the reference's cumulative counter), so this is ``k[0] > 0``;
 - ``all_gt``: ``k[i] > t[i]`` for every key;
@@ -51,10 +54,14 @@ Condition = Literal["gt", "lt", "ge", "rose", "all_gt", "ci_outside", "first_gt_
 """
 
 RATIO_ATOL: dict[str, float] = {"fp32": 1e-4, "tf32": 5e-3, "bf16": 2e-2}
-"""The reference's ratio tolerance per training precision. Our learner trains in fp32 with TF32
-off (services/learner/service.py), so ``ratio_invariant`` uses the fp32 entry."""
-
-LEARNER_PRECISION = "fp32"
+"""The reference's ratio tolerance per precision (royalelearn-facts §9, "Ratio invariant"),
+keyed by ``shared.nn.model.PRECISIONS``. The learner writes the entry of the precision its
+forwards actually ran in to every row as ``ppo/ratio_atol`` (``services/learner/ppo.py``: the
+coarser of the rollout-time and the update-time forward's), and ``ratio_invariant`` reads it
+from there, so the learner's alarm and the generated Prometheus and Grafana rules follow the
+precision alike: a CPU or run_exact CUDA float32 learner is held to 1e-4, a bf16-autocast
+CUDA learner (the default there) to 2e-2, where the reference measured its rollout and update
+forwards ~1e-2 apart because cuDNN picks kernels per shape."""
 
 VRAM_FROZEN_KEY = "ppo/actor_frozen"
 """Read by ``vram_spilling`` when present (not a declared key): separate bests per value."""
@@ -65,8 +72,7 @@ class Alarm(msgspec.Struct, frozen=True, kw_only=True):
 
     ``threshold`` holds one entry per comparison: a string names an ``AlarmConfig`` field (the
     default threshold is that field's default), a number is a constant of the reference.
-    ``scale`` multiplies, and ``floor`` bounds from below, a resolved threshold (the ratio
-    tolerance; buffer_overflow's ``max(1.0, cfg)``)."""
+    ``floor`` bounds a resolved threshold from below (buffer_overflow's ``max(1.0, cfg)``)."""
 
     name: str
     keys: tuple[str, ...]
@@ -76,7 +82,6 @@ class Alarm(msgspec.Struct, frozen=True, kw_only=True):
     patience: int
     meaning: str
     what_to_do: str
-    scale: float = 1.0
     floor: float | None = None
     bundle: bool = False
     """Write a diagnostic bundle when it fires even at warn severity (artefact_exploit)."""
@@ -94,9 +99,8 @@ ALARMS: tuple[Alarm, ...] = (
                    "check the rollouts run the engine build the learner's preflight saw",
     ),
     Alarm(
-        name="ratio_invariant", keys=("ppo/ratio_max_abs_dev",), condition="gt",
-        threshold=("ratio_invariant_multiple",), scale=RATIO_ATOL[LEARNER_PRECISION],
-        severity="halt", patience=1,
+        name="ratio_invariant", keys=("ppo/ratio_max_abs_dev", "ppo/ratio_atol"), condition="gt_times",
+        threshold=("ratio_invariant_multiple",), severity="halt", patience=1,
         meaning="on the first minibatch the new/old probability ratio is not 1: the policy that trains is not "
                 "the policy that acted (stale weights, a different observation decode, or a mask mismatch)",
         what_to_do="check the rollouts act with the weights of this iteration and the learner decodes the "
@@ -316,12 +320,11 @@ def check_overrides(cfg: AlarmConfig) -> None:
 
 
 def thresholds(alarm: Alarm, cfg: AlarmConfig | None = None) -> tuple[float, ...]:
-    """The alarm's thresholds under ``cfg`` (defaults when None), scaled and floored."""
+    """The alarm's thresholds under ``cfg`` (defaults when None), floored."""
     cfg = cfg or AlarmConfig()
     out = []
     for t in alarm.threshold:
         value = float(getattr(cfg, t)) if isinstance(t, str) else float(t)
-        value *= alarm.scale
         if alarm.floor is not None:
             value = max(alarm.floor, value)
         out.append(value)
@@ -345,6 +348,8 @@ def describe(alarm: Alarm, cfg: AlarmConfig | None = None, t: tuple[float, ...] 
             return f"{k[0]} < {t[0]:g}"
         case "ge":
             return f"{k[0]} >= {t[0]:g}"
+        case "gt_times":
+            return f"{k[0]} > {t[0]:g} x {k[1]}"
         case "rose":
             return f"{k[0]} > 0 (rose this iteration)"
         case "all_gt":
@@ -376,6 +381,8 @@ def _holds(alarm: Alarm, v: tuple[float, ...], t: tuple[float, ...], row: dict, 
             return v[0] < t[0]
         case "ge":
             return v[0] >= t[0]
+        case "gt_times":
+            return v[0] > t[0] * v[1]
         case "rose":
             return v[0] > 0
         case "all_gt":
@@ -460,6 +467,8 @@ def promql(alarm: Alarm, cfg: AlarmConfig | None = None) -> str:
             return f"{g[0]} < {t[0]}"
         case "ge":
             return f"{g[0]} >= {t[0]}"
+        case "gt_times":
+            return f"{g[0]} > {t[0]} * {g[1]}"
         case "rose":
             return f"{g[0]} > 0"
         case "all_gt":

@@ -277,6 +277,8 @@ class AlarmConfig(_Cfg):
 
     enabled: bool = True
     ratio_invariant_multiple: PosFloat = 5.0
+    """ratio_invariant halts when ppo/ratio_max_abs_dev exceeds this many times ppo/ratio_atol,
+    the tolerance of the precision the forwards ran in (shared/alarms.py RATIO_ATOL)."""
     buffer_fill_frac: Fraction01 = 0.98
     clip_fraction: Fraction01 = 0.5
     kl_high: PosFloat = 0.05

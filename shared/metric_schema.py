@@ -26,6 +26,11 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "run/battles": ("count", "battles in this iteration"),
     "run/state_digest": ("digest", "sha256 (16 hex) over the learner's weights, optimizers and update state after this iteration: equal digests, equal learners"),
     "run/run_id": ("id", "the run identity's sixteen hex characters (shared/identity.py)"),
+    "run/train_precision": ("precision", "what the update's forwards computed in this iteration, read from torch at the "
+                            "forward: fp32, tf32 (CUDA with TF32 allowed) or bf16 (CUDA bfloat16 autocast, net.autocast); "
+                            "absent when nothing was trained"),
+    "run/inference_precision": ("precision", "what the rollout-time actor forwards computed in this iteration (as "
+                                "run/train_precision); absent when no choice row was inferred"),
     "run/resumed_with_drift": ("flag", "1 when this process resumed a checkpoint whose identity differed (--allow-identity-drift); absent otherwise"),
     "run/learner_rows_per_cycle": ("count", "slots the learner plays each cycle (both seats of a mirror, one otherwise)"),
     # throughput
@@ -91,6 +96,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "ppo/optimizer_steps": ("count", "optimizer steps this iteration"),
     "ppo/actor_optimizer_steps": ("count", "actor optimizer steps this iteration: batches holding at least one choice row (the critic steps on every batch)"),
     "ppo/ratio_max_abs_dev": ("ratio", "max |ratio - 1| on the first minibatch (should be ~0)"),
+    "ppo/ratio_atol": ("ratio", "the ratio tolerance of the precision the rollout and update forwards ran in (the coarser; "
+                       "shared/alarms.py RATIO_ATOL: fp32 1e-4, tf32 5e-3, bf16 2e-2); ratio_invariant halts above "
+                       "alarms.ratio_invariant_multiple x this"),
     "ppo/choice_rows": ("count", "trainable rows with more than one legal action"),
     "ppo/entropy_normalised": ("fraction", "mean over choice rows of H / ln max(n_legal, 2); 1 = uniform over the legal actions"),
     "ppo/update_magnitude_actor": ("norm", "L2 distance the actor's parameters moved over the update"),
@@ -123,6 +131,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "health/obs_codec_rounded": ("count", "observation values stored rounded in an integer plane this iteration (healthy: exactly 0)"),
     "health/nan_guard_trips": ("count", "non-finite losses, values or advantages caught this iteration"),
     "health/vram_driver_free_mb": ("MiB", "device memory the CUDA driver reports free after the update (CUDA learners only)"),
+    "health/vram_peak_allocated_mb": ("MiB", "peak device memory torch allocated during the iteration (CUDA learners only)"),
+    "health/vram_reserved_mb": ("MiB", "device memory torch's caching allocator holds after the update (CUDA learners only)"),
     "throughput/rollout_capacity_ratio": ("ratio", "time/update / time/collection: rollout capacity over update capacity (healthy >= 2)"),
     "health/illegal_action_rate": ("fraction", "learner actions the engine refused (deploy status > 0): a mask bug"),
     # seats held by frozen pool snapshots (services/learner/frozen.py)

@@ -17,7 +17,8 @@ from shared.metric_schema import SCHEMA, prometheus_name
 # The reference's table (royalelearn 0.5.20, facts §9.2): name -> (severity, patience, default thresholds).
 REFERENCE = {
     "illegal_actions": ("halt", 1, (0.0,)),
-    "ratio_invariant": ("halt", 1, (5.0 * 1e-4,)),
+    # the multiple of ppo/ratio_atol, the row's tolerance for its precision (fp32: 5 x 1e-4)
+    "ratio_invariant": ("halt", 1, (5.0,)),
     "nonfinite": ("halt", 1, (0.0,)),
     "buffer_overflow": ("halt", 1, (1.0,)),
     "obs_codec_rounded": ("warn", 1, (0.0,)),
@@ -64,6 +65,7 @@ HEALTHY = {
     "health/rows_invalid_frac": 0.0, "health/messages_refused": 0,
     "ppo/kl": 0.008, "ppo/clip_fraction": 0.11, "ppo/explained_variance": 0.62,
     "ppo/explained_variance_choice": 0.55, "ppo/noop_entropy": 0.09, "ppo/ratio_max_abs_dev": 2.4e-7,
+    "ppo/ratio_atol": 1e-4,
     "ppo/forced_frac": 0.93, "policy/cards_per_match": 21.5, "env/draw_rate": 0.18,
     "env/episode_steps_at_cap_frac": 0.12, "time/update": 11.0, "env/win_rate_scripted": 0.71,
     # pending keys, at values inside the reference's healthy bands
@@ -92,7 +94,7 @@ def healthy_row() -> dict:
 # derived from the table, so a wrong comparison in the table shows).
 PLANTS = {
     "illegal_actions": {"health/illegal_action_rate": 0.002},
-    "ratio_invariant": {"ppo/ratio_max_abs_dev": 1e-3},
+    "ratio_invariant": {"ppo/ratio_max_abs_dev": 1e-3, "ppo/ratio_atol": 1e-4},
     "nonfinite": {"health/nan_guard_trips": 1},
     "buffer_overflow": {"health/buffer_fill_frac": 1.02},
     "obs_codec_rounded": {"health/obs_codec_rounded": 3},
@@ -164,8 +166,35 @@ def test_thresholds_follow_the_config():
     cfg = AlarmConfig(kl_high=0.1, buffer_fill_frac=0.5, ratio_invariant_multiple=10.0)
     assert thresholds(BY_NAME["kl_high"], cfg) == (0.1,)
     assert thresholds(BY_NAME["buffer_overflow"], cfg) == (1.0,)  # max(1.0, cfg): a floor only
-    assert thresholds(BY_NAME["ratio_invariant"], cfg) == pytest.approx((1e-3,))
+    assert thresholds(BY_NAME["ratio_invariant"], cfg) == (10.0,)
     assert promql(BY_NAME["kl_high"], cfg) == "royalefleet_learner_ppo_kl > 0.1"
+    assert promql(BY_NAME["ratio_invariant"], cfg) == (
+        "royalefleet_learner_ppo_ratio_max_abs_dev > 10 * royalefleet_learner_ppo_ratio_atol")
+
+
+@pytest.mark.parametrize("precision, deviation, fires", [
+    # the reference's measured bf16 drift between rollout and update forwards on CUDA: ~1e-2
+    ("bf16", 1e-2, False), ("tf32", 1e-2, False), ("fp32", 1e-2, True),
+    # a planted mismatch (stale weights) is far above every precision's tolerance
+    ("bf16", 0.3, True),
+    # the edges: 5 x 2e-2 = 0.1 holds only above it; 5 x 1e-4 = 5e-4
+    ("bf16", 0.1, False), ("bf16", 0.1001, True), ("fp32", 5e-4, False), ("fp32", 5.01e-4, True),
+])
+def test_the_ratio_tolerance_follows_the_precision_the_row_names(precision, deviation, fires):
+    from shared.alarms import RATIO_ATOL
+
+    row = {**healthy_row(), "ppo/ratio_max_abs_dev": deviation, "ppo/ratio_atol": RATIO_ATOL[precision]}
+    result = run([row])[0]["ratio_invariant"]
+    assert (result.evaluated, result.fired, result.severity) == (True, fires, "halt")
+
+
+def test_a_row_without_its_ratio_tolerance_is_not_judged():
+    """The tolerance is read from the row: without it the alarm is not evaluated (a missing
+    key is not a zero), never judged against some other precision's number."""
+    row = {**healthy_row(), "ppo/ratio_max_abs_dev": 0.3}
+    del row["ppo/ratio_atol"]
+    result = run([row])[0]["ratio_invariant"]
+    assert (result.evaluated, result.holds) == (False, False)
 
 
 # ----------------------------------------------------------------------------- firing and quiet

@@ -95,6 +95,7 @@ def test_update_speed_on_the_tiny_profile():
     assert out["optimizer_steps"] == 2 * cfg.ppo.n_epochs  # 128 // 64 batches an epoch
     assert out["rows_per_s"] == pytest.approx(128 / out["seconds"])
     assert out["choice_rows_per_s"] == pytest.approx(out["choice_rows"] / out["seconds"])
+    assert (out["device"], out["dtype"]) == ("cpu", "float32")  # no GPU here: the CPU, in float32
 
 
 # ----------------------------------------------------------------------------- the table

@@ -37,8 +37,10 @@ from typing import Callable
 import numpy as np
 import torch
 
+from shared.alarms import RATIO_ATOL
 from shared.config import PPOConfig
 from shared.nn.distribution import NOOP, MaskedCategorical
+from shared.nn.model import coarser
 
 ADV_EPS = 1e-8
 """Added to the advantage std: a single choice row standardises to 0, not NaN."""
@@ -59,6 +61,10 @@ class UpdateData:
     old_values: np.ndarray  # (N,) float32, the critic pass that GAE used
     n_legal: np.ndarray  # (N,) int32; choice row = n_legal > 1, forced row = 1
     fetch: Callable[[np.ndarray], dict]
+    old_log_prob_precision: str | None = None
+    """The precision (``shared.nn.model.PRECISIONS``) of the forwards that computed
+    ``old_log_probs``; None: the same as the update's own. The ratio tolerance is the coarser
+    of the two's."""
 
 
 def make_optimizers(model, ppo: PPOConfig) -> tuple[torch.optim.Adam, torch.optim.Adam]:
@@ -202,6 +208,12 @@ def ppo_update(
     gradients under unchanged weights): anything but ~0 means the update's forward computes a
     different function from the rollout's.
 
+    ``ppo/ratio_atol`` is the ratio tolerance of the precision the comparison ran in
+    (``shared.alarms.RATIO_ATOL`` of the coarser of ``data.old_log_prob_precision`` and the
+    precision the update's first actor forward ran in, ``model.last_precision["actor"]``):
+    ``ratio_invariant`` halts when ``ppo/ratio_max_abs_dev`` exceeds a multiple of it. Both keys
+    are present exactly when there is a choice row.
+
     ``ppo/update_magnitude_actor`` / ``_critic``: L2 norm of (theta_after - theta_before) over
     each network's parameters across the whole update. ``ppo/adam_eps_floor_frac_actor`` /
     ``_critic``: share of the network's parameter elements whose Adam sqrt(v_hat) is below eps
@@ -240,6 +252,7 @@ def ppo_update(
     dual_sum, entropy_sum, noop_entropy_sum, sq_err_sum = zero(), zero(), zero(), zero()
     entropy_norm_sum, value_clipped_sum = zero(), zero()
     ratio_dev = zero()
+    update_precision: str | None = None
     policy_losses: list[torch.Tensor] = []
     grad_norms_actor: list[torch.Tensor] = []
     grad_norms_critic: list[torch.Tensor] = []
@@ -275,6 +288,8 @@ def ppo_update(
                     actor_obs = {key: tensor[rows_t] for key, tensor in obs.items()}
                     chosen = idx[rows_t]
                     dist = MaskedCategorical(model.actor_logits(actor_obs), actor_obs["mask"])
+                    if update_precision is None:
+                        update_precision = getattr(model, "last_precision", {}).get("actor", "fp32")
                     log_ratio = dist.log_prob(actions_t[chosen]) - old_log_probs_t[chosen]
                     ratio = log_ratio.exp()
                     adv = advantages_t[chosen]
@@ -345,6 +360,7 @@ def ppo_update(
             "ppo/policy_loss": float(torch.stack(policy_losses).mean()),
             "ppo/grad_norm_actor": float(torch.stack(grad_norms_actor).double().mean()),
             "ppo/ratio_max_abs_dev": float(ratio_dev),
+            "ppo/ratio_atol": RATIO_ATOL[coarser(update_precision, data.old_log_prob_precision or update_precision)],
         })
         ev_choice = explained_variance(data.old_values[choice], data.returns[choice])
         if ev_choice is not None:

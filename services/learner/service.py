@@ -33,6 +33,7 @@ from services.learner.fleet import Fleet
 from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots
 from services.learner.ladder_status import LadderStatusPoller
 from services.learner.rectangle import Rectangle
+from services.learner.vram import DeviceMemoryError
 from shared import transport
 from shared.config import ConfigError, RunConfig, config_differences, dump_config, load_config
 from shared.identity import action_digest_of, compute_identity, describe_device, identity_differences, run_id
@@ -86,8 +87,10 @@ def apply_determinism(cfg: RunConfig, device: str) -> dict:
 
     run_exact: deterministic torch algorithms, a fixed thread count, and the BLAS thread counts
     pinned in the environment BEFORE numpy loaded (the launcher and Compose set them; they
-    cannot be set from here, so they are checked), plus CUBLAS_WORKSPACE_CONFIG on CUDA.
-    throughput: torch may pick nondeterministic kernels; env-exactness still holds."""
+    cannot be set from here, so they are checked), plus CUBLAS_WORKSPACE_CONFIG on CUDA; cuDNN
+    deterministic, its benchmark off, TF32 off.
+    throughput: torch may pick nondeterministic kernels, and cuDNN benchmarks them per shape
+    (the fastest convolution for each minibatch shape); env-exactness still holds."""
     import torch
 
     tier, threads = cfg.determinism.tier, cfg.determinism.torch_threads
@@ -103,11 +106,14 @@ def apply_determinism(cfg: RunConfig, device: str) -> dict:
             raise DeterminismError("determinism.tier run_exact on CUDA needs CUBLAS_WORKSPACE_CONFIG=:4096:8 set "
                                    "before the learner starts")
         torch.use_deterministic_algorithms(True, warn_only=False)
+        torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     else:
         torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
+        torch.backends.cudnn.benchmark = device.startswith("cuda")
     return {"tier": tier, "torch_threads": threads}
 
 
@@ -156,6 +162,11 @@ class Learner:
         self.resumed_with_drift = False
         self.model = ActorCritic(self.pf.spec, cfg.net, seed=int(stream(cfg.master_seed, "torch/init").integers(2**62))).to(self.device)
         self.opt_actor, self.opt_critic = make_optimizers(self.model, cfg.ppo)
+        if self.device.type == "cuda":  # before any socket is bound: a refusal leaves nothing behind
+            from services.learner.vram import check_update_fits
+
+            check_update_fits(self.model, self.opt_actor, self.opt_critic, self.pf.spec, cfg.ppo,
+                              self.pf.codec.row_bytes, self.device, say)
         counts = self.model.parameter_count()
         say(f"learner: actor {counts['actor']:,} parameters, critic {counts['critic']:,}; device {self.device}, "
             f"{cfg.determinism.torch_threads} threads, tier {cfg.determinism.tier}")
@@ -613,11 +624,17 @@ class Learner:
         T, learner_rows, roles = self._plan(members, slot_map, sched["gamma"])
         rect = Rectangle(T, slot_map.n_slots, self.pf.codec.row_bytes, self.pf.codec.omask)
         it = self.iteration + 1
+        self.model.last_precision.clear()  # this iteration's forwards say what they ran in
+        if self.device.type == "cuda":
+            from services.learner.vram import reset_peak
+
+            reset_peak(self.device)
 
         t0 = time.perf_counter()
         stats = self.collector.collect(it, members, slot_map, rect, self.policy, cfg.master_seed, cfg.rollout.round_timeout_s,
                                        frozen=self.frozen)
         t_collect = time.perf_counter() - t0
+        inference_precision = self.model.last_precision.get("actor")
         if self.stopping:
             raise StopRequested
         for m in members:
@@ -655,18 +672,21 @@ class Learner:
         update_stats: dict = {}
         t0 = time.perf_counter()
         if n_train:
+            # CUDA: the trainable rows go to the device once, here; CPU: numpy per minibatch.
+            batch_of = self.policy.fetcher(rect.rows.reshape(-1, rect.row_bytes), t_idx * rect.R + r_idx)
+
             def fetch(idx):
                 # Called once per minibatch: the point where a stop request abandons the
                 # update (the checkpoint written is then the last row's state, not this one).
                 if self.stopping:
                     raise StopRequested
-                return self.policy.obs_batch(rect.rows[t_idx[idx], r_idx[idx]])
+                return batch_of(idx)
 
             data = UpdateData(
                 actions=rect.actions[t_idx, r_idx], old_log_probs=rect.log_probs[t_idx, r_idx],
                 advantages=adv[t_idx, r_idx], returns=ret[t_idx, r_idx], old_values=values[t_idx, r_idx],
                 n_legal=rect.n_legal[t_idx, r_idx],
-                fetch=fetch,
+                fetch=fetch, old_log_prob_precision=inference_precision,
             )
 
             def epoch_rng(e: int):
@@ -716,9 +736,13 @@ class Learner:
         if stats.rows_received:
             row["throughput/wire_bytes_per_row"] = stats.wire_bytes / stats.rows_received
         if self.device.type == "cuda":  # CUDA only: a CPU learner has no device memory to watch
-            import torch
+            from services.learner.vram import vram_row
 
-            row["health/vram_driver_free_mb"] = torch.cuda.mem_get_info(self.device)[0] / 2**20
+            row.update(vram_row(self.device))
+        if inference_precision:
+            row["run/inference_precision"] = inference_precision
+        if n_train:
+            row["run/train_precision"] = self.model.last_precision.get("critic", "fp32")
         if n_train:
             row["ppo/advantage_mean"] = float(adv[trainable].mean())
             row["ppo/return_mean"] = float(ret[trainable].mean())
@@ -1074,7 +1098,7 @@ def main(argv=None) -> int:
         return 2
     try:
         learner = make_learner(cfg, a, perturb, say)
-    except DeterminismError as exc:
+    except (DeterminismError, DeviceMemoryError) as exc:
         say(f"learner: {exc}")
         return 2
     signal.signal(signal.SIGTERM, learner.request_stop)

@@ -1,7 +1,8 @@
 """The masked categorical over the 2,305 actions (royalelearn-facts §4 "Masked distribution").
 
-Illegal logits are replaced by ``finfo(float32).min`` BEFORE the log-softmax, never by -inf:
-with -inf, a row where only the no-op is legal computes ``0 * -inf = NaN`` in the entropy and
+Logits are cast to float32 first (a bf16-autocast head's included), and illegal ones are
+replaced by ``finfo`` of that dtype's ``min`` (seed 000: a fixed -1e9 overflows float16)
+BEFORE the log-softmax, never by -inf: with -inf, a row where only the no-op is legal computes ``0 * -inf = NaN`` in the entropy and
 in the gradient. With the finite fill an illegal action's probability is exactly 0, and a
 no-op-only row has log-prob 0, entropy 0 and a finite (zero) gradient.
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 import torch
 
 NOOP = 0
-_FILL = torch.finfo(torch.float32).min
 # The smallest normal float32: the floor under p(play) before its log (log 0 has no gradient).
 _TINY = torch.finfo(torch.float32).tiny
 
@@ -36,10 +36,12 @@ class MaskedCategorical:
         if validate and mask.shape[0] and not bool(mask[:, NOOP].all()):
             raise ValueError("mask[:, 0] (the no-op) is False on some row; every row must allow the no-op")
         self.mask = mask
-        masked = logits.float().masked_fill(~mask, _FILL)
+        logits = logits.float()
+        fill = torch.finfo(logits.dtype).min  # of the dtype the softmax runs in
+        masked = logits.masked_fill(~mask, fill)
         # The second fill pins illegal log-probs at a finite value even if (min - max_logit)
         # overflowed to -inf; its backward also zeroes their gradient.
-        self.log_probs = torch.log_softmax(masked, dim=-1).masked_fill(~mask, _FILL)  # (B, A) float32
+        self.log_probs = torch.log_softmax(masked, dim=-1).masked_fill(~mask, fill)  # (B, A) float32
         self.probs = self.log_probs.exp()  # exactly 0 on illegal actions
 
     def sample(self, uniforms: torch.Tensor) -> torch.Tensor:

@@ -73,6 +73,38 @@ def precision(device_type: str, setting: str):
     return contextlib.nullcontext()
 
 
+PRECISIONS = ("fp32", "tf32", "bf16")
+"""The precisions a forward can run in, finest first (``coarser`` picks by this order). The
+names are the keys of ``shared.alarms.RATIO_ATOL``."""
+
+
+def forward_precision(device_type: str) -> str:
+    """The precision a forward computes its convolutions and matmuls in if it starts NOW, read
+    from torch's live state rather than from the config, so an autocast context entered by a
+    caller counts too: "bf16" inside a bfloat16 autocast of ``device_type``; on CUDA outside
+    autocast "tf32" when cuDNN or cuBLAS may use TF32 (``torch.backends.cudnn.allow_tf32``, on
+    by default, or ``torch.backends.cuda.matmul.allow_tf32``), else "fp32". Raises ValueError
+    for an autocast dtype other than bfloat16 (float16 autocast is not a setting of this
+    network: its fill value and ratio tolerance are not defined)."""
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
+        if dtype != torch.bfloat16:
+            raise ValueError(f"a forward under {dtype} autocast on {device_type}: only bfloat16 autocast is supported")
+        return "bf16"
+    if device_type == "cuda" and (torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32):
+        return "tf32"
+    return "fp32"
+
+
+def coarser(a: str, b: str) -> str:
+    """The coarser of two precision names (``PRECISIONS`` order). Raises ValueError for an
+    unknown name."""
+    for name in (a, b):
+        if name not in PRECISIONS:
+            raise ValueError(f"precision {name!r}: expected one of {', '.join(PRECISIONS)}")
+    return max(a, b, key=PRECISIONS.index)
+
+
 # ----------------------------------------------------------------------------- input assembly
 
 
@@ -270,6 +302,9 @@ class ActorCritic(nn.Module):
         self.actor = actor.to_empty(device="cpu")
         self.critic = critic.to_empty(device="cpu")
         self.reset_parameters(seed)
+        self.last_precision: dict[str, str] = {}
+        """The precision (``PRECISIONS``) of the last actor and critic forward, by network:
+        what the learner reports (``run/train_precision``) and the ratio tolerance follows."""
 
     @torch.no_grad()
     def reset_parameters(self, seed: int) -> None:
@@ -297,13 +332,18 @@ class ActorCritic(nn.Module):
             raise RuntimeError(f"reset_parameters has no rule for: {', '.join(missed)}")
 
     def actor_logits(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B, A) float32 raw logits (float32 under bf16 autocast too)."""
-        with precision(obs["spatial"].device.type, self.net_config.autocast):
+        """(B, A) float32 raw logits (float32 under bf16 autocast too). Records the precision
+        the forward ran in as ``last_precision["actor"]`` (``forward_precision``)."""
+        device_type = obs["spatial"].device.type
+        with precision(device_type, self.net_config.autocast):
+            self.last_precision["actor"] = forward_precision(device_type)
             return self.actor(obs)
 
     def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B,) float32."""
-        with precision(obs["spatial"].device.type, self.net_config.autocast):
+        """(B,) float32. Records ``last_precision["critic"]``."""
+        device_type = obs["spatial"].device.type
+        with precision(device_type, self.net_config.autocast):
+            self.last_precision["critic"] = forward_precision(device_type)
             return self.critic(obs)
 
     def parameter_count(self) -> dict[str, int]:

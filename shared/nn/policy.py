@@ -17,16 +17,46 @@ from shared.codec import Codec
 
 
 class Policy:
+    """Inference for ``model`` on ``device``. On CUDA the packed rows cross the bus as they are
+    (pinned, non-blocking) and are expanded there (``shared.nn.rows.DeviceRows``); on the CPU
+    they are expanded by the codec's numpy unpack, as they always were."""
+
     def __init__(self, model, codec: Codec, device: torch.device):
-        self.model, self.codec, self.device = model, codec, device
+        self.model, self.codec, self.device = model, codec, torch.device(device)
+        self.device_rows = None
+        if self.device.type == "cuda":
+            from shared.nn.rows import DeviceRows
+
+            self.device_rows = DeviceRows(codec, self.device)
 
     def obs_batch(self, rows: np.ndarray) -> dict[str, torch.Tensor]:
         """(B, row_bytes) uint8 -> the model's obs dict on the device."""
+        if self.device_rows is not None:
+            return self.device_rows.expand(self.device_rows.upload(rows))
         u = self.codec.unpack(rows)
         # A copy into torch's own allocation (64-byte aligned), never a view of numpy's memory:
         # CPU kernels can round differently with the alignment of their input, and numpy's
         # alignment depends on the allocator's history, which a resumed process does not share.
         return {k: torch.tensor(v, device=self.device) for k, v in u.items()}
+
+    def fetcher(self, rows: np.ndarray, index: np.ndarray):
+        """The update's ``fetch``: ``cells`` (int indices into ``index``) -> the obs dict of rows
+        ``rows[index[cells]]`` (``rows`` (M, row_bytes) uint8, the rectangle's rows flattened).
+
+        CUDA: the N = len(index) rows are gathered once into pinned slabs and copied to the
+        device (N x row_bytes bytes there, ``services/learner/vram.py`` counts them); each
+        minibatch is then a gather and an expansion on the device, with no row crossing the bus
+        again. CPU: each minibatch is gathered and unpacked by numpy (``obs_batch``)."""
+        index = np.asarray(index, dtype=np.int64)
+        if self.device_rows is None:
+            return lambda cells: self.obs_batch(rows[index[cells]])
+        on_device = self.device_rows.gather(rows, index)
+
+        def fetch(cells):
+            picked = on_device.index_select(0, torch.as_tensor(np.asarray(cells, dtype=np.int64), device=self.device))
+            return self.device_rows.expand(picked)
+
+        return fetch
 
     @torch.no_grad()
     def act(self, rows: np.ndarray, n_legal: np.ndarray, uniforms: np.ndarray):
