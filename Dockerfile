@@ -1,6 +1,6 @@
 # royalefleet images. One file, four targets (compose.yaml builds them; docs/compose.md):
 #
-#   rollout     the rollout service: numpy, msgspec, pyzmq, prometheus-client, royalegym[sim].
+#   rollout     the rollout service: numpy, msgspec, zstandard, pyzmq, prometheus-client, royalegym[sim].
 #               No torch (the build fails if torch is importable).
 #   learner     the learner, the ladder and the checkpoint service: the rollout's dependencies
 #               plus torch and safetensors.

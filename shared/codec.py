@@ -32,6 +32,23 @@ healthy run.
 
 Row layout, in bytes: [uint8 planes][uint16 planes][float16 planes][vector float16][mask bits],
 ``row_bytes = HW * (n8 + 2 n16 + 2 n16f) + 2 V + ceil(A / 8)``.
+
+How rows travel (the WIRE codec, negotiated per rollout in Hello / Welcome; docs/protocol.md):
+
+==  ==========================================================================================
+1   a round's packed rows as they are, one raw (n, row_bytes) frame (``rows``, ``final_rows``)
+2   the same bytes as ONE zstd frame per array (``rows_zstd``, ``final_rows_zstd``), level
+    ``ZSTD_LEVEL``, the (n, row_bytes) block transposed to (row_bytes, n) first so that each
+    byte position of every row lies together (the zero planes of n rows become one run).
+    Lossless: the learner gets back the packed rows byte for byte, mask bits included.
+==  ==========================================================================================
+
+Legality in codec 2 stays the row's packed mask bits inside the compressed frame: measured on
+real rounds it costs ~8 B a row there, against ~180 B a row for seed 000's CSR (``legal_ids``
+int16 + ``legal_offsets`` int32, head frame) even with the CSR compressed by the same zstd, and
+~865 B a row raw (docs/throughput.md). The learner never trusts a frame's header: the frame must
+declare exactly ``n x row_bytes`` bytes (n from the round's own ``group`` / ``final_slots``, so at
+most the shard's slots) before anything is expanded (``RowDecompressor``).
 """
 
 from __future__ import annotations
@@ -40,11 +57,26 @@ import hashlib
 
 import msgspec
 import numpy as np
+import zstandard
 
 from shared.envs import ObsSpec
 from shared.messages import CodecTable, PlaneCodec
 
 CODEC_VERSION = 1
+"""The row rule (the table's ``version``): how one observation becomes one row."""
+WIRE_RAW = 1
+WIRE_ZSTD = 2
+WIRE_CODECS = (WIRE_RAW, WIRE_ZSTD)
+"""The wire codecs this build speaks (module docstring). A Hello lists the ones a rollout
+speaks; the learner's Welcome names the one it serves that rollout."""
+ZSTD_LEVEL = 1
+"""Measured, not the maximum (docs/throughput.md): on real rounds level 1 is the fastest level
+at or below 3 and as small as levels 2-3 (the transposed block leaves little for a deeper search);
+level 5 costs 4x the rollout's time for ~5 % fewer bytes."""
+WIRE_REFUSALS = ("wire_codec", "wire_size", "wire_corrupt")
+"""Why the learner refuses a round's compressed rows (its ``messages_refused_total{reason}``):
+a codec the rollout was not welcomed with or a missing array, a frame that declares or expands
+to another size than the round's rows, a frame zstd cannot read (or with bytes after it)."""
 MIN_TABLE_STATES = 1000
 UINT16_SCALE = 1000.0
 
@@ -200,3 +232,106 @@ class Codec:
         vector = np.ascontiguousarray(rows[:, self.ovec : self.omask]).view("<f2").astype(np.float32)
         mask = np.unpackbits(rows[:, self.omask :], axis=1, count=t.n_actions, bitorder="little").astype(bool)
         return {"spatial": spatial, "vector": vector, "mask": mask}
+
+
+# ---------------------------------------------------------------------- the wire (codec 2)
+
+
+class WireError(CodecError):
+    """Compressed rows refused; ``reason`` is one of WIRE_REFUSALS, the text says what was wrong."""
+
+    def __init__(self, reason: str, text: str):
+        self.reason = reason
+        super().__init__(text)
+
+
+class RowCompressor:
+    """Wire codec 2, the rollout's half: packed rows -> one zstd frame. Not thread-safe (one
+    per sending thread; a rollout has one)."""
+
+    def __init__(self, level: int = ZSTD_LEVEL):
+        self._zstd = zstandard.ZstdCompressor(level=level, write_content_size=True)
+
+    def compress(self, rows: np.ndarray) -> np.ndarray:
+        """(n, row_bytes) uint8 -> (k,) uint8: the zstd frame of the transposed block, with its
+        content size (n x row_bytes) in the header."""
+        block = np.ascontiguousarray(rows.T)
+        return np.frombuffer(self._zstd.compress(block), dtype=np.uint8)
+
+
+class RowDecompressor:
+    """Wire codec 2, the learner's half. ``max_bytes``: the most one array may expand to (the
+    learner's frame limit), whatever the round claims."""
+
+    def __init__(self, row_bytes: int, max_bytes: int):
+        self.row_bytes, self.max_bytes = row_bytes, max_bytes
+        self._zstd = zstandard.ZstdDecompressor()
+
+    def decompress(self, frame: np.ndarray, n_rows: int, what: str = "rows_zstd") -> np.ndarray:
+        """(k,) uint8 zstd frame -> (n_rows, row_bytes) uint8, a fresh writable array.
+
+        ``n_rows`` is the count the round's other arrays imply, never the frame's word. The
+        frame's header is read first and must declare exactly n_rows x row_bytes bytes (at most
+        ``max_bytes``) in a window no larger: a bomb is refused before one byte is expanded.
+        Raises WireError (``wire_size`` or ``wire_corrupt``), never anything else."""
+        expected = n_rows * self.row_bytes
+        if n_rows < 0 or expected > self.max_bytes:
+            raise WireError("wire_size", f"{what}: {n_rows} rows of {self.row_bytes} B exceed the frame limit "
+                                         f"of {self.max_bytes} B")
+        data = memoryview(frame).cast("B")
+        try:
+            params = zstandard.get_frame_parameters(data)
+        except zstandard.ZstdError as exc:
+            raise WireError("wire_corrupt", f"{what}: not a zstd frame ({exc})") from None
+        if params.content_size in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR):
+            raise WireError("wire_size", f"{what}: the zstd frame does not declare its size; "
+                                         f"expected {expected} B ({n_rows} rows)")
+        if params.content_size != expected:
+            raise WireError("wire_size", f"{what}: the zstd frame declares {params.content_size} B, the round's "
+                                         f"{n_rows} rows are {expected} B; refused unexpanded")
+        if params.window_size > max(expected, 1 << 10):
+            raise WireError("wire_size", f"{what}: the zstd frame asks for a {params.window_size} B window "
+                                         f"for {expected} B of rows")
+        try:
+            block = self._zstd.decompress(data, max_output_size=expected, allow_extra_data=False)
+        except zstandard.ZstdError as exc:
+            raise WireError("wire_corrupt", f"{what}: zstd refused the frame ({exc})") from None
+        if len(block) != expected:
+            raise WireError("wire_size", f"{what}: the frame expanded to {len(block)} B, expected {expected} B")
+        return np.frombuffer(block, dtype=np.uint8).reshape(self.row_bytes, n_rows).T.copy()
+
+
+ROW_ARRAYS = {"rows": "rows_zstd", "final_rows": "final_rows_zstd"}
+"""A round's packed-row arrays and their codec-2 names."""
+
+
+def compress_round(arrays: dict[str, np.ndarray], compressor: RowCompressor) -> dict[str, np.ndarray]:
+    """A round's arrays with ``rows`` / ``final_rows`` replaced by their codec-2 frames."""
+    out = {k: v for k, v in arrays.items() if k not in ROW_ARRAYS}
+    for raw, packed in ROW_ARRAYS.items():
+        out[packed] = compressor.compress(arrays[raw])
+    return out
+
+
+def decompress_round(arrays: dict[str, np.ndarray], decompressor: RowDecompressor | None) -> dict[str, np.ndarray]:
+    """A received round's arrays as codec 1 has them (``rows``, ``final_rows``).
+
+    ``decompressor`` is None for a rollout welcomed with codec 1. The row counts come from the
+    round's ``group`` (rows of slots with group >= 0) and ``final_slots``. Raises WireError:
+    ``wire_codec`` for arrays of the other codec, a mix or a missing one, else as
+    ``RowDecompressor.decompress``."""
+    want_packed = decompressor is not None
+    expected = tuple(ROW_ARRAYS.values()) if want_packed else tuple(ROW_ARRAYS)
+    other = tuple(ROW_ARRAYS) if want_packed else tuple(ROW_ARRAYS.values())
+    if any(k in arrays for k in other) or not all(k in arrays for k in expected):
+        have = sorted(k for k in (*expected, *other) if k in arrays)
+        raise WireError("wire_codec", f"round carries row arrays {have}; a rollout welcomed with wire codec "
+                                      f"{WIRE_ZSTD if want_packed else WIRE_RAW} sends {list(expected)}")
+    if not want_packed:
+        return arrays
+    if "group" not in arrays or "final_slots" not in arrays:
+        raise WireError("wire_codec", "compressed rows need the round's group and final_slots to count them")
+    out = {k: v for k, v in arrays.items() if k not in expected}
+    out["rows"] = decompressor.decompress(arrays["rows_zstd"], int(np.count_nonzero(arrays["group"] >= 0)), "rows_zstd")
+    out["final_rows"] = decompressor.decompress(arrays["final_rows_zstd"], len(arrays["final_slots"]), "final_rows_zstd")
+    return out

@@ -22,8 +22,11 @@ obs_digest,            what the policy sees and can do (read off the built env)
 action_digest
 frame_stack            the trunk's input width
 arch_digest            the network (NetConfig without the device and the autocast setting)
-codec_version,         how a row is stored
-codec_table_digest
+codec_version,         how a row is stored (the table) and sent (``services.wire_codec``: 1
+codec_table_digest     packed rows, 2 zstd frames; shared/codec.py). Codec 2 is lossless, so
+                       it cannot change a number; it is in the identity all the same so that
+                       a resume keeps the codec its run was started with (issue 14), and a
+                       run with codec 1 keeps the identity it had before codec 2 existed
 algo_digest            PPO, GAE, schedules, reward scaling, LR backoff, CUDA autocast
 rollout_digest         battles and shards per rollout, local rollouts, mask-only scripted seats
 ladder_digest          who the learner plays: mix, scripted opponents, pool, gate, rater
@@ -107,8 +110,7 @@ def describe_device(device: str) -> str:
 
 
 def compute_identity(cfg: RunConfig, *, engine: EngineBuild, obs_digest: str, action_digest: str,
-                     codec_version: int, codec_table_digest: str, device_kind: str,
-                     torch_version: str) -> RunIdentity:
+                     codec_table_digest: str, device_kind: str, torch_version: str) -> RunIdentity:
     """The identity of the run ``cfg`` describes against the environment that was built. The
     facts only a built environment and the learner's device know are passed in, so the function
     is pure and a test can vary one field at a time."""
@@ -122,7 +124,7 @@ def compute_identity(cfg: RunConfig, *, engine: EngineBuild, obs_digest: str, ac
         obs_digest=obs_digest,
         action_digest=action_digest,
         frame_stack=1,
-        codec_version=codec_version,
+        codec_version=cfg.services.wire_codec,
         codec_table_digest=codec_table_digest,
         **config_digests(cfg),
     )

@@ -164,6 +164,9 @@ class Hello(_Msg, tag="hello"):
     battles: int
     shards: int
     engine: EngineBuild
+    codecs: list[int] = msgspec.field(default_factory=lambda: [1])
+    """The wire codecs this rollout speaks (shared/codec.py ``WIRE_CODECS``). A rollout built
+    before codec 2 sends no such field and speaks codec 1 only."""
 
 
 class Round(_Msg, tag="round"):
@@ -186,6 +189,10 @@ class Round(_Msg, tag="round"):
 
     The round at cycle 0 has no step behind it and carries zeros in the second half. Slots are
     the shard's battles in order, blue then red: local slot ``2 * i + seat``.
+
+    Under wire codec 2 (negotiated in Hello / Welcome) ``rows`` and ``final_rows`` travel as
+    ``rows_zstd`` and ``final_rows_zstd`` (uint8 (k,): one zstd frame each, shared/codec.py);
+    the learner expands them back to the same bytes before filing the round.
     """
 
     instance: str
@@ -199,6 +206,8 @@ class Round(_Msg, tag="round"):
     """Observation values of this round's rows clipped to fit their storage (healthy: 0)."""
     codec_rounded: int = 0
     """Observation values of this round's rows stored rounded (healthy: 0)."""
+    wire_encode_seconds: float = 0.0
+    """Seconds the rollout spent compressing this round's rows (wire codec 2; 0 under codec 1)."""
 
 
 class Heartbeat(_Msg, tag="heartbeat"):
@@ -217,8 +226,12 @@ class Failure(_Msg, tag="failure"):
 # ----------------------------------------------------------------- learner -> rollout
 
 
-class Welcome(_Msg, tag="welcome"):
-    """The learner accepts a Hello: what every battle is and how rows are packed."""
+class Welcome(_Msg, tag="welcome", omit_defaults=True):
+    """The learner accepts a Hello: what every battle is and how rows are packed.
+
+    ``omit_defaults``: a Welcome serving wire codec 1 is encoded without ``wire_codec``, so a
+    rollout built before codec 2 (whose Welcome has no such field and refuses unknown ones)
+    still reads it."""
 
     env: EnvConfig
     master_seed: int
@@ -228,6 +241,9 @@ class Welcome(_Msg, tag="welcome"):
     rollout: RolloutConfig
     """Heartbeat and silence timings and the mask-only option; the battle and shard counts
     are the rollout's own (its machine's) and are not taken from here."""
+    wire_codec: int = 1
+    """How this rollout sends its rows (shared/codec.py): 1 raw ``rows`` / ``final_rows``, 2 one
+    zstd frame each (``rows_zstd`` / ``final_rows_zstd``). One of the Hello's ``codecs``."""
 
 
 class Refused(_Msg, tag="refused"):
@@ -548,6 +564,8 @@ ARRAYS: dict[type, dict[str, tuple[str, int]]] = {
         "group": ("int8", 1), "tick": ("int32", 1), "ordinal": ("int32", 1), "rows": ("uint8", 2),
         "reward": ("float32", 1), "terminated": ("uint8", 1), "truncated": ("uint8", 1),
         "deploy_status": ("int8", 1), "final_slots": ("int16", 1), "final_rows": ("uint8", 2),
+        # wire codec 2 (shared/codec.py): one zstd frame in place of rows / final_rows
+        "rows_zstd": ("uint8", 1), "final_rows_zstd": ("uint8", 1),
     },
     Step: {"actions": ("int16", 1)},
     SaveCheckpoint: {"*": ("uint8", 1)},

@@ -116,7 +116,7 @@ class Stack:
         rollout_cfg = tiny().rollout
         welcome = Welcome(env=ENV, master_seed=SEED, codec=pf.table, engine=pf.engine,
                           random_legal_noop_prob=0.9, rollout=rollout_cfg)
-        self.collector = Collector(self.sock, Decoder(ToLearner), self.fleet, lambda: welcome, pf.engine,
+        self.collector = Collector(self.sock, Decoder(ToLearner), self.fleet, lambda codec: welcome, pf.engine,
                                    self.lines.append)
         self.rollout = RolloutService(self.addr, battles=4, shards=2, say=self.lines.append)
         self.rollout_thread = threading.Thread(target=self.rollout.run, daemon=True)

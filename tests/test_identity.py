@@ -15,7 +15,7 @@ ENGINE = EngineBuild(engine_class="royalegym.rust_engine.RustEngine", calibratio
 
 def ident(doc=None, **facts):
     cfg = load_config({"profile": "cpu", **(doc or {})})
-    kw = dict(engine=ENGINE, obs_digest="o", action_digest="a", codec_version=1, codec_table_digest="t",
+    kw = dict(engine=ENGINE, obs_digest="o", action_digest="a", codec_table_digest="t",
               device_kind="cpu:x86_64", torch_version="2.14.1")
     kw.update(facts)
     return compute_identity(cfg, **kw)
@@ -28,7 +28,7 @@ BASE = ident()
     {"master_seed": 1}, {"ppo": {"clip_range": 0.1}}, {"ppo": {"minibatch_size": 128}}, {"advantage": {"gae_lambda": 0.95}},
     {"env": {"max_steps": 400}}, {"env": {"reward_weights": {"elixir": 0.1}}}, {"net": {"channels": 16}},
     {"rollout": {"battles": 8}}, {"ladder": {"mix": [1.0, 0.0, 0.0]}}, {"determinism": {"tier": "throughput"}},
-    {"determinism": {"torch_threads": 1}},
+    {"determinism": {"torch_threads": 1}}, {"services": {"wire_codec": 2}},
 ])
 def test_a_setting_that_changes_numbers_moves_the_run_id(doc):
     assert run_id(ident(doc)) != run_id(BASE)
@@ -49,6 +49,14 @@ def test_a_setting_that_cannot_change_numbers_keeps_the_run_id(doc):
 ])
 def test_an_environment_or_machine_fact_moves_the_run_id(fact, value):
     assert run_id(ident(**{fact: value})) != run_id(BASE)
+
+
+def test_the_wire_codec_is_the_identity_codec_version_and_codec_1_keeps_old_run_ids():
+    # f0671471b3b5d987: run_id(BASE) computed by the build before wire codec 2 existed. A run
+    # on codec 1 (the default) must resume under the new build with the same identity.
+    assert BASE.codec_version == 1 and run_id(BASE) == "f0671471b3b5d987"
+    compressed = ident({"services": {"wire_codec": 2}})
+    assert identity_differences(BASE, compressed) == {"codec_version": (1, 2)}
 
 
 def test_run_id_is_sixteen_hex_and_stable():

@@ -39,7 +39,7 @@ def test_run_exact_refuses_unpinned_blas_threads_naming_the_variable(monkeypatch
 
 def meta(iteration: int, digest: str) -> checkpointing.CheckpointMeta:
     cfg = load_config({"profile": "tiny"})
-    ident = compute_identity(cfg, engine=ENGINE, obs_digest="o", action_digest="a", codec_version=1,
+    ident = compute_identity(cfg, engine=ENGINE, obs_digest="o", action_digest="a",
                              codec_table_digest="t", device_kind="cpu:x86_64", torch_version="2.14.1")
     return checkpointing.CheckpointMeta(iteration=iteration, run_id="r", state_digest=digest,
                                         counters=checkpointing.Counters(iteration, 0, 0, 0), identity=ident, config=cfg)
@@ -62,7 +62,7 @@ def test_a_rollout_on_another_engine_build_is_refused_naming_both():
     port = free_ports(1)[0]
     server = transport.bind_router(f"tcp://127.0.0.1:{port}")
     said = []
-    collector = Collector(server, Decoder(ToLearner), Fleet(), lambda: None, ENGINE, said.append)
+    collector = Collector(server, Decoder(ToLearner), Fleet(), lambda codec: None, ENGINE, said.append)
     client = transport.connect_dealer(f"tcp://127.0.0.1:{port}")
     try:
         other = msgspec.structs.replace(ENGINE, binary_sha256="04d42611db5d6e5a")

@@ -31,6 +31,7 @@ from services.learner.fleet import Fleet, Member, SlotMap
 from services.learner.frozen import FrozenStats
 from services.learner.rectangle import Rectangle
 from shared import transport
+from shared.codec import WIRE_CODECS, WIRE_RAW, WIRE_ZSTD, RowDecompressor, WireError, decompress_round
 from shared.messages import (
     GROUP_LEARNER, Failure, Heartbeat, Hello, ProtocolError, Refused, Rejoin, Round, Step, snapshot_of,
 )
@@ -45,6 +46,14 @@ class CollectStats:
     wait_seconds: float = 0.0
     wire_bytes: int = 0
     rows_received: int = 0
+    """Rows (learner, frozen and final) of the rounds that came over the wire this iteration;
+    ``wire_bytes`` is their rounds' array bytes, as sent (compressed under codec 2)."""
+    wire_encode_seconds: float = 0.0
+    """Rollout seconds spent compressing those rounds' rows (their Round.wire_encode_seconds)."""
+    wire_decode_seconds: float = 0.0
+    """Learner seconds spent expanding them (codec 2)."""
+    wire_codec_rows: dict = field(default_factory=dict)
+    """wire codec -> rows received under it."""
     episodes: list = field(default_factory=list)
     lost: list = field(default_factory=list)
     refused: int = 0
@@ -57,9 +66,17 @@ class CollectStats:
 
 class Collector:
     def __init__(self, sock: zmq.Socket, decoder, fleet: Fleet, welcome_for, engine, say, refused_counter=None,
-                 hello_limits: HelloLimits | None = None):
+                 hello_limits: HelloLimits | None = None, *, wire_codec: int = WIRE_RAW,
+                 decompressor: RowDecompressor | None = None):
+        """``wire_codec``: the codec served to rollouts that speak it (``services.wire_codec``);
+        ``decompressor`` expands codec-2 rows (required when wire_codec is 2)."""
+        if wire_codec not in WIRE_CODECS:
+            raise ValueError(f"wire codec {wire_codec}; this build speaks {list(WIRE_CODECS)}")
+        if wire_codec == WIRE_ZSTD and decompressor is None:
+            raise ValueError("wire codec 2 needs a RowDecompressor")
         self.sock, self.decoder, self.fleet = sock, decoder, fleet
-        self.welcome_for = welcome_for  # () -> Welcome
+        self.welcome_for = welcome_for  # (wire codec) -> Welcome
+        self.wire_codec, self.decompressor = wire_codec, decompressor
         self.engine = engine
         self.say = say
         self.refused_counter = refused_counter
@@ -131,14 +148,31 @@ class Collector:
             self._refused("hello", f"refused rollout {msg.instance}@{msg.host}: {problem}")
             self._send(identity, Refused(reason=problem))
             return
+        codec = self.choose_codec(msg.codecs)
+        if codec is None:
+            reason = (f"no common wire codec: the rollout speaks {msg.codecs}, this learner {list(WIRE_CODECS)}; "
+                      "install the learner's royalefleet on the rollout")
+            self._refused("hello", f"refused rollout {printable(msg.instance, 40)}@{printable(msg.host, 80)}: {reason}")
+            self._send(identity, Refused(reason=reason))
+            return
         existing = self.fleet.get(msg.instance)
         if existing is not None and existing.identity == identity and not existing.lost:
-            self._send(identity, self.welcome_for())  # a repeated Hello (learner was silent): re-welcome
+            # a repeated Hello (learner was silent): re-welcome with the codec it already has
+            self._send(identity, self.welcome_for(existing.wire_codec))
             return
-        self.fleet.add(Member(msg.instance, identity, msg.battles, msg.shards, msg.host, msg.pid))
-        self._send(identity, self.welcome_for())
+        self.fleet.add(Member(msg.instance, identity, msg.battles, msg.shards, msg.host, msg.pid, wire_codec=codec))
+        self._send(identity, self.welcome_for(codec))
+        served = "" if codec == self.wire_codec else f" (it does not speak wire codec {self.wire_codec}: served codec {codec})"
         self.say(f"rollout {printable(msg.instance, 40)}@{printable(msg.host, 80)}:{msg.pid} registered: {msg.battles} battles in "
-                 f"{msg.shards} shards; joins at the next iteration")
+                 f"{msg.shards} shards, wire codec {codec}{served}; joins at the next iteration")
+
+    def choose_codec(self, spoken: list[int]) -> int | None:
+        """The wire codec for a rollout that speaks ``spoken``: the learner's own
+        (``services.wire_codec``) if the rollout speaks it, else codec 1 (lossless either
+        way, so a run may mix them), else None (refused)."""
+        if self.wire_codec in spoken:
+            return self.wire_codec
+        return WIRE_RAW if WIRE_RAW in spoken else None
 
     # ------------------------------------------------------------------ one iteration
 
@@ -185,7 +219,7 @@ class Collector:
                 return  # registered during this iteration: its rounds come after its Plan
             pending.append((member, body, arrays))
 
-        def file_round(member: Member, body: Round, arrays: dict, label_iteration: int) -> None:
+        def file_round(member: Member, body: Round, arrays: dict, label_iteration: int, from_wire: bool = True) -> None:
             key = (member.instance, body.shard)
             if key not in expected or expected[key] > T:
                 self._refused("unexpected", f"unexpected round {body.iteration}/{body.cycle} shard {body.shard} from {member.label()}")
@@ -195,10 +229,15 @@ class Collector:
                 self._refused("out_of_order", f"round {body.iteration}/{body.cycle} from {member.label()} shard {body.shard}; expected {iteration}/{c}")
                 return
             slots = slot_map.slots[key]
+            sent_bytes = sum(a.nbytes for a in arrays.values())
             try:
                 group = arrays["group"]
                 if group.shape != slots.shape:
                     raise ValueError(f"group has {group.shape[0]} slots, the shard has {len(slots)}")
+                if from_wire:  # a held round was expanded when it arrived
+                    t0 = time.perf_counter()
+                    arrays = decompress_round(arrays, self.decompressor if member.wire_codec == WIRE_ZSTD else None)
+                    stats.wire_decode_seconds += time.perf_counter() - t0
                 learner, frozen_slots, frozen_rows = rect.store_obs(c, slots, group, arrays["tick"], arrays["rows"])
                 if c > 0:
                     fs = arrays["final_slots"]
@@ -208,6 +247,10 @@ class Collector:
                                     arrays["deploy_status"], fs, arrays["final_rows"])
                     stats.env_steps += len(slots) // 2
                     stats.illegal += int(np.count_nonzero((arrays["deploy_status"] > 0) & (rect.group[c - 1, slots] == GROUP_LEARNER)))
+            except WireError as exc:
+                self._refused(exc.reason, f"refused the rows of a round from {member.label()} "
+                                          f"(wire codec {member.wire_codec}): {exc}")
+                return
             except (KeyError, ValueError) as exc:
                 self._refused("arrays", f"malformed round from {member.label()}: {exc}")
                 return
@@ -220,8 +263,12 @@ class Collector:
             stats.codec_clipped += body.codec_clipped
             stats.codec_rounded += body.codec_rounded
             stats.rounds += 1
-            stats.wire_bytes += sum(a.nbytes for a in arrays.values())
-            stats.rows_received += len(learner) + len(frozen_slots) + len(arrays["final_rows"])
+            if from_wire:
+                n_rows = len(learner) + len(frozen_slots) + len(arrays["final_rows"])
+                stats.wire_bytes += sent_bytes
+                stats.rows_received += n_rows
+                stats.wire_encode_seconds += body.wire_encode_seconds
+                stats.wire_codec_rows[member.wire_codec] = stats.wire_codec_rows.get(member.wire_codec, 0) + n_rows
             expected[key] = c + 1
             deadline[key] = time.monotonic() + round_timeout_s
             if c == T:
@@ -247,7 +294,7 @@ class Collector:
         # A held cycle-T round is this iteration's cycle 0: the battles did not move since.
         for m, body, arrays in held:
             file_round(m, Round(instance=body.instance, iteration=iteration, cycle=0, shard=body.shard),
-                       _cycle0_arrays(arrays), iteration)
+                       _cycle0_arrays(arrays), iteration, from_wire=False)
 
         while any(expected[k] <= T for k in expected if not by_instance[k[0]].lost):
             if self.stop_requested:

@@ -29,6 +29,8 @@ class Member:
     ready: bool = False
     """Its battles are built (it said so after Welcome): it can answer a Plan in time."""
     lost: bool = False
+    wire_codec: int = 1
+    """The wire codec its Welcome named (shared/codec.py): how its rounds carry their rows."""
     fresh: bool = True
     last_seen: float = field(default_factory=time.monotonic)
     registered: float = field(default_factory=time.monotonic)

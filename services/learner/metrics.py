@@ -12,6 +12,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from shared.codec import WIRE_REFUSALS
 from shared.messages import PROTOCOL_REFUSALS
 from shared.metric_schema import SCHEMA, prometheus_name, schema_key
 from shared.service_alerts import PROGRESS_METRIC
@@ -22,7 +23,7 @@ class LearnerMetrics:
         self.registry = r = CollectorRegistry()
         self.refused = Counter("royalefleet_learner_messages_refused", "Messages refused by the learner (hello: a Hello whose engine or sizes it cannot serve)",
                                ["reason"], registry=r)
-        for reason in (*PROTOCOL_REFUSALS, "unexpected", "out_of_order", "hello"):
+        for reason in (*PROTOCOL_REFUSALS, "unexpected", "out_of_order", "hello", *WIRE_REFUSALS):
             self.refused.labels(reason)
         self.checkpoint_failures = Counter("royalefleet_learner_checkpoint_failures",
                                            "Checkpoints that could not be written after retries", registry=r)

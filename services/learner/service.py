@@ -133,7 +133,7 @@ class Learner:
         from shared.nn.model import ActorCritic
         from shared.nn.policy import Policy
         from services.learner.ppo import make_optimizers
-        from shared.codec import CODEC_VERSION, describe_table, table_digest
+        from shared.codec import describe_table, table_digest
         from shared.nn.snapshot import actor_builder
         from shared.preflight import run_preflight
 
@@ -156,7 +156,7 @@ class Learner:
         self.codec_digest = table_digest(self.pf.table)
         self.identity = compute_identity(
             cfg, engine=self.pf.engine, obs_digest=self.pf.spec.digest(), action_digest=action_digest_of(self.pf.spec),
-            codec_version=CODEC_VERSION, codec_table_digest=self.codec_digest, device_kind=describe_device(device),
+            codec_table_digest=self.codec_digest, device_kind=describe_device(device),
             torch_version=str(torch.__version__))
         self.run_id = run_id(self.identity)
         self.resumed_with_drift = False
@@ -210,7 +210,9 @@ class Learner:
             self.halt_endpoint = HaltEndpoint(metrics_host, halt_port, token, self.request_halt, self.metrics.halt_requests)
             say(f"learner: halt endpoint on http://{metrics_host}:{self.halt_endpoint.port}/halt (bearer token)")
         self.collector = Collector(self.sock, Decoder(ToLearner), self.fleet, self._welcome, self.pf.engine, say,
-                                   self.metrics.refused, HelloLimits.at_start(cfg, self.pf.codec.row_bytes))
+                                   self.metrics.refused, HelloLimits.at_start(cfg, self.pf.codec.row_bytes),
+                                   wire_codec=cfg.services.wire_codec,
+                                   decompressor=RowDecompressor(self.pf.codec.row_bytes, cfg.services.max_message_mb << 20))
         self.iteration = 0
         self.timesteps = 0
         self.env_steps = 0
@@ -224,9 +226,10 @@ class Learner:
 
     # ------------------------------------------------------------------ helpers
 
-    def _welcome(self) -> Welcome:
+    def _welcome(self, wire_codec: int) -> Welcome:
         return Welcome(env=self.cfg.env, master_seed=self.cfg.master_seed, codec=self.pf.table, engine=self.pf.engine,
-                       random_legal_noop_prob=self.cfg.ladder.random_legal_noop_prob, rollout=self.cfg.rollout)
+                       random_legal_noop_prob=self.cfg.ladder.random_legal_noop_prob, rollout=self.cfg.rollout,
+                       wire_codec=wire_codec)
 
     def request_stop(self, *_):
         if self.collector.stop_requested:
@@ -735,6 +738,8 @@ class Learner:
         row.update(self.lr_backoff.metrics(self.opt_actor, self.opt_critic))
         if stats.rows_received:
             row["throughput/wire_bytes_per_row"] = stats.wire_bytes / stats.rows_received
+            row["throughput/wire_encode_us_per_row"] = 1e6 * stats.wire_encode_seconds / stats.rows_received
+            row["throughput/wire_decode_us_per_row"] = 1e6 * stats.wire_decode_seconds / stats.rows_received
         if self.device.type == "cuda":  # CUDA only: a CPU learner has no device memory to watch
             from services.learner.vram import vram_row
 

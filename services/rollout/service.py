@@ -25,7 +25,7 @@ import zmq
 from services.rollout.battles import AssignmentMissing, Shard
 from services.rollout.metrics import RolloutMetrics
 from shared import transport
-from shared.codec import Codec
+from shared.codec import WIRE_CODECS, WIRE_ZSTD, Codec, RowCompressor, compress_round
 from shared.envs import build_env, engine_build
 from shared.log_guard import RefusalLog
 from shared.messages import (
@@ -51,6 +51,8 @@ class RolloutService:
         self.welcome: Welcome | None = None
         self.shards: list[Shard] = []
         self.engine = None
+        self.compressor: RowCompressor | None = None
+        """Set when the learner's Welcome names wire codec 2."""
         self.last_sent = self.last_heard = time.monotonic()
 
     # ------------------------------------------------------------------ plumbing
@@ -68,7 +70,8 @@ class RolloutService:
             self._probe_env = build_env(self.welcome.env if self.welcome else _default_env())
             self.engine = engine_build(self._probe_env)
         self._send(Hello(instance=self.instance, host=socket.gethostname(), pid=os.getpid(),
-                         battles=self.n_battles, shards=self.n_shards, engine=self.engine))
+                         battles=self.n_battles, shards=self.n_shards, engine=self.engine,
+                         codecs=list(WIRE_CODECS)))
         self.say(f"rollout {self.instance}: hello to {self.learner} ({self.n_battles} battles in {self.n_shards} shards)")
 
     def request_stop(self, *_):
@@ -82,8 +85,13 @@ class RolloutService:
                       f"the learner runs {msg.engine.describe()}; install the learner's royalegym/royalesim")
             self._send(Failure(instance=self.instance, kind="refused", message=reason))
             raise SystemExit(f"rollout {self.instance}: {reason}")
+        if msg.wire_codec not in WIRE_CODECS:
+            reason = f"the learner serves wire codec {msg.wire_codec}; this rollout speaks {list(WIRE_CODECS)}"
+            self._send(Failure(instance=self.instance, kind="refused", message=reason))
+            raise SystemExit(f"rollout {self.instance}: {reason}")
         first = self.welcome is None
         self.welcome = msg
+        self.compressor = RowCompressor() if msg.wire_codec == WIRE_ZSTD else None
         if first or not self.shards:
             t0 = time.perf_counter()
             codec = Codec(msg.codec)
@@ -94,7 +102,7 @@ class RolloutService:
                 for s in range(self.n_shards)
             ]
             self.say(f"rollout {self.instance}: welcomed; built {self.n_battles} battles in "
-                     f"{time.perf_counter() - t0:.1f} s; row {codec.row_bytes} B")
+                     f"{time.perf_counter() - t0:.1f} s; row {codec.row_bytes} B; wire codec {msg.wire_codec}")
         # Only now can it answer a Plan within the round deadline: tell the learner.
         self._send(Heartbeat(instance=self.instance, state="ready"))
 
@@ -130,10 +138,16 @@ class RolloutService:
         self._send_round(msg.iteration, msg.cycle + 1, shard, result)
 
     def _send_round(self, iteration: int, cycle: int, shard: Shard, result) -> None:
+        arrays = result.arrays()
+        encode_s = 0.0
+        if self.compressor is not None:
+            t0 = time.perf_counter()
+            arrays = compress_round(arrays, self.compressor)
+            encode_s = time.perf_counter() - t0
         body = Round(instance=self.instance, iteration=iteration, cycle=cycle, shard=shard.index,
                      episodes=result.episodes, env_seconds=result.env_seconds,
-                     codec_clipped=result.codec_clipped, codec_rounded=result.codec_rounded)
-        arrays = result.arrays()
+                     codec_clipped=result.codec_clipped, codec_rounded=result.codec_rounded,
+                     wire_encode_seconds=encode_s)
         self._send(body, arrays)
         m = self.metrics
         m.rounds.inc()
@@ -141,6 +155,7 @@ class RolloutService:
         m.decisions.inc(len(shard.battles) if cycle > 0 else 0)
         m.episodes.inc(len(result.episodes))
         m.wire_bytes.inc(sum(a.nbytes for a in arrays.values()))
+        m.wire_encode_seconds.inc(encode_s)
         m.rows.inc(int(result.rows.shape[0]))
         m.codec_clipped.inc(result.codec_clipped)
         m.codec_rounded.inc(result.codec_rounded)
