@@ -105,6 +105,11 @@ def cmd_config(args) -> int:
 def cmd_bench(args) -> int:
     from royalefleet.bench import run_bench
 
+    if args.wire or args.wire_codec_only:
+        from royalefleet.bench_wire import run_wire_bench
+
+        return run_wire_bench(_load(args), iterations=args.iterations, repeats=args.wire_repeats,
+                              stack=not args.wire_codec_only)
     return run_bench(_load(args), seconds=args.seconds, iterations=args.iterations, update_only=args.update_only,
                      update_batches=args.update_batches, reference=args.reference)
 
@@ -251,6 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--reference", choices=("our-size", "all", "none"), default="our-size",
                     help="the reference's update beside ours: at our network's size (default), also with its own "
                     "default network (all: minutes more), or none")
+    bn.add_argument("--wire", action="store_true",
+                    help="only the wire codecs: codec 2 (zstd) against codec 1 on real rounds (bytes per row, "
+                    "encode/decode us per row), then the stack's collection rate on each, interleaved")
+    bn.add_argument("--wire-codec-only", action="store_true", help="--wire without the stacks (seconds)")
+    bn.add_argument("--wire-repeats", type=int, default=1, choices=range(1, 11), metavar="N",
+                    help="--wire: stacks per codec, run 1, 2, 1, 2, ... (default 1)")
     bn.set_defaults(func=cmd_bench)
     return p
 

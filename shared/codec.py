@@ -250,11 +250,12 @@ class RowCompressor:
     per sending thread; a rollout has one)."""
 
     def __init__(self, level: int = ZSTD_LEVEL):
-        self._zstd = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        # the checksum (XXH64, 4 B a frame) turns a flipped byte into a refusal, not a wrong row
+        self._zstd = zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=True)
 
     def compress(self, rows: np.ndarray) -> np.ndarray:
         """(n, row_bytes) uint8 -> (k,) uint8: the zstd frame of the transposed block, with its
-        content size (n x row_bytes) in the header."""
+        content size (n x row_bytes) in the header and a content checksum."""
         block = np.ascontiguousarray(rows.T)
         return np.frombuffer(self._zstd.compress(block), dtype=np.uint8)
 
@@ -272,7 +273,8 @@ class RowDecompressor:
 
         ``n_rows`` is the count the round's other arrays imply, never the frame's word. The
         frame's header is read first and must declare exactly n_rows x row_bytes bytes (at most
-        ``max_bytes``) in a window no larger: a bomb is refused before one byte is expanded.
+        ``max_bytes``) in a window no larger, and a checksum: a bomb is refused before one byte
+        is expanded, a corrupted frame by the checksum.
         Raises WireError (``wire_size`` or ``wire_corrupt``), never anything else."""
         expected = n_rows * self.row_bytes
         if n_rows < 0 or expected > self.max_bytes:
@@ -289,6 +291,8 @@ class RowDecompressor:
         if params.content_size != expected:
             raise WireError("wire_size", f"{what}: the zstd frame declares {params.content_size} B, the round's "
                                          f"{n_rows} rows are {expected} B; refused unexpanded")
+        if not params.has_checksum:
+            raise WireError("wire_corrupt", f"{what}: the zstd frame carries no content checksum")
         if params.window_size > max(expected, 1 << 10):
             raise WireError("wire_size", f"{what}: the zstd frame asks for a {params.window_size} B window "
                                          f"for {expected} B of rows")

@@ -52,8 +52,6 @@ class CollectStats:
     """Rollout seconds spent compressing those rounds' rows (their Round.wire_encode_seconds)."""
     wire_decode_seconds: float = 0.0
     """Learner seconds spent expanding them (codec 2)."""
-    wire_codec_rows: dict = field(default_factory=dict)
-    """wire codec -> rows received under it."""
     episodes: list = field(default_factory=list)
     lost: list = field(default_factory=list)
     refused: int = 0
@@ -268,7 +266,6 @@ class Collector:
                 stats.wire_bytes += sent_bytes
                 stats.rows_received += n_rows
                 stats.wire_encode_seconds += body.wire_encode_seconds
-                stats.wire_codec_rows[member.wire_codec] = stats.wire_codec_rows.get(member.wire_codec, 0) + n_rows
             expected[key] = c + 1
             deadline[key] = time.monotonic() + round_timeout_s
             if c == T:

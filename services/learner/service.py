@@ -133,7 +133,7 @@ class Learner:
         from shared.nn.model import ActorCritic
         from shared.nn.policy import Policy
         from services.learner.ppo import make_optimizers
-        from shared.codec import describe_table, table_digest
+        from shared.codec import RowDecompressor, describe_table, table_digest
         from shared.nn.snapshot import actor_builder
         from shared.preflight import run_preflight
 
@@ -151,7 +151,8 @@ class Learner:
         os.makedirs(self.run_dir, exist_ok=True)
 
         self.pf = run_preflight(cfg.env, cfg.master_seed)
-        say(f"learner: {describe_table(self.pf.table)}; {self.pf.codec.row_bytes} B a row (preflight {self.pf.seconds:.1f} s)")
+        say(f"learner: {describe_table(self.pf.table)}; {self.pf.codec.row_bytes} B a row (preflight {self.pf.seconds:.1f} s); "
+            f"wire codec {cfg.services.wire_codec} served to rollouts that speak it")
         say(f"learner: engine {self.pf.engine.describe()}")
         self.codec_digest = table_digest(self.pf.table)
         self.identity = compute_identity(

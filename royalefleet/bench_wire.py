@@ -1,0 +1,154 @@
+"""``royalefleet bench --wire``: what wire codec 2 (shared/codec.py) costs and saves.
+
+Two parts, printed side by side:
+
+* the codec alone on real rounds: one shard's battles (``rollout.battles / rollout.shards``)
+  stepped with both seats played by ``RandomLegalOpponent(PLAY_NOOP_PROB)`` (the preflight's
+  player; it plays more cards than a young policy, so more choice rows and units than a real
+  iteration: the figures err high), every seat packed as a rollout packs it, one round per
+  decision. Per codec: wire bytes per row (the round's arrays, per-slot scalars included) as the
+  mean and the 99th percentile over rounds, and microseconds per row to encode (rollout:
+  ``compress_round``) and decode (learner: ``decompress_round``, checks included);
+* the stack on real battles (``royalefleet up``, the config's profile) with ``services.wire_codec``
+  1 and 2 in turn, ``repeats`` times each, interleaved (1, 2, 1, 2, ...) so that a change in the
+  machine's load falls on both sides: collection rate (learner rows/s), decisions/s, and the
+  learner's own figures of each real iteration (``throughput/wire_*`` of its metric rows). The
+  first iteration of each stack is left out when there are more.
+
+A figure, not a test: nothing here passes or fails.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+import numpy as np
+
+from shared.config import RunConfig
+
+PLAY_NOOP_PROB = 0.9
+ROUNDS = 200
+
+
+def real_rounds(cfg: RunConfig, n_rounds: int = ROUNDS, seed: int = 7):
+    """(codec, rounds): ``n_rounds`` codec-1 round arrays of one shard of real battles."""
+    from royalegym import RandomLegalOpponent
+
+    from shared.envs import build_env
+    from shared.preflight import run_preflight
+
+    pf = run_preflight(cfg.env, cfg.master_seed)
+    per = max(1, cfg.rollout.battles // cfg.rollout.shards)
+    rng = np.random.default_rng(seed)
+    player = RandomLegalOpponent(PLAY_NOOP_PROB)
+    envs = [build_env(cfg.env) for _ in range(per)]
+    obs = [e.reset(seed=int(rng.integers(2**62)))[0] for e in envs]
+    rounds = []
+    n = 2 * per
+    for _ in range(n_rounds):
+        seats = [o[s] for o in obs for s in ("blue", "red")]
+        rows, _, _ = pf.codec.pack_many(seats)
+        rounds.append({
+            "group": np.zeros(n, np.int8), "tick": np.zeros(n, np.int32), "ordinal": np.zeros(n, np.int32),
+            "rows": rows, "reward": np.zeros(n, np.float32), "terminated": np.zeros(n, np.uint8),
+            "truncated": np.zeros(n, np.uint8), "deploy_status": np.full(n, -1, np.int8),
+            "final_slots": np.zeros(0, np.int16), "final_rows": rows[:0],
+        })
+        for i, env in enumerate(envs):
+            acts = {s: player.act(obs[i][s], obs[i][s]["action_mask"], rng) for s in ("blue", "red")}
+            o, _, term, trunc, _ = env.step(acts)
+            if term["blue"] or trunc["blue"]:
+                o, _ = env.reset(seed=int(rng.integers(2**62)))
+            obs[i] = o
+    return pf.codec, rounds
+
+
+def codec_figures(codec, rounds) -> dict:
+    """Per codec: bytes per row (mean, p99 over rounds), encode and decode us per row; and the
+    share of forced rows (only the no-op legal) in the sample."""
+    from shared.codec import RowCompressor, RowDecompressor, compress_round, decompress_round
+
+    comp, dec = RowCompressor(), RowDecompressor(codec.row_bytes, 64 << 20)
+    out = {}
+    n_rows = sum(len(r["rows"]) for r in rounds)
+    raw = [sum(a.nbytes for a in r.values()) / len(r["rows"]) for r in rounds]
+    sizes, t_enc, t_dec = [], 0.0, 0.0
+    for r in rounds:
+        t0 = time.perf_counter()
+        sent = compress_round(r, comp)
+        t1 = time.perf_counter()
+        back = decompress_round(sent, dec)
+        t2 = time.perf_counter()
+        if back["rows"].tobytes() != r["rows"].tobytes():
+            raise SystemExit("bench: codec 2 did not give back the rows it was given")
+        t_enc, t_dec = t_enc + t1 - t0, t_dec + t2 - t1
+        sizes.append(sum(a.nbytes for a in sent.values()) / len(r["rows"]))
+    out[1] = {"mean": float(np.mean(raw)), "p99": float(np.percentile(raw, 99)), "enc_us": 0.0, "dec_us": 0.0}
+    out[2] = {"mean": float(np.mean(sizes)), "p99": float(np.percentile(sizes, 99)),
+              "enc_us": 1e6 * t_enc / n_rows, "dec_us": 1e6 * t_dec / n_rows}
+    legal = np.concatenate([np.unpackbits(r["rows"][:, codec.omask:], axis=1, bitorder="little").sum(axis=1)
+                            for r in rounds])
+    out["forced_frac"] = float(np.mean(legal == 1))
+    out["rows"] = n_rows
+    out["rows_per_round"] = n_rows / len(rounds)
+    return out
+
+
+def stack_figures(cfg: RunConfig, iterations: int, repeats: int, say) -> dict[int, list[dict]]:
+    """wire codec -> the metric rows of its stacks (first iteration of each dropped when there
+    are more), the stacks run 1, 2, 1, 2, ..."""
+    from royalefleet.bench import stack_speed
+
+    rows: dict[int, list[dict]] = {1: [], 2: []}
+    for k in range(repeats):
+        for codec in (1, 2):
+            say(f"  stack {2 * k + codec} of {2 * repeats}: wire codec {codec}, {iterations} iteration(s) ...")
+            side = msgspec.structs.replace(cfg, services=msgspec.structs.replace(cfg.services, wire_codec=codec))
+            got = stack_speed(side, iterations, say)
+            rows[codec].extend(got[1:] or got)
+    return rows
+
+
+def _mean(rows: list[dict], key: str) -> float:
+    vals = [r[key] for r in rows if key in r]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def run_wire_bench(cfg: RunConfig, *, iterations: int, repeats: int = 1, stack: bool = True, say=print) -> int:
+    """Prints both tables (the module docstring); ``stack`` False: the codec alone."""
+    from shared.codec import ZSTD_LEVEL
+
+    say(f"wire bench: profile {cfg.profile}, shard of {max(1, cfg.rollout.battles // cfg.rollout.shards)} battles, "
+        f"zstd level {ZSTD_LEVEL}")
+    say(f"the codec alone on {ROUNDS} real rounds (both seats random-legal, no-op probability {PLAY_NOOP_PROB}) ...")
+    codec, rounds = real_rounds(cfg)
+    f = codec_figures(codec, rounds)
+    say(f"  {f['rows']} rows, {f['rows_per_round']:.0f} a round, forced (only the no-op legal) {f['forced_frac']:.2f}")
+    say("")
+    say(f"{'codec alone, real rounds':<44}{'codec 1':>12}{'codec 2':>12}")
+    say(f"{'wire bytes per row, mean':<44}{f[1]['mean']:>12,.0f}{f[2]['mean']:>12,.0f}")
+    say(f"{'wire bytes per row, p99 over rounds':<44}{f[1]['p99']:>12,.0f}{f[2]['p99']:>12,.0f}")
+    say(f"{'encode us per row (rollout)':<44}{f[1]['enc_us']:>12.1f}{f[2]['enc_us']:>12.1f}")
+    say(f"{'decode us per row (learner)':<44}{f[1]['dec_us']:>12.1f}{f[2]['dec_us']:>12.1f}")
+    if not stack:
+        return 0
+    say("")
+    say(f"the stack, codec 1 and 2 interleaved, {repeats} stack(s) each ...")
+    rows = stack_figures(cfg, max(1, iterations), repeats, say)
+    say("")
+    say(f"{'the stack, real iterations':<44}{'codec 1':>12}{'codec 2':>12}{'2 / 1':>8}")
+    for label, key, fmt, ratio in (
+        ("collection, learner rows/s", "throughput/collected_steps_per_second", ",.1f", True),
+        ("collection, decisions/s", "throughput/env_steps_per_second", ",.1f", True),
+        ("wire bytes per row (mean over the iteration)", "throughput/wire_bytes_per_row", ",.0f", True),
+        ("encode us per row (rollout)", "throughput/wire_encode_us_per_row", ".1f", False),
+        ("decode us per row (learner)", "throughput/wire_decode_us_per_row", ".1f", False),
+        ("learner wait share of collection", "throughput/parent_wait_frac", ".2f", False),
+    ):
+        a, b = _mean(rows[1], key), _mean(rows[2], key)
+        say(f"{label:<44}{a:>12{fmt}}{b:>12{fmt}}" + (f"{b / a:>8.3f}" if ratio and a > 0 else ""))
+    say(f"  iterations timed: codec 1 {len(rows[1])}, codec 2 {len(rows[2])}; per iteration, codec 1: "
+        + ", ".join(f"{r['throughput/collected_steps_per_second']:.1f}" for r in rows[1]) + "; codec 2: "
+        + ", ".join(f"{r['throughput/collected_steps_per_second']:.1f}" for r in rows[2]) + " learner rows/s")
+    return 0
