@@ -33,7 +33,7 @@ ladder_digest          who the learner plays: mix, scripted opponents, pool, gat
 =====================  =================================================================
 
 Not in it (recorded, diffed and printed on resume, never refused): run_name, runs_dir,
-services (addresses, ports, timeouts), checkpoint cadence and keep, alarm thresholds, round
+services (addresses, ports, timeouts; its wire_codec is codec_version), checkpoint cadence and keep, alarm thresholds, round
 timeout and heartbeat timings, restart policy. An alarm can stop a run; it cannot alter a number.
 """
 
