@@ -3,12 +3,16 @@
 Two parts, printed side by side:
 
 * the codec alone on real rounds: one shard's battles (``rollout.battles / rollout.shards``)
-  stepped with both seats played by ``RandomLegalOpponent(PLAY_NOOP_PROB)`` (the preflight's
-  player; it plays more cards than a young policy, so more choice rows and units than a real
-  iteration: the figures err high), every seat packed as a rollout packs it, one round per
-  decision. Per codec: wire bytes per row (the round's arrays, per-slot scalars included) as the
-  mean and the 99th percentile over rounds, and microseconds per row to encode (rollout:
-  ``compress_round``) and decode (learner: ``decompress_round``, checks included);
+  stepped with both seats played by ``RandomLegalOpponent(p)`` for each no-op probability p of
+  ``PLAY_NOOP_PROBS``: 0.0 plays a card whenever one is legal and so spends elixir as it comes
+  (nine rows in ten forced, as in a real iteration), 0.9 (the preflight's player) lets elixir
+  pile up (about half the rows have choices, more units on the board: the figures err high).
+  Every seat is packed as a rollout packs it, one round per decision. Per codec: wire bytes per
+  row (the round's arrays, per-slot scalars included) as the mean and the 99th percentile over
+  rounds, and microseconds per row to encode (rollout: ``compress_round``) and decode (learner:
+  ``decompress_round``, checks included). Then what legality costs a row each way: seed 000's
+  CSR (``legal_ids`` int16, ``legal_offsets`` int32) raw and zstd-compressed, against the packed
+  mask bits inside the codec-2 frame (the frame's size with them less its size without);
 * the stack on real battles (``royalefleet up``, the config's profile) with ``services.wire_codec``
   1 and 2 in turn, ``repeats`` times each, interleaved (1, 2, 1, 2, ...) so that a change in the
   machine's load falls on both sides: collection rate (learner rows/s), decisions/s, and the
@@ -27,28 +31,27 @@ import numpy as np
 
 from shared.config import RunConfig
 
-PLAY_NOOP_PROB = 0.9
+PLAY_NOOP_PROBS = (0.0, 0.9)
 ROUNDS = 200
 
 
-def real_rounds(cfg: RunConfig, n_rounds: int = ROUNDS, seed: int = 7):
-    """(codec, rounds): ``n_rounds`` codec-1 round arrays of one shard of real battles."""
+def real_rounds(cfg: RunConfig, codec, noop_prob: float, n_rounds: int = ROUNDS, seed: int = 7) -> list[dict]:
+    """``n_rounds`` codec-1 round arrays of one shard of real battles, both seats played by
+    ``RandomLegalOpponent(noop_prob)``."""
     from royalegym import RandomLegalOpponent
 
     from shared.envs import build_env
-    from shared.preflight import run_preflight
 
-    pf = run_preflight(cfg.env, cfg.master_seed)
     per = max(1, cfg.rollout.battles // cfg.rollout.shards)
     rng = np.random.default_rng(seed)
-    player = RandomLegalOpponent(PLAY_NOOP_PROB)
+    player = RandomLegalOpponent(noop_prob)
     envs = [build_env(cfg.env) for _ in range(per)]
     obs = [e.reset(seed=int(rng.integers(2**62)))[0] for e in envs]
     rounds = []
     n = 2 * per
     for _ in range(n_rounds):
         seats = [o[s] for o in obs for s in ("blue", "red")]
-        rows, _, _ = pf.codec.pack_many(seats)
+        rows, _, _ = codec.pack_many(seats)
         rounds.append({
             "group": np.zeros(n, np.int8), "tick": np.zeros(n, np.int32), "ordinal": np.zeros(n, np.int32),
             "rows": rows, "reward": np.zeros(n, np.float32), "terminated": np.zeros(n, np.uint8),
@@ -61,7 +64,7 @@ def real_rounds(cfg: RunConfig, n_rounds: int = ROUNDS, seed: int = 7):
             if term["blue"] or trunc["blue"]:
                 o, _ = env.reset(seed=int(rng.integers(2**62)))
             obs[i] = o
-    return pf.codec, rounds
+    return rounds
 
 
 def codec_figures(codec, rounds) -> dict:
@@ -92,7 +95,30 @@ def codec_figures(codec, rounds) -> dict:
     out["forced_frac"] = float(np.mean(legal == 1))
     out["rows"] = n_rows
     out["rows_per_round"] = n_rows / len(rounds)
+    out["legality"] = legality_bytes(codec, rounds)
     return out
+
+
+def legality_bytes(codec, rounds) -> dict[str, float]:
+    """Bytes a row that legality costs: seed 000's CSR raw and zstd-compressed (level
+    ``ZSTD_LEVEL``, one frame per array and round, as codec 2 ships arrays), and the packed mask
+    bits inside the codec-2 frame (its size with them less its size without)."""
+    from shared.codec import RowCompressor
+
+    comp = RowCompressor()
+    raw = packed = in_frame = 0
+    n_rows = 0
+    for r in rounds:
+        rows = r["rows"]
+        mask = np.unpackbits(rows[:, codec.omask:], axis=1, count=codec.table.n_actions, bitorder="little")
+        row_of, ids = np.nonzero(mask)  # head frame: 0 the no-op, 1 + slot * H * W + y * W + x
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(row_of, minlength=len(rows)))]).astype(np.int32)
+        ids = ids.astype(np.int16)
+        raw += ids.nbytes + offsets.nbytes
+        packed += comp.compress(ids.view(np.uint8)[None]).nbytes + comp.compress(offsets.view(np.uint8)[None]).nbytes
+        in_frame += comp.compress(rows).nbytes - comp.compress(np.ascontiguousarray(rows[:, : codec.omask])).nbytes
+        n_rows += len(rows)
+    return {"csr_raw": raw / n_rows, "csr_zstd": packed / n_rows, "mask_in_frame": in_frame / n_rows}
 
 
 def stack_figures(cfg: RunConfig, iterations: int, repeats: int, say) -> dict[int, list[dict]]:
@@ -119,21 +145,26 @@ def run_wire_bench(cfg: RunConfig, *, iterations: int, repeats: int = 1, stack: 
     """Prints both tables (the module docstring); ``stack`` False: the codec alone."""
     from shared.codec import ZSTD_LEVEL
 
+    from shared.preflight import run_preflight
+
     say(f"wire bench: profile {cfg.profile}, shard of {max(1, cfg.rollout.battles // cfg.rollout.shards)} battles, "
         f"zstd level {ZSTD_LEVEL}")
-    say(f"the codec alone on {ROUNDS} real rounds (both seats random-legal, no-op probability {PLAY_NOOP_PROB}) ...")
-    codec, rounds = real_rounds(cfg)
-    f = codec_figures(codec, rounds)
-    say(f"  {f['rows']} rows, {f['rows_per_round']:.0f} a round, forced (only the no-op legal) {f['forced_frac']:.2f}")
-    say("")
-    say(f"{'codec alone, real rounds':<44}{'codec 1':>12}{'codec 2':>12}")
-    say(f"{'wire bytes per row, mean':<44}{f[1]['mean']:>12,.0f}{f[2]['mean']:>12,.0f}")
-    say(f"{'wire bytes per row, p99 over rounds':<44}{f[1]['p99']:>12,.0f}{f[2]['p99']:>12,.0f}")
-    say(f"{'encode us per row (rollout)':<44}{f[1]['enc_us']:>12.1f}{f[2]['enc_us']:>12.1f}")
-    say(f"{'decode us per row (learner)':<44}{f[1]['dec_us']:>12.1f}{f[2]['dec_us']:>12.1f}")
+    codec = run_preflight(cfg.env, cfg.master_seed).codec
+    for noop_prob in PLAY_NOOP_PROBS:
+        say(f"the codec alone on {ROUNDS} real rounds, both seats random-legal with no-op probability {noop_prob} ...")
+        f = codec_figures(codec, real_rounds(cfg, codec, noop_prob))
+        say(f"  {f['rows']} rows, {f['rows_per_round']:.0f} a round, forced (only the no-op legal) {f['forced_frac']:.2f}")
+        say(f"{'':<44}{'codec 1':>12}{'codec 2':>12}")
+        say(f"{'wire bytes per row, mean':<44}{f[1]['mean']:>12,.0f}{f[2]['mean']:>12,.0f}")
+        say(f"{'wire bytes per row, p99 over rounds':<44}{f[1]['p99']:>12,.0f}{f[2]['p99']:>12,.0f}")
+        say(f"{'encode us per row (rollout)':<44}{f[1]['enc_us']:>12.1f}{f[2]['enc_us']:>12.1f}")
+        say(f"{'decode us per row (learner)':<44}{f[1]['dec_us']:>12.1f}{f[2]['dec_us']:>12.1f}")
+        g = f["legality"]
+        say(f"  legality, bytes a row: CSR raw {g['csr_raw']:.1f}, CSR zstd {g['csr_zstd']:.1f}, "
+            f"mask bits inside the codec-2 frame {g['mask_in_frame']:.1f}")
+        say("")
     if not stack:
         return 0
-    say("")
     say(f"the stack, codec 1 and 2 interleaved, {repeats} stack(s) each ...")
     rows = stack_figures(cfg, max(1, iterations), repeats, say)
     say("")

@@ -406,3 +406,20 @@ def test_a_run_on_codec_2_trains_on_the_same_bytes_as_on_codec_1(tmp_path):
     assert one["throughput/wire_encode_us_per_row"] == 0.0 and two["throughput/wire_encode_us_per_row"] > 0
     assert one["throughput/wire_bytes_per_row"] > 15_000 and two["throughput/wire_bytes_per_row"] < 3_000
     print(json.dumps({k: (one[k], two[k]) for k in one if k.startswith("throughput/wire")}))
+
+
+# ----------------------------------------------------------------------------- the bench's arithmetic
+
+
+def test_the_bench_counts_legality_and_row_bytes_exactly(pf, real_rows):
+    from royalefleet.bench_wire import codec_figures, legality_bytes
+
+    edges = edge_rows(pf, real_rows)
+    rows = np.concatenate([edges["real_planes_noop_only"], edges["real_planes_every_action"], edges["all_zero_planes_noop_only"]])
+    rnd = round_arrays(rows, rows[:0])
+    # CSR: ids 1 + 2305 + 1 int16, offsets 4 int32, over 3 rows
+    assert legality_bytes(pf.codec, [rnd])["csr_raw"] == pytest.approx((2 * 2307 + 4 * 4) / 3)
+    f = codec_figures(pf.codec, [rnd, rnd])
+    scalars = 1 + 4 + 4 + 4 + 1 + 1 + 1  # group, tick, ordinal, reward, terminated, truncated, deploy_status
+    assert f[1]["mean"] == f[1]["p99"] == pytest.approx(pf.codec.row_bytes + scalars)
+    assert f["forced_frac"] == pytest.approx(2 / 3) and f["rows"] == 6 and f[2]["mean"] < 3000
