@@ -38,9 +38,8 @@ How rows travel (the WIRE codec, negotiated per rollout in Hello / Welcome; docs
 ==  ==========================================================================================
 1   a round's packed rows as they are, one raw (n, row_bytes) frame (``rows``, ``final_rows``)
 2   the same bytes as ONE zstd frame per array (``rows_zstd``, ``final_rows_zstd``), level
-    ``ZSTD_LEVEL``, the (n, row_bytes) block transposed to (row_bytes, n) first so that each
-    byte position of every row lies together (the zero planes of n rows become one run).
-    Lossless: the learner gets back the packed rows byte for byte, mask bits included.
+    ``ZSTD_LEVEL``, with its content size and a checksum. Lossless: the learner gets back the
+    packed rows byte for byte, mask bits included.
 ==  ==========================================================================================
 
 Legality in codec 2 stays the row's packed mask bits inside the compressed frame: measured on
@@ -70,9 +69,10 @@ WIRE_CODECS = (WIRE_RAW, WIRE_ZSTD)
 """The wire codecs this build speaks (module docstring). A Hello lists the ones a rollout
 speaks; the learner's Welcome names the one it serves that rollout."""
 ZSTD_LEVEL = 1
-"""Measured, not the maximum (docs/throughput.md): on real rounds level 1 is the fastest level
-at or below 3 and as small as levels 2-3 (the transposed block leaves little for a deeper search);
-level 5 costs 4x the rollout's time for ~5 % fewer bytes."""
+"""Measured, not the maximum (docs/throughput.md): on real rounds level 1 is as fast as any
+level and within ~10 % of the bytes of levels 2-3; level 5 costs 4x the rollout's time for ~15 %
+fewer bytes, level 9 10x. The rows are compressed as they lie: transposing them first saves ~35
+B a row but doubles the rollout's time (the strided copy costs as much as zstd itself)."""
 WIRE_REFUSALS = ("wire_codec", "wire_size", "wire_corrupt")
 """Why the learner refuses a round's compressed rows (its ``messages_refused_total{reason}``):
 a codec the rollout was not welcomed with or a missing array, a frame that declares or expands
@@ -254,10 +254,9 @@ class RowCompressor:
         self._zstd = zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=True)
 
     def compress(self, rows: np.ndarray) -> np.ndarray:
-        """(n, row_bytes) uint8 -> (k,) uint8: the zstd frame of the transposed block, with its
-        content size (n x row_bytes) in the header and a content checksum."""
-        block = np.ascontiguousarray(rows.T)
-        return np.frombuffer(self._zstd.compress(block), dtype=np.uint8)
+        """(n, row_bytes) uint8 -> (k,) uint8: the zstd frame of the rows' bytes in row order,
+        with its content size (n x row_bytes) in the header and a content checksum."""
+        return np.frombuffer(self._zstd.compress(np.ascontiguousarray(rows)), dtype=np.uint8)
 
 
 class RowDecompressor:
@@ -269,7 +268,8 @@ class RowDecompressor:
         self._zstd = zstandard.ZstdDecompressor()
 
     def decompress(self, frame: np.ndarray, n_rows: int, what: str = "rows_zstd") -> np.ndarray:
-        """(k,) uint8 zstd frame -> (n_rows, row_bytes) uint8, a fresh writable array.
+        """(k,) uint8 zstd frame -> (n_rows, row_bytes) uint8, read-only (as the Decoder's
+        codec-1 rows are).
 
         ``n_rows`` is the count the round's other arrays imply, never the frame's word. The
         frame's header is read first and must declare exactly n_rows x row_bytes bytes (at most
@@ -302,7 +302,7 @@ class RowDecompressor:
             raise WireError("wire_corrupt", f"{what}: zstd refused the frame ({exc})") from None
         if len(block) != expected:
             raise WireError("wire_size", f"{what}: the frame expanded to {len(block)} B, expected {expected} B")
-        return np.frombuffer(block, dtype=np.uint8).reshape(self.row_bytes, n_rows).T.copy()
+        return np.frombuffer(block, dtype=np.uint8).reshape(n_rows, self.row_bytes)  # read-only, as codec 1's
 
 
 ROW_ARRAYS = {"rows": "rows_zstd", "final_rows": "final_rows_zstd"}
