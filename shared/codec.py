@@ -43,9 +43,9 @@ How rows travel (the WIRE codec, negotiated per rollout in Hello / Welcome; docs
 ==  ==========================================================================================
 
 Legality in codec 2 stays the row's packed mask bits inside the compressed frame: measured on
-real rounds it costs ~8 B a row there, against ~180 B a row for seed 000's CSR (``legal_ids``
-int16 + ``legal_offsets`` int32, head frame) even with the CSR compressed by the same zstd, and
-~865 B a row raw (docs/throughput.md). The learner never trusts a frame's header: the frame must
+real rounds they add at most ~9 B a row to the frame, against 28-172 B a row for seed 000's CSR
+(``legal_ids`` int16 + ``legal_offsets`` int32, head frame) even compressed by the same zstd,
+and 65-875 B a row raw (forced-rich and choice-rich rounds; docs/throughput.md). The learner never trusts a frame's header: the frame must
 declare exactly ``n x row_bytes`` bytes (n from the round's own ``group`` / ``final_slots``, so at
 most the shard's slots) before anything is expanded (``RowDecompressor``).
 """
