@@ -252,10 +252,14 @@ class RowCompressor:
     def __init__(self, level: int = ZSTD_LEVEL):
         # the checksum (XXH64, 4 B a frame) turns a flipped byte into a refusal, not a wrong row
         self._zstd = zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=True)
+        # most rounds truncate no episode: their empty final_rows is this frame, made once
+        self._empty = np.frombuffer(self._zstd.compress(b""), dtype=np.uint8)
 
     def compress(self, rows: np.ndarray) -> np.ndarray:
         """(n, row_bytes) uint8 -> (k,) uint8: the zstd frame of the rows' bytes in row order,
         with its content size (n x row_bytes) in the header and a content checksum."""
+        if rows.size == 0:
+            return self._empty
         return np.frombuffer(self._zstd.compress(np.ascontiguousarray(rows)), dtype=np.uint8)
 
 
