@@ -76,20 +76,23 @@ def codec_figures(codec, rounds) -> dict:
     out = {}
     n_rows = sum(len(r["rows"]) for r in rounds)
     raw = [sum(a.nbytes for a in r.values()) / len(r["rows"]) for r in rounds]
-    sizes, t_enc, t_dec = [], 0.0, 0.0
+    sizes, t_enc, t_dec, c_enc, c_dec = [], 0.0, 0.0, 0.0, 0.0
     for r in rounds:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         sent = compress_round(r, comp)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.thread_time()
         back = decompress_round(sent, dec)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.thread_time()
         if back["rows"].tobytes() != r["rows"].tobytes():
             raise SystemExit("bench: codec 2 did not give back the rows it was given")
         t_enc, t_dec = t_enc + t1 - t0, t_dec + t2 - t1
+        c_enc, c_dec = c_enc + c1 - c0, c_dec + c2 - c1
         sizes.append(sum(a.nbytes for a in sent.values()) / len(r["rows"]))
-    out[1] = {"mean": float(np.mean(raw)), "p99": float(np.percentile(raw, 99)), "enc_us": 0.0, "dec_us": 0.0}
+    out[1] = {"mean": float(np.mean(raw)), "p99": float(np.percentile(raw, 99)), "enc_us": 0.0, "dec_us": 0.0,
+              "enc_cpu_us": 0.0, "dec_cpu_us": 0.0}
     out[2] = {"mean": float(np.mean(sizes)), "p99": float(np.percentile(sizes, 99)),
-              "enc_us": 1e6 * t_enc / n_rows, "dec_us": 1e6 * t_dec / n_rows}
+              "enc_us": 1e6 * t_enc / n_rows, "dec_us": 1e6 * t_dec / n_rows,
+              "enc_cpu_us": 1e6 * c_enc / n_rows, "dec_cpu_us": 1e6 * c_dec / n_rows}
     legal = np.concatenate([np.unpackbits(r["rows"][:, codec.omask:], axis=1, bitorder="little").sum(axis=1)
                             for r in rounds])
     out["forced_frac"] = float(np.mean(legal == 1))
@@ -157,8 +160,10 @@ def run_wire_bench(cfg: RunConfig, *, iterations: int, repeats: int = 1, stack: 
         say(f"{'':<44}{'codec 1':>12}{'codec 2':>12}")
         say(f"{'wire bytes per row, mean':<44}{f[1]['mean']:>12,.0f}{f[2]['mean']:>12,.0f}")
         say(f"{'wire bytes per row, p99 over rounds':<44}{f[1]['p99']:>12,.0f}{f[2]['p99']:>12,.0f}")
-        say(f"{'encode us per row (rollout)':<44}{f[1]['enc_us']:>12.1f}{f[2]['enc_us']:>12.1f}")
-        say(f"{'decode us per row (learner)':<44}{f[1]['dec_us']:>12.1f}{f[2]['dec_us']:>12.1f}")
+        say(f"{'encode us per row (rollout), wall':<44}{f[1]['enc_us']:>12.1f}{f[2]['enc_us']:>12.1f}")
+        say(f"{'encode us per row (rollout), CPU':<44}{f[1]['enc_cpu_us']:>12.1f}{f[2]['enc_cpu_us']:>12.1f}")
+        say(f"{'decode us per row (learner), wall':<44}{f[1]['dec_us']:>12.1f}{f[2]['dec_us']:>12.1f}")
+        say(f"{'decode us per row (learner), CPU':<44}{f[1]['dec_cpu_us']:>12.1f}{f[2]['dec_cpu_us']:>12.1f}")
         g = f["legality"]
         say(f"  legality, bytes a row: CSR raw {g['csr_raw']:.1f}, CSR zstd {g['csr_zstd']:.1f}, "
             f"mask bits inside the codec-2 frame {g['mask_in_frame']:.1f}")
@@ -173,8 +178,8 @@ def run_wire_bench(cfg: RunConfig, *, iterations: int, repeats: int = 1, stack: 
         ("collection, learner rows/s", "throughput/collected_steps_per_second", ",.1f", True),
         ("collection, decisions/s", "throughput/env_steps_per_second", ",.1f", True),
         ("wire bytes per row (mean over the iteration)", "throughput/wire_bytes_per_row", ",.0f", True),
-        ("encode us per row (rollout)", "throughput/wire_encode_us_per_row", ".1f", False),
-        ("decode us per row (learner)", "throughput/wire_decode_us_per_row", ".1f", False),
+        ("encode us per row (rollout CPU)", "throughput/wire_encode_us_per_row", ".1f", False),
+        ("decode us per row (learner CPU)", "throughput/wire_decode_us_per_row", ".1f", False),
         ("learner wait share of collection", "throughput/parent_wait_frac", ".2f", False),
     ):
         a, b = _mean(rows[1], key), _mean(rows[2], key)

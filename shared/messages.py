@@ -207,7 +207,8 @@ class Round(_Msg, tag="round"):
     codec_rounded: int = 0
     """Observation values of this round's rows stored rounded (healthy: 0)."""
     wire_encode_seconds: float = 0.0
-    """Seconds the rollout spent compressing this round's rows (wire codec 2; 0 under codec 1)."""
+    """CPU seconds (the sending thread's) the rollout spent compressing this round's rows
+    (wire codec 2; 0 under codec 1)."""
 
 
 class Heartbeat(_Msg, tag="heartbeat"):

@@ -39,8 +39,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "throughput/env_steps_per_second": ("decisions/s", "battle decisions / collection seconds"),
     "throughput/inference_ms_per_round": ("ms", "mean learner inference time per received round"),
     "throughput/wire_bytes_per_row": ("bytes", "array bytes received per observation row, scalars included (compressed under wire codec 2)"),
-    "throughput/wire_encode_us_per_row": ("us", "rollout time compressing rows (wire codec 2) per observation row received; 0 under codec 1"),
-    "throughput/wire_decode_us_per_row": ("us", "learner time expanding and checking received rows per observation row; ~0 under codec 1"),
+    "throughput/wire_encode_us_per_row": ("us", "rollout CPU time compressing rows (wire codec 2) per observation row received; 0 under codec 1"),
+    "throughput/wire_decode_us_per_row": ("us", "learner CPU time expanding and checking received rows per observation row; ~0 under codec 1"),
     "throughput/parent_wait_frac": ("fraction", "share of the collection the learner spent waiting for rounds"),
     # time
     "time/iteration": ("s", "wall time of the iteration"),

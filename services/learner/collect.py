@@ -49,9 +49,9 @@ class CollectStats:
     """Rows (learner, frozen and final) of the rounds that came over the wire this iteration;
     ``wire_bytes`` is their rounds' array bytes, as sent (compressed under codec 2)."""
     wire_encode_seconds: float = 0.0
-    """Rollout seconds spent compressing those rounds' rows (their Round.wire_encode_seconds)."""
+    """Rollout CPU seconds spent compressing those rounds' rows (their Round.wire_encode_seconds)."""
     wire_decode_seconds: float = 0.0
-    """Learner seconds spent expanding them (codec 2)."""
+    """Learner CPU seconds (its collecting thread's) spent expanding and checking them."""
     episodes: list = field(default_factory=list)
     lost: list = field(default_factory=list)
     refused: int = 0
@@ -233,9 +233,9 @@ class Collector:
                 if group.shape != slots.shape:
                     raise ValueError(f"group has {group.shape[0]} slots, the shard has {len(slots)}")
                 if from_wire:  # a held round was expanded when it arrived
-                    t0 = time.perf_counter()
+                    t0 = time.thread_time()  # CPU time, as the rollout's encode time
                     arrays = decompress_round(arrays, self.decompressor if member.wire_codec == WIRE_ZSTD else None)
-                    stats.wire_decode_seconds += time.perf_counter() - t0
+                    stats.wire_decode_seconds += time.thread_time() - t0
                 learner, frozen_slots, frozen_rows = rect.store_obs(c, slots, group, arrays["tick"], arrays["rows"])
                 if c > 0:
                     fs = arrays["final_slots"]

@@ -22,7 +22,7 @@ class RolloutMetrics:
         self.episodes = Counter(PREFIX + "episodes", "Seat-episodes finished", registry=r)
         self.env_seconds = Counter(PREFIX + "env_seconds", "Seconds spent stepping battles", registry=r)
         self.wire_bytes = Counter(PREFIX + "wire_bytes", "Array bytes sent in rounds (compressed under wire codec 2)", registry=r)
-        self.wire_encode_seconds = Counter(PREFIX + "wire_encode_seconds", "Seconds spent compressing rows (wire codec 2)", registry=r)
+        self.wire_encode_seconds = Counter(PREFIX + "wire_encode_seconds", "CPU seconds spent compressing rows (wire codec 2)", registry=r)
         self.messages_sent = Counter(PREFIX + "messages_sent", "Messages queued to the learner", registry=r)
         self.send_failures = Counter(PREFIX + "send_failures", "Messages that could not be queued", registry=r)
         self.refused = Counter(PREFIX + "messages_refused", "Messages from the learner refused",
