@@ -88,7 +88,7 @@ def test_the_collector_refuses_counts_and_logs_an_absurd_hello_and_keeps_serving
     dealer = transport.connect_dealer(router.getsockopt_string(zmq.LAST_ENDPOINT), ctx=ctx)
     try:
         fleet = Fleet()
-        collector = Collector(router, Decoder(ToLearner), fleet, lambda: pytest.fail("welcomed"), ENGINE,
+        collector = Collector(router, Decoder(ToLearner), fleet, lambda codec: pytest.fail("welcomed"), ENGINE,
                               said.append, counter, HelloLimits(profile("tiny"), ROW_BYTES, memory_budget=None))
         for k in range(5):
             assert transport.send(dealer, hello(50_000, 50, instance=f"big{k}\x1b[31m"))

@@ -59,7 +59,7 @@ def test_a_boundary_does_not_wait_for_a_rollout_killed_while_building():
     server = transport.bind_router(f"tcp://127.0.0.1:{port}")
     said: list[str] = []
     fleet = Fleet()
-    collector = Collector(server, Decoder(ToLearner), fleet, lambda: None, ENGINE, said.append)
+    collector = Collector(server, Decoder(ToLearner), fleet, lambda codec: None, ENGINE, said.append)
     live, ghost = (transport.connect_dealer(f"tcp://127.0.0.1:{port}") for _ in range(2))
     registry = CollectorRegistry()
     learner = types.SimpleNamespace(
