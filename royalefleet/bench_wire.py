@@ -1,6 +1,6 @@
 """``royalefleet bench --wire``: what wire codec 2 (shared/codec.py) costs and saves.
 
-Two parts, printed side by side:
+Three parts, each printed side by side:
 
 * the codec alone on real rounds: one shard's battles (``rollout.battles / rollout.shards``)
   stepped with both seats played by ``RandomLegalOpponent(p)`` for each no-op probability p of
@@ -13,6 +13,8 @@ Two parts, printed side by side:
   ``decompress_round``, checks included). Then what legality costs a row each way: seed 000's
   CSR (``legal_ids`` int16, ``legal_offsets`` int32) raw and zstd-compressed, against the packed
   mask bits inside the codec-2 frame (the frame's size with them less its size without);
+* a rollout shard alone (``rollout_rate``): the same battles stepped, packed and (codec 2)
+  compressed, alternating codecs round by round, so the load of a shared machine falls on both;
 * the stack on real battles (``royalefleet up``, the config's profile) with ``services.wire_codec``
   1 and 2 in turn, ``repeats`` times each, interleaved (1, 2, 1, 2, ...) so that a change in the
   machine's load falls on both sides: collection rate (learner rows/s), decisions/s, and the
@@ -124,6 +126,44 @@ def legality_bytes(codec, rounds) -> dict[str, float]:
     return {"csr_raw": raw / n_rows, "csr_zstd": packed / n_rows, "mask_in_frame": in_frame / n_rows}
 
 
+def rollout_rate(cfg: RunConfig, codec, n_rounds: int = ROUNDS, seed: int = 11) -> dict[int, dict[str, float]]:
+    """A rollout shard's own rate on each codec, alternating round by round on the same battles
+    (so a change in the machine's load falls on both alike): per round, step every battle one
+    decision (both seats random-legal, no-op probability 0), pack both seats' rows, and under
+    codec 2 compress them as ``compress_round`` does. wire codec -> rows/s by wall time and by
+    this thread's CPU time."""
+    from royalegym import RandomLegalOpponent
+
+    from shared.codec import RowCompressor, compress_round
+    from shared.envs import build_env
+
+    per = max(1, cfg.rollout.battles // cfg.rollout.shards)
+    rng = np.random.default_rng(seed)
+    player = RandomLegalOpponent(0.0)
+    envs = [build_env(cfg.env) for _ in range(per)]
+    obs = [e.reset(seed=int(rng.integers(2**62)))[0] for e in envs]
+    comp = RowCompressor()
+    wall = {1: 0.0, 2: 0.0}
+    cpu = {1: 0.0, 2: 0.0}
+    rows = {1: 0, 2: 0}
+    for k in range(2 * n_rounds):
+        wire = 1 + k % 2
+        t0, c0 = time.perf_counter(), time.thread_time()
+        for i, env in enumerate(envs):
+            acts = {s: player.act(obs[i][s], obs[i][s]["action_mask"], rng) for s in ("blue", "red")}
+            o, _, term, trunc, _ = env.step(acts)
+            if term["blue"] or trunc["blue"]:
+                o, _ = env.reset(seed=int(rng.integers(2**62)))
+            obs[i] = o
+        packed, _, _ = codec.pack_many([o[s] for o in obs for s in ("blue", "red")])
+        if wire == 2:
+            compress_round({"rows": packed, "final_rows": packed[:0]}, comp)
+        wall[wire] += time.perf_counter() - t0
+        cpu[wire] += time.thread_time() - c0
+        rows[wire] += len(packed)
+    return {w: {"wall": rows[w] / wall[w], "cpu": rows[w] / cpu[w]} for w in (1, 2)}
+
+
 def stack_figures(cfg: RunConfig, iterations: int, repeats: int, say) -> dict[int, list[dict]]:
     """wire codec -> the metric rows of its stacks (first iteration of each dropped when there
     are more), the stacks run 1, 2, 1, 2, ..."""
@@ -168,6 +208,12 @@ def run_wire_bench(cfg: RunConfig, *, iterations: int, repeats: int = 1, stack: 
         say(f"  legality, bytes a row: CSR raw {g['csr_raw']:.1f}, CSR zstd {g['csr_zstd']:.1f}, "
             f"mask bits inside the codec-2 frame {g['mask_in_frame']:.1f}")
         say("")
+    say(f"a rollout shard alone, {ROUNDS} rounds on each codec, alternating round by round ...")
+    r = rollout_rate(cfg, codec)
+    say(f"{'':<44}{'codec 1':>12}{'codec 2':>12}{'2 / 1':>8}")
+    for label, key in (("shard rows/s (step + pack + compress), wall", "wall"), ("shard rows/s, CPU time", "cpu")):
+        say(f"{label:<44}{r[1][key]:>12,.0f}{r[2][key]:>12,.0f}{r[2][key] / r[1][key]:>8.3f}")
+    say("")
     if not stack:
         return 0
     say(f"the stack, codec 1 and 2 interleaved, {repeats} stack(s) each ...")
