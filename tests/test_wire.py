@@ -405,7 +405,7 @@ def test_a_run_on_codec_2_trains_on_the_same_bytes_as_on_codec_1(tmp_path):
     assert one["health/messages_refused"] == two["health/messages_refused"] == 0
     assert one["throughput/wire_encode_us_per_row"] == 0.0 and two["throughput/wire_encode_us_per_row"] > 0
     assert one["throughput/wire_bytes_per_row"] > 15_000 and two["throughput/wire_bytes_per_row"] < 3_000
-    print(json.dumps({k: (one[k], two[k]) for k in one if k.startswith("throughput/wire")}))
+    print(json.dumps({k: (one[k], two[k]) for k in one if k.startswith("throughput/")}))
 
 
 # ----------------------------------------------------------------------------- the bench's arithmetic
