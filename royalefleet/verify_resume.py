@@ -26,6 +26,10 @@ from shared.config import RunConfig
 TIMING_FIELDS = ("time/", "throughput/", "run/wall_seconds")
 """Row keys excluded from the comparison: wall-clock measurements, different on every run."""
 
+RESUME_FIELDS = ("resume/",)
+"""Row keys that describe the resume itself (battles restored, refused, unheld): only the first
+row after a resume has them, and the straight run has none."""
+
 
 def _compare(a: list[dict], b: list[dict], first: int) -> list[str]:
     by_a = {r["run/iteration"]: r for r in a}
@@ -38,7 +42,7 @@ def _compare(a: list[dict], b: list[dict], first: int) -> list[str]:
         if rb is None:
             problems.append(f"iteration {it}: missing from the resumed run")
             continue
-        keys = sorted(k for k in set(ra) | set(rb) if not k.startswith(TIMING_FIELDS))
+        keys = sorted(k for k in set(ra) | set(rb) if not k.startswith(TIMING_FIELDS + RESUME_FIELDS))
         diff = [k for k in keys if ra.get(k) != rb.get(k)]
         if diff:
             shown = ", ".join(f"{k} {ra.get(k)!r} != {rb.get(k)!r}" for k in diff[:6])

@@ -295,6 +295,53 @@ class Rejoin(_Msg, tag="rejoin"):
     instance: str = ""
 
 
+class GetStates(_Msg, tag="get_states"):
+    """Send the exact state of every battle now (``BattleStates``). Sent after the last round of
+    an iteration (cycle T) was filed and before the next Plan, so every battle is idle at the
+    point that round describes (services/rollout/battle_state.py)."""
+
+    iteration: int
+
+
+class SetState(_Msg, tag="set_state"):
+    """Continue battles from recorded states (a resume). Sent before the Plan that names the same
+    ``battles`` (the rollout's global battle ids in its local order); ``states[i]`` is the
+    recorded ``BattleState`` msgpack of ``battles[i]``, or empty for a battle that starts as the
+    Plan says. Answered by ``StatesSet``."""
+
+    iteration: int
+    battles: list[int]
+    states: list[bytes]
+
+
+# ----------------------------------------------------------------- rollout -> learner: states
+
+
+class BattleStates(_Msg, tag="battle_states"):
+    """The answer to GetStates: ``states[i]`` is the ``BattleState`` msgpack of battle
+    ``battles[i]``; ``failed`` names battles whose state could not be saved, with the reason."""
+
+    instance: str
+    iteration: int
+    battles: list[int]
+    states: list[bytes]
+    failed: list[str] = []
+    seconds: float = 0.0
+    """Wall time the rollout spent saving."""
+
+
+class StatesSet(_Msg, tag="states_set"):
+    """The answer to SetState: the battles now continuing their recorded episodes, and those
+    whose state was refused (``reasons[i]`` for ``refused[i]``: format, engine, battle, hash,
+    potentials or load, then the text); a refused battle starts as the Plan says."""
+
+    instance: str
+    iteration: int
+    restored: list[int]
+    refused: list[int] = []
+    reasons: list[str] = []
+
+
 # ----------------------------------------------------------------- learner <-> ladder
 
 
@@ -552,8 +599,8 @@ class EvalReport(_Msg, tag="eval_report"):
     """The traces of the games the job asked to record (``EvalJob.record_games``)."""
 
 
-ToLearner = Union[Hello, Round, Heartbeat, Failure]
-ToRollout = Union[Welcome, Refused, Plan, Step, Close, Rejoin]
+ToLearner = Union[Hello, Round, Heartbeat, Failure, BattleStates, StatesSet]
+ToRollout = Union[Welcome, Refused, Plan, Step, Close, Rejoin, GetStates, SetState]
 ToLadder = Union[PlanRequest, ReportEpisodes, AdmitCandidate, LadderStatusRequest, EvalJobRequest, EvalReport]
 FromLadder = Union[PlanReply, Ack, Error, Admitted, LadderStatus, EvalJob, NoJob]
 ToCheckpoint = Union[SaveCheckpoint, LoadLatest, SaveSnapshot, LoadSnapshot]

@@ -50,6 +50,16 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "time/gae": ("s", "GAE"),
     "time/update": ("s", "the PPO epochs"),
     "time/checkpoint": ("s", "capturing (and, when due, sending) the checkpoint"),
+    "time/battle_states_wait": ("s", "waiting for the rollouts' battle states after the update (they save while it runs)"),
+    "time/battle_states_save": ("s", "the slowest rollout's time saving its battles' states at the boundary"),
+    # checkpoint: the battles' exact states (services/learner/battle_states.py)
+    "checkpoint/battle_states": ("count", "battles whose exact state at this boundary the row's checkpoint holds"),
+    "checkpoint/battle_states_bytes": ("bytes", "size of those states (engine state, observation memory, bookkeeping)"),
+    # resume (only in the first row after a resume)
+    "resume/battles_restored": ("count", "battles that continued their recorded episode exactly"),
+    "resume/battles_refused": ("count", "recorded battle states refused (hash, engine build, battle id, load): those battles started afresh"),
+    "resume/battles_unheld": ("count", "recorded battles no rollout holds now: kept in the checkpoint for a later rollout"),
+    "resume/battles_missing": ("count", "battles the checkpoint had no state for (their rollout did not answer): started afresh"),
     # env (learner seats only)
     "env/episodes": ("episodes", "learner seat-episodes finished this iteration"),
     "env/win_rate_scripted": ("fraction", "learner wins / episodes against scripted opponents (draws and truncations count as not won)"),

@@ -12,6 +12,12 @@ rng                 ``rng/torch_cpu.safetensors``                   torch's CPU 
                                                                     few that are not)
 counters            ``counters/counters.json``                      iteration, timesteps, ...
 ladder_position     ``ladder_position/ordinals.json``               each battle's episode ordinal
+battle_states       ``battle_states/{states.msgpack,index.json}``   every battle's exact state
+                                                                    at the boundary (services/
+                                                                    learner/battle_states.py);
+                                                                    optional: a checkpoint
+                                                                    without it resumes with
+                                                                    every episode afresh
 codec               ``codec/table.json``                            the codec table
 config              ``config/config.json``                          the resolved config
 identity            ``identity/identity.json``                      the RunIdentity
@@ -42,6 +48,7 @@ import hashlib
 
 import msgspec
 
+from services.learner import battle_states
 from shared.nn.statefiles import (
     bytes_to_module, bytes_to_optimizer, module_to_bytes, optimizer_to_bytes, set_torch_rng_state,
     torch_rng_state,
@@ -95,8 +102,10 @@ class Component:
     """One folder of a checkpoint: its files, and the pair of functions that write and read
     them. Adding state to a checkpoint is adding a Component to COMPONENTS."""
 
-    def __init__(self, name: str, files: tuple[str, ...], save, load):
+    def __init__(self, name: str, files: tuple[str, ...], save, load, optional: bool = False):
         self.name, self.files, self.save, self.load = name, files, save, load
+        self.optional = optional
+        """A checkpoint written before the component existed lacks it and still resumes."""
 
 
 def _json(value) -> bytes:
@@ -151,6 +160,8 @@ COMPONENTS = (
     Component("ladder_position", ("ladder_position/ordinals.json",),
               lambda L: {"ladder_position/ordinals.json": _json({str(k): v for k, v in sorted(L.fleet.ordinal.items())})},
               _load_ordinals),
+    Component("battle_states", battle_states.FILES, lambda L: L.battle_states.files(),
+              lambda L, f: L.battle_states.load(f), optional=True),
     Component("codec", ("codec/table.json",), lambda L: {"codec/table.json": _json(L.pf.table)}, _load_codec),
     # Read by people and, through the manifest's meta, by the resume's identity check; a load
     # keeps the run's own config and identity, so these two load nothing.
@@ -211,13 +222,15 @@ def restore(learner, files: dict[str, bytes], *, skip: tuple[str, ...] = ()) -> 
 
     ``skip`` names components NOT to load: a deliberately perturbed resume, used only by the
     verify-resume test to show that the comparison catches a resume that lost state."""
-    missing = [n for c in COMPONENTS for n in c.files if n not in files]
+    missing = [n for c in COMPONENTS if not c.optional for n in c.files if n not in files]
     if missing:
         raise ResumeRefused(f"checkpoint lacks {', '.join(missing)}; it cannot be resumed strictly")
     unknown = sorted(set(skip) - {c.name for c in COMPONENTS})
     if unknown:
         raise ResumeRefused(f"unknown component(s) {unknown}; components: {', '.join(c.name for c in COMPONENTS)}")
     for component in COMPONENTS:
+        if component.optional and not all(n in files for n in component.files):
+            continue  # written before the component existed (battle_states: every episode afresh)
         if component.name not in skip:
             component.load(learner, files)
 

@@ -33,7 +33,8 @@ from services.learner.rectangle import Rectangle
 from shared import transport
 from shared.codec import WIRE_CODECS, WIRE_RAW, WIRE_ZSTD, RowDecompressor, WireError, decompress_round
 from shared.messages import (
-    GROUP_LEARNER, Failure, Heartbeat, Hello, ProtocolError, Refused, Rejoin, Round, Step, snapshot_of,
+    GROUP_LEARNER, BattleStates, Failure, Heartbeat, Hello, ProtocolError, Refused, Rejoin, Round, StatesSet, Step,
+    snapshot_of,
 )
 from shared.log_guard import RefusalLog, printable
 from shared.seeding import stream
@@ -83,6 +84,8 @@ class Collector:
         self.refusal_log = RefusalLog(say)
         self.stop_requested = False
         self.refused_count = 0
+        self.on_states = None
+        """(member, BattleStates | StatesSet) -> None: services/learner/battle_states.py."""
 
     # ------------------------------------------------------------------ messages
 
@@ -120,6 +123,8 @@ class Collector:
                 self.fleet.mark_lost(member)
             elif isinstance(msg, Heartbeat):
                 member.ready = member.ready or msg.state == "ready"
+            elif isinstance(msg, (BattleStates, StatesSet)) and self.on_states is not None:
+                self.on_states(member, msg)
         return handled
 
     def _refused(self, reason: str, text: str) -> None:

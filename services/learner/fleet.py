@@ -135,14 +135,16 @@ class Fleet:
             m.battle_ids, m.active, m.fresh = free, True, True
         return self.active()
 
-    def record_plan(self, members: list[Member], assignments: list[Assignment]) -> None:
+    def record_plan(self, members: list[Member], assignments: list[Assignment], continued=frozenset()) -> None:
         """Take the plan just sent to ``members`` into ``assignments``, exactly as a rollout
         applies it (services/rollout/service.py ``_on_plan``): a fresh member's battles restart
         at their ordinal with the NEW assignment; a running battle keeps the assignment of the
         episode in flight (it was applied when the episode began; the ladder may since answer
         differently, e.g. after the pool changed) and takes the new one for later ordinals.
-        Entries of battles no member runs, and of episodes already over, are dropped."""
-        restarted = {b for m in members if m.fresh for b in m.battle_ids}
+        Entries of battles no member runs, and of episodes already over, are dropped.
+        ``continued``: battles of fresh members that continue a recorded episode (a resume,
+        services/learner/battle_states.py): in flight, not restarted."""
+        restarted = {b for m in members if m.fresh for b in m.battle_ids} - set(continued)
         for a in assignments:
             key = (a.battle, a.ordinal)
             in_flight = a.battle not in restarted and self.ordinal.get(a.battle) == a.ordinal

@@ -28,6 +28,7 @@ import numpy as np
 
 from services.learner import checkpointing, metric_log
 from services.learner.admission import HelloLimits, plan_size
+from services.learner.battle_states import BattleStateBook
 from services.learner.halt import HALTED_FILE, mark_halted, read_halt_mark
 from services.learner.fleet import Fleet
 from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots
@@ -214,6 +215,8 @@ class Learner:
                                    self.metrics.refused, HelloLimits.at_start(cfg, self.pf.codec.row_bytes),
                                    wire_codec=cfg.services.wire_codec,
                                    decompressor=RowDecompressor(self.pf.codec.row_bytes, cfg.services.max_message_mb << 20))
+        self.battle_states = BattleStateBook(self.pf.engine, say)  # exact battles in the checkpoint
+        self.collector.on_states = self.battle_states.on_message
         self.iteration = 0
         self.timesteps = 0
         self.env_steps = 0
@@ -463,10 +466,13 @@ class Learner:
         by_battle: dict[int, list] = {}
         for a in reply.assignments:
             by_battle.setdefault(a.battle, []).append(a)
+        # battles continuing a recorded episode (a resume) are in flight, never restarted.
+        continued = self.battle_states.hand_out(self.sock, self.collector, members, self.fleet, self.iteration + 1,
+                                                cfg.rollout.round_timeout_s)
         # which snapshot holds each frozen seat (the plan as the rollouts will apply it).
-        self.fleet.record_plan(members, reply.assignments)
+        self.fleet.record_plan(members, reply.assignments, continued)
         for m in members:
-            restart = [self.fleet.ordinal.get(b, 0) if m.fresh else -1 for b in m.battle_ids]
+            restart = [self.fleet.ordinal.get(b, 0) if m.fresh and b not in continued else -1 for b in m.battle_ids]
             plan = Plan(iteration=self.iteration + 1, battles=m.battle_ids, restart_ordinals=restart, gamma=gamma,
                         assignments=[a for b in m.battle_ids for a in by_battle.get(b, [])], fresh=m.fresh)
             transport.send(self.sock, plan, identity=m.identity)
@@ -643,6 +649,9 @@ class Learner:
             raise StopRequested
         for m in members:
             m.fresh = False
+        # Every battle is idle at the point its cycle-T round describes: the rollouts save their
+        # states now, while the update runs, and the row's checkpoint reads them (gather).
+        self.battle_states.request(self.sock, members, it)
         # Values for every learner cell, and for the truncated episodes' final observations.
         t0 = time.perf_counter()
         cells = rect.learner_cells()
@@ -768,6 +777,8 @@ class Learner:
         self._deliver_episodes(reported, it)
         row["health/episodes_held"] = sum(len(b[2]) for b in self.unreported)
         row.update(self.ladder_status.poll())  # ladder/ keys; absent when the ladder does not answer
+        self.battle_states.gather(self.collector, members, it, cfg.rollout.round_timeout_s)
+        row.update(self.battle_states.row_keys())
         self.snapshot = checkpointing.capture(self)
         row["run/state_digest"] = self.snapshot.state_digest
         row["run/run_id"] = self.run_id

@@ -198,6 +198,12 @@ def restore(battle, blob: bytes, *, battle_id: int, engine_build: EngineBuild, m
         # The reset built the learner seats' observations from a fresh memory; build them again
         # from the restored one (a build of the memory's own tick is the observation it had).
         env._refresh(env.battle_state)
+        terms = _potential_terms(env.reward_fn)
+        if len(terms) != len(s.potentials):
+            raise StateRefused("potentials", f"battle {s.battle}: the state has {len(s.potentials)} potential "
+                                             f"terms, this reward {len(terms)}")
+        for term, saved in zip(terms, s.potentials):
+            term.set_gamma(Fraction(saved.split("|")[0]))  # the saved iteration's; the Plan sets the next
         if _potentials(env) != s.potentials:
             raise StateRefused("potentials", f"battle {s.battle}: the reward potentials after the load differ "
                                              "from the saved ones (another reward or gamma)")

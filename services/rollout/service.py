@@ -22,15 +22,16 @@ import uuid
 
 import zmq
 
+from services.rollout import battle_state
 from services.rollout.battles import AssignmentMissing, Shard
 from services.rollout.metrics import RolloutMetrics
 from shared import transport
 from shared.codec import WIRE_CODECS, WIRE_ZSTD, Codec, RowCompressor, compress_round
-from shared.envs import build_env, engine_build
+from shared.envs import build_env, engine_build, make_scripted
 from shared.log_guard import RefusalLog
 from shared.messages import (
-    Close, Decoder, Failure, Heartbeat, Hello, Plan, ProtocolError, Refused, Rejoin, Round, Step,
-    ToRollout, Welcome,
+    BattleStates, Close, Decoder, Failure, GetStates, Heartbeat, Hello, Plan, ProtocolError, Refused, Rejoin, Round,
+    SetState, StatesSet, Step, ToRollout, Welcome,
 )
 
 
@@ -127,6 +128,48 @@ class RolloutService:
             for shard in self.shards:
                 self._send_round(msg.iteration, 0, shard, shard.observe())
 
+    def _on_get_states(self, msg: GetStates) -> None:
+        """Every battle's exact state as it stands (idle at the boundary the last round described)."""
+        t0 = time.perf_counter()
+        ids, states, failed = [], [], []
+        for shard in self.shards:
+            for battle in shard.battles:
+                if battle.battle_id < 0:
+                    continue
+                try:
+                    states.append(battle_state.save(battle, self.engine))
+                    ids.append(battle.battle_id)
+                except (ValueError, RuntimeError) as exc:
+                    failed.append(f"battle {battle.battle_id}: {exc}")
+        self._send(BattleStates(instance=self.instance, iteration=msg.iteration, battles=ids, states=states,
+                                failed=failed, seconds=time.perf_counter() - t0))
+
+    def _on_set_state(self, msg: SetState) -> None:
+        """Continue the listed battles from their recorded states; a refused state leaves its
+        battle to start as the coming Plan says (its id unset, so the Plan restarts it)."""
+        if len(msg.battles) != self.n_battles or len(msg.states) != self.n_battles:
+            raise ProtocolError("schema", f"set_state lists {len(msg.battles)} battles and {len(msg.states)} states; "
+                                          f"this rollout runs {self.n_battles}")
+        per = self.n_battles // self.n_shards
+        restored, refused, reasons = [], [], []
+        noop_prob = self.welcome.random_legal_noop_prob
+        for k, (bid, blob) in enumerate(zip(msg.battles, msg.states)):
+            if not blob:
+                continue
+            battle = self.shards[k // per].battles[k % per]
+            try:
+                battle_state.restore(battle, bytes(blob), battle_id=bid, engine_build=self.engine,
+                                     make_scripted=lambda o: make_scripted(o, noop_prob))
+                restored.append(bid)
+            except battle_state.StateRefused as exc:
+                battle.battle_id = -1
+                refused.append(bid)
+                reasons.append(f"{exc.reason}: {exc}")
+        if refused:
+            self.say(f"rollout {self.instance}: refused the recorded state of {len(refused)} battle(s): {reasons[0]}")
+        self._send(StatesSet(instance=self.instance, iteration=msg.iteration, restored=restored, refused=refused,
+                             reasons=reasons))
+
     def _on_step(self, msg: Step, arrays) -> None:
         if not (0 <= msg.shard < len(self.shards)):
             raise ProtocolError("schema", f"step for shard {msg.shard}; this rollout has {len(self.shards)}")
@@ -193,6 +236,10 @@ class RolloutService:
                     self._on_step(msg, arrays)
                 elif isinstance(msg, Plan):
                     self._on_plan(msg)
+                elif isinstance(msg, GetStates):
+                    self._on_get_states(msg)
+                elif isinstance(msg, SetState):
+                    self._on_set_state(msg)
                 elif isinstance(msg, Welcome):
                     self._on_welcome(msg)
                 elif isinstance(msg, Rejoin):
