@@ -40,6 +40,8 @@ class StateEntry(msgspec.Struct, forbid_unknown_fields=True):
     battle: int
     ordinal: int
     assignment: Assignment | None
+    decisions: int
+    """Decisions the episode in flight has played (0: it starts at the boundary)."""
     sha256: str
     bytes: int
 
@@ -53,17 +55,23 @@ class StateIndex(msgspec.Struct, forbid_unknown_fields=True):
     answer, or could not save): on resume they start their episode afresh."""
 
 
+class _HeadEnv(msgspec.Struct):
+    episode_steps: int = 0
+
+
 class _Head(msgspec.Struct):
-    """The two fields of a rollout's BattleState the learner needs (msgspec skips the rest),
-    read without importing the rollout's module."""
+    """The fields of a rollout's BattleState the learner needs (msgspec skips the rest), read
+    without importing the rollout's module."""
 
     ordinal: int
     assignment: Assignment | None = None
+    env: _HeadEnv = msgspec.field(default_factory=_HeadEnv)
 
 
-def _ordinal_and_assignment(blob: bytes) -> tuple[int, Assignment | None]:
+def _head(blob: bytes) -> tuple[int, Assignment | None, int]:
+    """(ordinal, assignment, decisions so far) of a state."""
     head = msgspec.msgpack.decode(blob, type=_Head)
-    return head.ordinal, head.assignment
+    return head.ordinal, head.assignment, head.env.episode_steps
 
 
 class BattleStateBook:
@@ -75,8 +83,8 @@ class BattleStateBook:
         self.current: dict[int, bytes] = {}
         """Battle id -> state at the boundary of the last finished iteration (what capture saves)."""
         self.missing: list[str] = []
-        self.recorded: dict[int, tuple[bytes, int, Assignment | None]] = {}
-        """From the resumed checkpoint, not yet handed to a rollout: id -> (state, ordinal, assignment)."""
+        self.recorded: dict[int, tuple[bytes, StateEntry]] = {}
+        """From the resumed checkpoint, not yet handed to a rollout: id -> (state, its index entry)."""
         self._asked: dict[str, int] = {}
         self._answers: dict[str, BattleStates] = {}
         self._set_answers: dict[str, StatesSet] = {}
@@ -135,13 +143,14 @@ class BattleStateBook:
     def files(self) -> dict[str, bytes]:
         """The two files of the component: the boundary's states and the recorded ones no rollout
         holds yet (kept until one does)."""
-        states = {b: blob for b, (blob, _, _) in self.recorded.items()} | self.current
+        states = {b: blob for b, (blob, _) in self.recorded.items()} | self.current
         entries = []
         for b in sorted(states):
             blob = states[b]
-            ordinal, assignment = (self.recorded[b][1:] if b in self.recorded and b not in self.current
-                                   else _ordinal_and_assignment(blob))
-            entries.append(StateEntry(b, ordinal, assignment, hashlib.sha256(blob).hexdigest(), len(blob)))
+            if b in self.recorded and b not in self.current:
+                entries.append(self.recorded[b][1])
+            else:
+                entries.append(StateEntry(b, *_head(blob), hashlib.sha256(blob).hexdigest(), len(blob)))
         index = StateIndex(iteration=self.iteration, engine=self.engine, battles=entries, missing=self.missing)
         return {STATES_FILE: msgspec.msgpack.encode({str(b): states[b] for b in sorted(states)}),
                 INDEX_FILE: msgspec.json.encode(index)}
@@ -167,7 +176,7 @@ class BattleStateBook:
             elif hashlib.sha256(blob).hexdigest() != entry.sha256 or len(blob) != entry.bytes:
                 refused.append(f"battle {key}: its state does not hash to the index's sha256 {entry.sha256[:12]}")
             else:
-                self.recorded[entry.battle] = (blob, entry.ordinal, entry.assignment)
+                self.recorded[entry.battle] = (blob, entry)
         self.iteration = index.iteration
         self.resume_counts = {"resume/battles_refused": len(refused), "resume/battles_restored": 0,
                               "resume/battles_missing": len(index.missing)}
@@ -203,12 +212,12 @@ class BattleStateBook:
             answer = self._set_answers.get(inst)
             ok = set(answer.restored) & set(mine) if answer is not None else set()
             for b in mine:
-                blob, ordinal, assignment = self.recorded.pop(b)
+                _, entry = self.recorded.pop(b)
                 if b in ok:
                     restored.add(b)
-                    fleet.ordinal[b] = ordinal
-                    if assignment is not None:
-                        fleet.assignments[(b, ordinal)] = assignment
+                    fleet.ordinal[b] = entry.ordinal
+                    if entry.assignment is not None:
+                        fleet.assignments[(b, entry.ordinal)] = entry.assignment
                 else:
                     refused += 1
             for b, reason in zip(answer.refused if answer else [], answer.reasons if answer else []):
