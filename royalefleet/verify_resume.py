@@ -6,11 +6,12 @@ finishes the K. Every metric row of the resumed iterations must equal the straig
 for field, except the wall-clock fields in ``TIMING_FIELDS``; ``run/state_digest`` (a hash over
 weights, optimizer moments and update state) is among the compared fields.
 
-What is and is not promised: an episode in flight at the checkpoint restarts from its first
-decision on resume (the battle keeps its episode ordinal, so the same deal and opponent), so
-the rows after a stop equal the uninterrupted run's only when every episode ends at the
-iteration boundary. The check says so when the config cannot guarantee it
-(``env.max_steps`` must divide the iteration's cycle count T, and battles must not end sooner).
+Episodes in flight at the stop are part of the promise: the checkpoint holds every battle's
+exact state at the boundary (services/learner/battle_states.py), and the resumed learner hands
+each back to the rollout that now holds that battle id, so the episode continues from the
+decision it had reached. The first resumed row carries ``resume/`` keys (battles restored,
+refused, unheld, missing), which the straight run has not; they are left out of the comparison
+and said when a difference is found, since a refused or missing state restarts its episode.
 """
 
 from __future__ import annotations
@@ -90,10 +91,11 @@ def verify_resume(cfg: RunConfig, *, iterations: int, split: int, rollouts: int 
         say(f"verify-resume: NOT exact; first difference at {problems[0]}")
         for line in problems[1:]:
             say("  " + line)
-        T = straight[0]["run/cycles"] if straight else 0
-        if cfg.env.max_steps == 0 or (T and T % cfg.env.max_steps):
-            say(f"  note: episodes in flight at the split restart on resume; with env.max_steps {cfg.env.max_steps} "
-                f"and T {T} they do not all end at the boundary, so this config cannot resume row for row")
+        resumed = next((r for r in split_rows if any(k.startswith(RESUME_FIELDS) for k in r)), {})
+        afresh = sum(resumed.get(f"resume/battles_{k}", 0) for k in ("refused", "missing"))
+        if afresh:
+            say(f"  note: {afresh} battle(s) had no usable recorded state at the split (resume/battles_refused, "
+                "resume/battles_missing in its first row) and began their episodes afresh; the learner log says why")
     else:
         say(f"verify-resume: exact — iterations {split + 1}..{iterations} of the resumed run equal the straight "
             f"run's, {len(straight[-1]) if straight else 0} fields a row (timing fields excluded), "

@@ -2,13 +2,16 @@
 metric rows as one that never stopped (every field but wall-clock ones, the state digest
 included), with two rollout processes; and the comparison catches a resume that lost state.
 
-Sizing: two rollouts of 4 battles, the shipped mix -> 12 learner rows a cycle, T = 16; episodes
-are cut at 16 decisions, so every episode ends exactly at an iteration boundary (no battle can
-end sooner: RoyaleGym allows only the no-op for a seat's first 9 decisions) and nothing is in
-flight at the stop.
+Sizing: two rollouts of 4 battles, the shipped mix -> 12 learner rows a cycle, T = 16. The first
+test cuts episodes at 16 decisions, so every episode ends exactly at an iteration boundary (no
+battle can end sooner: RoyaleGym allows only the no-op for a seat's first 9 decisions) and
+nothing is in flight at the stop. The others leave episodes in flight: the checkpoint's battle
+states carry them over (services/learner/battle_states.py).
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -18,8 +21,20 @@ from shared.config import load_config
 pytestmark = pytest.mark.slow
 
 
-def config(tmp_path):
-    return load_config({"profile": "tiny", "runs_dir": str(tmp_path), "env": {"max_steps": 16}})
+def config(tmp_path, max_steps: int | None = 16):
+    env = {} if max_steps is None else {"max_steps": max_steps}
+    return load_config({"profile": "tiny", "runs_dir": str(tmp_path), "env": env})
+
+
+def _in_flight(keep, iteration: int) -> list[int]:
+    """Decisions each battle's episode had played at the split checkpoint (from its index)."""
+    path = keep / "split" / "checkpoints" / f"{iteration:08d}" / "battle_states" / "index.json"
+    return [e["decisions"] for e in json.loads(path.read_text())["battles"]]
+
+
+def _first_resumed_row(keep) -> dict:
+    rows = [json.loads(line) for line in (keep / "split" / "metrics.jsonl").read_text().splitlines()]
+    return next(r for r in rows if "resume/battles_restored" in r)
 
 
 def test_a_resumed_run_continues_row_for_row_with_two_rollouts(tmp_path):
@@ -29,6 +44,30 @@ def test_a_resumed_run_continues_row_for_row_with_two_rollouts(tmp_path):
     assert problems == [], "\n".join(lines)
     assert any("learner: resumed iteration 1 " in s for s in lines)
     assert lines[-1].startswith("verify-resume: exact")
+
+
+def test_episodes_in_flight_continue_without_the_episode_cap(tmp_path):
+    """The tiny profile as shipped (episodes of up to 40 decisions, T = 16): every battle is 16
+    decisions into its first episode at the split, and the resumed rows still equal."""
+    lines, keep = [], tmp_path / "v"
+    problems = verify_resume(config(tmp_path, None), iterations=2, split=1, rollouts=2, keep_dir=str(keep),
+                             say=lines.append)
+    assert problems == [], "\n".join(lines)
+    assert _in_flight(keep, 1) == [16] * 8
+    row = _first_resumed_row(keep)
+    assert (row["resume/battles_restored"], row["resume/battles_refused"], row["resume/battles_unheld"]) == (8, 0, 0)
+
+
+def test_a_split_mid_episode_for_every_battle_that_then_ends_and_begins_the_next(tmp_path):
+    """Episodes of 24 decisions: at the split every battle is 16 decisions in; the continued
+    episodes end 8 decisions into the resumed iteration and the next ones begin there."""
+    lines, keep = [], tmp_path / "v"
+    problems = verify_resume(config(tmp_path, 24), iterations=2, split=1, rollouts=2, keep_dir=str(keep),
+                             say=lines.append)
+    assert problems == [], "\n".join(lines)
+    assert _in_flight(keep, 1) == [16] * 8
+    row = _first_resumed_row(keep)
+    assert row["resume/battles_restored"] == 8 and row["env/episodes"] == 12  # every learner seat-episode ended
 
 
 def test_a_resume_that_drops_the_optimizer_state_is_caught(tmp_path):

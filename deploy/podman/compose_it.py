@@ -17,7 +17,9 @@ Phases (each one timed; the times are printed as it goes and in a table at the e
   kill       `docker kill` one rollout: the loss is counted (health/rollouts_lost,
              health/rows_invalid) and training goes on
   scale      `up --scale rollout=3`: the newcomer joins at the next iteration boundary
-  restart    `stop learner`, `start learner`: it resumes from its checkpoint, same run id
+  restart    `stop learner`, `start learner`: it resumes from its checkpoint, same run id, and
+             the battles continue their episodes (resume/ keys; the result log's ordinals
+             neither repeat nor start again)
   tools      docs/compose.md's `fleet` function, as written there, runs `royalefleet status`
              and `royalefleet checkpoints` in a one-off learner container against the volumes
   down       `down -v --rmi all`; then nothing of the test is left: containers, networks,
@@ -266,6 +268,44 @@ def rows(workdir: str) -> list[dict]:
     run(container_cli() + ["cp", f"{learner_name()}:{RUN_DIR}/metrics.jsonl", dest], quiet=True, timeout=60)
     with open(dest) as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+def results(workdir: str) -> list[dict]:
+    """The ladder's result log (one line per finished seat-episode), copied out of its container."""
+    names = list(container_names("ladder"))
+    if len(names) != 1:
+        raise Failed(f"expected one ladder container, got {names}")
+    dest = os.path.join(workdir, "results.jsonl")
+    if os.path.exists(dest):
+        os.remove(dest)
+    run(container_cli() + ["cp", f"{names[0]}:{RUN_DIR}/ladder/results.jsonl", dest], quiet=True, timeout=60)
+    with open(dest) as fh:
+        return [json.loads(line)["record"] for line in fh if line.strip()]
+
+
+def episodes_across_restart(records: list[dict], last: int, cycles: int) -> tuple[list[str], int]:
+    """(problems, continued) for the result log around a learner restart after iteration ``last``:
+    an episode (battle, ordinal, seat) reported twice, or a battle whose ordinals after the
+    restart go back to one reported before it, is a problem; ``continued`` counts episodes ending
+    after the restart with more decisions than were played since it (``cycles`` a row), which
+    only an episode carried over in the checkpoint's battle states can have."""
+    problems, seen, before = [], set(), {}
+    continued = 0
+    for r in records:
+        key = (r["battle"], r["ordinal"], r["seat"])
+        if key in seen:
+            problems.append(f"battle {key[0]} ordinal {key[1]} {key[2]} reported twice")
+        seen.add(key)
+        if r["iteration"] <= last:
+            before[r["battle"]] = max(before.get(r["battle"], -1), r["ordinal"])
+    for r in records:
+        if r["iteration"] > last:
+            if r["ordinal"] <= before.get(r["battle"], -1):
+                problems.append(f"battle {r['battle']} reported ordinal {r['ordinal']} in iteration {r['iteration']} "
+                                f"after the restart; it had reached {before[r['battle']]} before it")
+            if r["episode_steps"] > cycles * (r["iteration"] - last):
+                continued += 1
+    return problems, continued
 
 
 def prom_query(port: int, query: str) -> list[dict]:
@@ -584,6 +624,19 @@ def main() -> int:
                 raise Failed(f"iteration {last + 1} has run id {row['run/run_id']}, not {run_id}")
             log(f"learner resumed at iteration {last} with run id {run_id}; iteration {last + 1} finished "
                 f"({row['health/rollouts']} rollouts)")
+            # The battles went on too (services/learner/battle_states.py): the first row after the
+            # restart counts the battles that continued their recorded episodes, and the result
+            # log's episode ordinals neither repeat nor start again.
+            restored = row.get("resume/battles_restored", 0)
+            afresh = row.get("resume/battles_refused", 0) + row.get("resume/battles_missing", 0)
+            if not restored or afresh:
+                raise Failed(f"iteration {last + 1} after the restart: {restored} battle(s) continued their recorded "
+                             f"episodes, {afresh} started afresh (resume/ keys of its row); every battle should continue")
+            problems, continued = episodes_across_restart(results(work), last, row["run/cycles"])
+            if problems:
+                raise Failed("episode ordinals across the restart: " + "; ".join(problems[:5]))
+            log(f"{restored} battle(s) continued their episodes ({row.get('resume/battles_unheld', 0)} unheld); "
+                f"{continued} episode(s) ending after the restart began before it; no ordinal repeated")
 
         with phase("tools", "docs/compose.md's fleet(): `status` and `checkpoints` against the volumes"):
             for command, expect in (("status", [r"progress   iteration (\d+):", r"checkpoint iteration \d+",
