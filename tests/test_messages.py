@@ -15,6 +15,7 @@ from zmq.utils.monitor import recv_monitor_message
 from shared import transport
 from shared.config import EnvConfig, RolloutConfig
 from shared.messages import (
+    BattleStates, GetStates, SetState, StatesSet,
     LoadSnapshot, SaveSnapshot, SnapshotLoaded, SnapshotSaved,
     EvalJob, EvalJobRequest, EvalReport, NoJob,
     AdmitCandidate, Admitted, LadderStatus, LadderStatusRequest,
@@ -68,6 +69,11 @@ CASES = [
     (ToRollout, Step(iteration=2, cycle=5, shard=1), {"actions": np.array([0, 2304, 17, 0], np.int16)}),
     (ToRollout, Close(reason="done"), {}),
     (ToRollout, Rejoin(reason="learner restarted"), {}),
+    (ToRollout, GetStates(iteration=4), {}),
+    (ToRollout, SetState(iteration=5, battles=[3, 4], states=[b"\x81\xa1a\x01", b""]), {}),
+    (ToLearner, BattleStates(instance="i1", iteration=4, battles=[3], states=[b"\x00\xff" * 9],
+                             failed=["battle 4: over"], seconds=0.25), {}),
+    (ToLearner, StatesSet(instance="i1", iteration=5, restored=[3], refused=[4], reasons=["hash: differs"]), {}),
     (ToLadder, PlanRequest(request_id=1, iteration=2, n_battles=8, battles=[3, 4], next_ordinals=[7, 0],
                            lookahead=3), {}),
     (ToLadder, ReportEpisodes(request_id=2, run_name="r", episodes=[EPISODE, EPISODE]), {}),
