@@ -66,8 +66,9 @@ class Fleet:
         self.by_identity: dict[bytes, str] = {}
         self.ordinal: dict[int, int] = {}
         """battle id -> the ordinal of the episode it is in (as of the last round filed). A
-        restarted battle begins that episode again from its first decision: it never finished,
-        so nothing of it is in the result log."""
+        restarted battle begins that episode again from its first decision (it never finished,
+        so nothing of it is in the result log), unless a resume hands it its recorded state
+        (services/learner/battle_states.py): then it continues that episode."""
         self.lost_total = 0
         self.forgotten_total = 0
         """Members forgotten because they never became ready (``forget_unready``)."""
