@@ -165,6 +165,9 @@ def test_states_that_do_not_verify_are_refused_and_counted():
     assert sorted(book.recorded) == [0, 1, 3]
     assert book.resume_counts["resume/battles_refused"] == 2
     assert any("battle 2" in s and "sha256" in s for s in said) and any("'9'" in s for s in said)
+    torn = dict(files, **{STATES_FILE: files[STATES_FILE][:-3]})  # the states file cut short
+    book.load(torn)
+    assert book.recorded == {} and book.resume_counts["resume/battles_refused"] == 4
     other = BattleStateBook(msgspec.structs.replace(ENGINE, build_digest="zz"), say=said.append)
     other.load(_book_with({0: _fake_state(0, 1, 9)}))
     assert other.recorded == {} and other.resume_counts["resume/battles_refused"] == 1

@@ -163,7 +163,11 @@ class BattleStateBook:
             states = msgspec.msgpack.decode(files[STATES_FILE], type=dict[str, bytes])
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self.say(f"learner: the checkpoint's battle states are unreadable ({exc}); every battle starts afresh")
-            self.resume_counts = {"resume/battles_refused": 1, "resume/battles_restored": 0}
+            try:  # count the battles the index lists, when it is the readable one
+                lost = len(msgspec.json.decode(files[INDEX_FILE], type=StateIndex).battles)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                lost = 0
+            self.resume_counts = {"resume/battles_refused": lost, "resume/battles_restored": 0}
             return
         listed = {e.battle: e for e in index.battles}
         for key, blob in states.items():
