@@ -48,7 +48,7 @@ def cmd_up(args) -> int:
     print(f"royalefleet up: profile {cfg.profile}, run {cfg.run_name!r}, "
           f"{cfg.local.rollouts} rollout(s) x {cfg.rollout.battles} battles, "
           f"{cfg.ppo.timesteps_per_iteration:,} timesteps an iteration"
-          + (f", stopping after {args.iterations} iteration(s)" if args.iterations else ""), flush=True)
+          + (f", stopping at iteration {args.iterations} (a total)" if args.iterations else ""), flush=True)
     if getattr(args, "require_checkpoint", False):
         from services.checkpoint.store import CheckpointStore
 
@@ -156,8 +156,10 @@ def cmd_checkpoints(args) -> int:
 
 def stack_options(sp) -> None:
     """The options of the commands that start the local stack (up, resume)."""
-    sp.add_argument("--iterations", type=int, default=0,
-                    help="stop cleanly after this many iterations (default 0: until Ctrl-C)")
+    sp.add_argument("--iterations", type=int, default=0, metavar="N",
+                    help="stop cleanly once the run has reached iteration N, a total over every start: a run "
+                    "resumed at iteration 4 with --iterations 10 trains 6 more, and a learner restarted after a "
+                    "crash stops at the same row (default 0: until Ctrl-C)")
     sp.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
     sp.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
     sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")

@@ -140,7 +140,7 @@ def test_ctrl_c_writes_a_checkpoint_leaves_no_process_and_the_next_up_resumes(tm
     index = json.loads((run / "checkpoints" / "index.json").read_text())
     assert index["entries"][-1]["iteration"] == last  # the checkpoint is the last row's state
 
-    again = Up(cfg, "--iterations", "1")
+    again = Up(cfg, "--iterations", str(last + 1))  # a total: one more
     try:
         assert again.wait_exit(240) == 0
     finally:
