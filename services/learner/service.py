@@ -176,7 +176,7 @@ class Learner:
         self.lr_backoff = LrBackoff(cfg.ppo.lr_backoff)
         self.closed = False
 
-        self.metrics = LearnerMetrics(metrics_port, metrics_host)
+        self.metrics = LearnerMetrics(metrics_port, metrics_host, expected_rollouts=self.min_rollouts)
         self.alarms = AlarmMonitor(cfg.alarms, self.metrics.registry, run_dir=self.run_dir, say=say)
         self.sock = transport.bind_router(bind, max_bytes=cfg.services.max_message_mb << 20,
                                           curve=transport.curve_server_keys())
