@@ -12,6 +12,7 @@
     royalefleet replay   re-simulate an episode of the result log, verify it, write it as HTML
     royalefleet doctor   check this machine against a config before a run (ok / warn / FAIL)
     royalefleet keys     CURVE keys for authenticated cross-host traffic
+    royalefleet chaos    a tiny stack under kills, faults and hostile messages; checks that it held
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(ck)
     ck.set_defaults(func=cmd_checkpoints)
 
-    from royalefleet import cmd_doctor, cmd_eval, cmd_gate, cmd_keys, cmd_play, cmd_rate, cmd_replay, cmd_status
+    from royalefleet import chaos, cmd_doctor, cmd_eval, cmd_gate, cmd_keys, cmd_play, cmd_rate, cmd_replay, cmd_status
 
     cmd_doctor.add_parser(sub)
     cmd_status.add_parser(sub)
@@ -235,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_play.add_parser(sub)
     cmd_replay.add_parser(sub)
     cmd_keys.add_parser(sub)
+    chaos.add_parser(sub)
 
     cf = sub.add_parser("config", help="print or write a fully populated config",
                         description="Write the complete config of a profile (with --config: of that file on top "

@@ -1,0 +1,63 @@
+"""``royalefleet chaos`` (royalefleet/chaos.py): its schedule and its hostile messages, checked
+fast; and one full run on a `tiny` stack (slow): at least 10 SIGKILLs over every service, the
+faults that are on, and hostile bursts to every socket, after which every promise holds."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from royalefleet import chaos
+from royalefleet.launcher import GIVE_UP_QUICK_EXITS
+from shared.messages import Decoder, ProtocolError, ToCheckpoint, ToLadder, ToLearner
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_schedule_kills_every_service_and_the_learner_less_than_the_launcher_gives_up_for(seed):
+    events = chaos.schedule(random.Random(seed), 12, chaos.default_faults())
+    kinds = [arg for what, arg in events if what == "kill"]
+    by_name = {f.name: f for f in chaos.FAULTS}
+    learner_faults = [arg for what, arg in events if what == "fault" and by_name[arg].kills_learner]
+    assert len(kinds) + len(learner_faults) == 12
+    assert Counter(kinds) | Counter({"learner": len(learner_faults)}) == Counter(
+        checkpoint=2, ladder=2, learner=2, rollout=4, evaluator=2)
+    assert len(learner_faults) + kinds.count("learner") < GIVE_UP_QUICK_EXITS - 1  # room for one crash more
+    assert sorted(arg for what, arg in events if what == "fault") == sorted(chaos.default_faults())
+    assert Counter(arg for what, arg in events if what == "hostile") == Counter(learner=4, ladder=4, checkpoint=4)
+    assert events == chaos.schedule(random.Random(seed), 12, chaos.default_faults())  # the seed fixes it
+
+
+def test_faults_not_yet_fixed_are_off_and_named_with_their_item():
+    off = {f.name: f.needs_item for f in chaos.FAULTS if f.needs_item is not None}
+    assert set(chaos.default_faults()).isdisjoint(off)
+    assert all(1 <= item <= 15 for item in off.values())
+    with pytest.raises(ValueError, match="unknown fault"):
+        chaos.run_chaos(None, faults=["no_such_fault"])
+
+
+@pytest.mark.parametrize("service, union", [("learner", ToLearner), ("ladder", ToLadder),
+                                            ("checkpoint", ToCheckpoint)])
+def test_every_hostile_message_is_refused_by_the_decoder_with_its_reason(service, union):
+    rng = random.Random(5)
+    decoder = Decoder(union)
+    for _ in range(50):
+        for reason, frames in chaos.must_refuse(rng, service, "chaos"):
+            with pytest.raises(ProtocolError) as exc:
+                decoder.decode(frames)
+            assert exc.value.reason == reason, (reason, str(exc.value))
+
+
+@pytest.mark.slow
+def test_a_tiny_stack_holds_under_kills_faults_and_hostile_messages(tmp_path):
+    figures, problems = chaos.run_chaos(tmp_path, seed=1, kills=12, say=print)
+    assert not problems, "\n".join(problems)
+    assert figures.kills >= 12 and figures.restarts >= figures.kills
+    sent = sum(figures.refused_sent.values())
+    assert sent >= 12 * 30 and sum(figures.refused_counted.values()) == sent
+    assert set(figures.refused_counted) == {"learner", "ladder", "checkpoint"}
+    assert sorted(figures.faults) == sorted(chaos.default_faults())
+    # the corrupt newest checkpoint sent the resume back one checkpoint: at least one retrained
+    assert figures.retrained >= 1 and figures.iterations >= 4
+    print(chaos.describe(figures))
