@@ -654,8 +654,8 @@ def check_run(chaos: Chaos) -> None:
 
 
 def describe(f: Figures) -> str:
-    sent, counted = sum(f.refused_sent.values()), sum(f.refused_counted.values())
-    per = ", ".join(f"{s} {n}" for s, n in sorted(f.refused_counted.items()))
+    sent, counted = int(sum(f.refused_sent.values())), int(sum(f.refused_counted.values()))
+    per = ", ".join(f"{s} {int(n)}" for s, n in sorted(f.refused_counted.items()))
     return (f"{f.kills} SIGKILLs survived ({f.restarts} restarts); {counted} of {sent} hostile messages refused and "
             f"counted ({per}); {f.iterations} iterations, one row each; {f.retrained} iteration(s) retrained after "
             f"resumes; faults: {', '.join(f.faults) or 'none'}; {f.seconds:.0f} s")

@@ -59,8 +59,9 @@ SERVICE_ALERTS: tuple[ServiceAlert, ...] = (
         what_to_do="under Compose, `docker compose ps` and `docker compose logs <service>`; a learner that exited 3 "
                    "was halted (runs/<run>/halted.json says why, docs/compose.md \"Resuming across an identity "
                    "drift, and after a halt\"); otherwise `docker compose up -d <service>` resumes from the newest "
-                   "checkpoint. Under `make run` the launcher stops the whole stack when the ladder or the "
-                   "checkpoint service dies (runs/<run>/logs/<service>.log says why); start it again to resume",
+                   "checkpoint. Under `make run` the launcher restarts a dead service itself and gives up (stops the "
+                   "stack, exit 1) only when one dies quickly five times in a row; runs/<run>/logs/<service>.log "
+                   "says why; start it again to resume",
     ),
     ServiceAlert(
         name="training_stalled",
