@@ -384,7 +384,7 @@ def _send(chaos: Chaos, service: str, body, arrays=None):
     from shared import transport
     from shared.messages import Decoder, FromCheckpoint, FromLadder
 
-    decoder = Decoder({"ladder": FromLadder, "checkpoint": FromCheckpoint}.get(service, FromLadder))
+    decoder = Decoder({"ladder": FromLadder, "checkpoint": FromCheckpoint}[service])
     client = transport.Client(chaos.endpoint(service), decoder, name=service, timeout_s=5.0)
     try:
         reply, _ = client.request(body, arrays)
@@ -421,8 +421,6 @@ def nested_msgpack(chaos: Chaos) -> None:
 
 def absurd_hello(chaos: Chaos) -> None:
     """A Hello claiming 50,000 battles, then a ready heartbeat (issue 12 item 3): refused at Hello."""
-    import zmq
-
     from shared import transport
     from shared.messages import Hello, Heartbeat
     from shared.preflight import run_preflight
@@ -440,7 +438,6 @@ def absurd_hello(chaos: Chaos) -> None:
         sock.close(0)
     if chaos.pids("learner") != pid:
         chaos.problems.append("absurd_hello: the learner did not survive a Hello of 50,000 battles")
-    del zmq
 
 
 def ghost_rollout(chaos: Chaos) -> None:
