@@ -42,6 +42,9 @@ EVALUATORS = 1
 REQUEST_TIMEOUT_S = 5.0
 """``services.request_timeout_s`` of the chaos stack: a request to a killed peer is retried
 after 5 s instead of 30, so a run of a dozen kills fits in CI (the retry path is the same)."""
+MAX_MESSAGE_MB = 2
+"""``services.max_message_mb`` of the chaos stack: a message over it (``oversized``) costs a few
+MB to send, not 150 (tiny's largest message, a checkpoint, is 0.7 MB)."""
 STARTUP_S = 180.0
 """How long anything may take to come (back) up on a loaded 2-core machine."""
 
@@ -88,7 +91,8 @@ class Chaos:
                "services": {k: getattr(services, k) for k in (
                    "learner_port", "ladder_port", "checkpoint_port", "learner_metrics_port", "ladder_metrics_port",
                    "checkpoint_metrics_port", "learner_halt_port")}
-               | {"rollout_metrics_port": 0, "evaluator_metrics_port": 0, "request_timeout_s": REQUEST_TIMEOUT_S},
+               | {"rollout_metrics_port": 0, "evaluator_metrics_port": 0, "request_timeout_s": REQUEST_TIMEOUT_S,
+                  "max_message_mb": MAX_MESSAGE_MB},
                "local": {"rollouts": ROLLOUTS, "evaluators": EVALUATORS}}
         folder.mkdir(parents=True, exist_ok=True)
         self.config_path = folder / "chaos-config.json"
@@ -96,6 +100,8 @@ class Chaos:
         self.cfg = load_config(str(self.config_path))
         self.run_dir = folder / "runs" / "chaos"
         self.out_path = folder / "launcher.out"
+        self.halt_token = f"chaos-{seed}-{os.getpid()}"
+        """The learner's halt endpoint is on (``ROYALEFLEET_HALT_TOKEN``), for ``halt_junk``."""
         self.proc: subprocess.Popen | None = None
         self._out = None
         self.figures = Figures()
@@ -107,7 +113,8 @@ class Chaos:
         self._out = open(self.out_path, "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "royalefleet", "up", "--config", str(self.config_path)],
                                      stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=os.environ | {"PYTHONUNBUFFERED": "1"})
+                                     env=os.environ | {"PYTHONUNBUFFERED": "1",
+                                                       "ROYALEFLEET_HALT_TOKEN": self.halt_token})
 
     def lines(self) -> list[str]:
         return self.out_path.read_text(errors="replace").splitlines()
@@ -233,10 +240,12 @@ class Chaos:
 # ============================================================================ hostile messages
 
 
-def must_refuse(rng: random.Random, service: str, run_name: str) -> list[tuple[str, list[bytes]]]:
-    """(reason, frames) of messages the decoder refuses whatever their random bytes, one of each
-    reason it can give before a message reaches a handler: undecodable, version, unknown_kind,
-    frames, arrays (shared/messages.py ``Decoder``)."""
+def must_refuse(rng: random.Random, service: str, run_name: str,
+                max_bytes: int = MAX_MESSAGE_MB << 20) -> list[tuple[str, list[bytes]]]:
+    """(reason, frames) of messages refused whatever their random bytes, one of each reason
+    given before a message reaches a handler: undecodable, version, unknown_kind, frames,
+    arrays, nesting (shared/messages.py ``Decoder``) and oversized (``transport.recv_frames``:
+    frames each under ``max_bytes``, together over it)."""
     import msgspec
 
     from shared.messages import PROTOCOL_VERSION, ArrayMeta, EvalJobRequest, Heartbeat, LoadLatest, encode
@@ -257,6 +266,9 @@ def must_refuse(rng: random.Random, service: str, run_name: str) -> list[tuple[s
         ("frames", [envelope, noise]),  # one frame more than the header lists
         ("arrays", [enc.encode({"protocol": PROTOCOL_VERSION, "body": msgspec.Raw(enc.encode(valid)),
                                 "arrays": [ArrayMeta("chaos", "uint8", [len(noise)])]}), noise]),  # no such array
+        ("nesting", [enc.encode({"protocol": PROTOCOL_VERSION, "body": msgspec.Raw(
+            b"\x91" * rng.randint(3000, 6000) + b"\xc0"), "arrays": []})]),  # 5 KB of nested arrays
+        ("oversized", [envelope] + [rng.randbytes(64) * (max_bytes // 2 // 64)] * 3),  # 3 frames of half the limit
     ]
     rng.shuffle(out)
     return out
@@ -395,30 +407,6 @@ def _send(chaos: Chaos, service: str, body, arrays=None):
         client.close()
 
 
-def nested_msgpack(chaos: Chaos) -> None:
-    """A 5 KB envelope whose body is 5,000 nested arrays, to the learner and the ladder
-    (issue 12 item 1): refused and counted, no RecursionError."""
-    import msgspec
-    import zmq
-
-    from shared.messages import PROTOCOL_VERSION
-
-    body = b"\x91" * 5000 + b"\xc0"
-    frame = msgspec.msgpack.encode({"protocol": PROTOCOL_VERSION, "body": msgspec.Raw(body), "arrays": []})
-    for service in ("learner", "ladder"):
-        pid = chaos.pids(service)
-        before = chaos.wait_for(f"{service} metrics", lambda s=service: chaos.refused(s))
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 1000)
-        sock.connect(chaos.endpoint(service))
-        sock.send_multipart([frame])
-        sock.close()
-        chaos.wait_for(f"{service} to count the nested message",
-                       lambda s=service: sum((chaos.refused(s) or before).values()) > sum(before.values()), timeout=20)
-        if chaos.pids(service) != pid:
-            chaos.problems.append(f"nested_msgpack: {service} did not survive a deeply nested message")
-
-
 def absurd_hello(chaos: Chaos) -> None:
     """A Hello claiming 50,000 battles, then a ready heartbeat (issue 12 item 3): refused at Hello."""
     from shared import transport
@@ -427,6 +415,7 @@ def absurd_hello(chaos: Chaos) -> None:
 
     engine = run_preflight(chaos.cfg.env, chaos.cfg.master_seed).engine
     pid = chaos.pids("learner")
+    before = chaos.wait_for("learner metrics", lambda: chaos.refused("learner"))
     sock = transport.connect_dealer(chaos.endpoint("learner"))
     try:
         transport.send(sock, Hello(instance="chaos-absurd", host="chaos", pid=1, battles=50_000, shards=1,
@@ -436,8 +425,11 @@ def absurd_hello(chaos: Chaos) -> None:
         chaos.wait_rows(2)
     finally:
         sock.close(0)
+    after = chaos.refused("learner") or {}
     if chaos.pids("learner") != pid:
         chaos.problems.append("absurd_hello: the learner did not survive a Hello of 50,000 battles")
+    elif after.get("hello", 0) - before.get("hello", 0) < 1:
+        chaos.problems.append(f"absurd_hello: no refusal counted under reason hello ({before} -> {after})")
 
 
 def ghost_rollout(chaos: Chaos) -> None:
@@ -481,8 +473,54 @@ def unauthenticated_save(chaos: Chaos) -> None:
 
     reply = _send(chaos, "checkpoint", SaveCheckpoint(request_id=9, run_name=chaos.cfg.run_name, iteration=10**6,
                                                       names=["x"], meta=b"{}"), {"x": np.zeros(4, np.uint8)})
-    if isinstance(reply, Saved):
-        chaos.problems.append("unauthenticated_save: the checkpoint service wrote a save from a stranger")
+    if isinstance(reply, Saved) or reply is None:
+        chaos.problems.append(f"unauthenticated_save: the checkpoint service answered {type(reply).__name__} to a "
+                              "save from a stranger")
+    elif _newest_checkpoint(chaos) == 10**6 or (chaos.run_dir / "checkpoints" / f"{10**6:08d}").exists():
+        chaos.problems.append("unauthenticated_save: the stranger's checkpoint was written")
+
+
+def halt_junk(chaos: Chaos) -> None:
+    """The learner's halt endpoint (issue 12 item 12) under requests that must never halt it: a
+    wrong token, ``Content-Length: abc`` and ``-1``, a body shorter than its length, and 40
+    connections left idle. The learner trains on (same process, no halt record)."""
+    import socket
+
+    port, token = chaos.cfg.services.learner_halt_port, chaos.halt_token
+    pid = chaos.pids("learner")
+
+    def request(head: str, body: bytes = b"", close_after: float = 0.0) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(head.encode() + b"\r\n" + body)
+            time.sleep(close_after)
+            try:
+                s.recv(1024)
+            except OSError:
+                pass
+
+    auth = f"Authorization: Bearer {token}\r\n"
+    junk = [
+        ("POST /halt HTTP/1.1\r\nAuthorization: Bearer wrong\r\nContent-Length: 2\r\n", b"{}"),
+        ("POST /halt HTTP/1.1\r\n" + auth + "Content-Length: abc\r\n", b"{}"),
+        ("POST /halt HTTP/1.1\r\n" + auth + "Content-Length: -1\r\n", b"{}"),
+        ("POST /halt HTTP/1.1\r\n" + auth + "Content-Length: 100\r\n", b'{"reason": "cut'),
+    ]
+    idle = []
+    try:
+        for _ in range(40):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+    except OSError:
+        pass  # a bounded server may refuse connections past its cap: that is the point
+    for head, body in junk:
+        try:
+            request(head, body)
+        except OSError:
+            pass
+    for s in idle:
+        s.close()
+    chaos.wait_rows(1)
+    if chaos.pids("learner") != pid or (chaos.run_dir / "halted.json").exists():
+        chaos.problems.append("halt_junk: the learner halted or died on malformed halt requests")
 
 
 def torn_checkpointed_row(chaos: Chaos) -> None:
@@ -512,16 +550,16 @@ FAULTS: tuple[Fault, ...] = (
           kills_learner=True),
     Fault("corrupt_newest_checkpoint", "the newest checkpoint's weights damaged, then the learner killed",
           corrupt_newest_checkpoint, kills_learner=True),
-    Fault("nested_msgpack", "5,000 nested arrays in one 5 KB message to the learner and the ladder", nested_msgpack,
-          needs_item=1),
-    Fault("absurd_hello", "a Hello of 50,000 battles, then ready", absurd_hello, needs_item=3),
+    Fault("absurd_hello", "a Hello of 50,000 battles, then ready: refused at Hello, counted", absurd_hello),
     Fault("ladder_pause_past_timeout", "the ladder SIGSTOPped past the request timeout after a row",
           ladder_pause_past_timeout, needs_item=4),
     Fault("ghost_rollout", "a rollout that says Hello and dies before ready", ghost_rollout, needs_item=5),
     Fault("torn_checkpointed_row", "the last row torn after its checkpoint, then the learner killed",
           torn_checkpointed_row, needs_item=7, kills_learner=True),
-    Fault("nan_record", "an episode record with NaN and inf to the ladder", nan_record, needs_item=9),
-    Fault("unauthenticated_save", "a SaveCheckpoint from a stranger", unauthenticated_save, needs_item=10),
+    Fault("nan_record", "an episode record with NaN and inf to the ladder: refused before the ack", nan_record),
+    Fault("unauthenticated_save", "a SaveCheckpoint from a stranger: refused, nothing pruned", unauthenticated_save),
+    Fault("halt_junk", "malformed and unauthorized requests and 40 idle connections to the halt endpoint",
+          halt_junk),
 )
 """Hostile messages (``must_refuse``) and the SIGKILLs are not in this table: they are always on."""
 
@@ -580,7 +618,8 @@ def run_chaos(folder: Path, *, seed: int = 1, kills: int = 12, faults: list[str]
     chaos.start()
     try:
         chaos.wait_for("the first two iterations", lambda: chaos.last_iteration() >= 2)
-        say(f"chaos: seed {seed}, {sum(e[0] == 'kill' for e in events)} kills, faults {', '.join(faults) or 'none'}")
+        n_kills = sum(e[0] == "kill" or (e[0] == "fault" and by_name[e[1]].kills_learner) for e in events)
+        say(f"chaos: seed {seed}, {n_kills} SIGKILLs, faults {', '.join(faults) or 'none'}")
         for what, arg in events:
             chaos.wait_for("every service up", chaos.all_up)
             time.sleep(chaos.rng.uniform(0.5, 2.5))

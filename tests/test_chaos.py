@@ -9,9 +9,13 @@ from collections import Counter
 
 import pytest
 
+import zmq
+
 from royalefleet import chaos
 from royalefleet.launcher import GIVE_UP_QUICK_EXITS
+from shared import transport
 from shared.messages import Decoder, ProtocolError, ToCheckpoint, ToLadder, ToLearner
+from tests.stack import free_ports
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -39,14 +43,30 @@ def test_faults_not_yet_fixed_are_off_and_named_with_their_item():
 
 @pytest.mark.parametrize("service, union", [("learner", ToLearner), ("ladder", ToLadder),
                                             ("checkpoint", ToCheckpoint)])
-def test_every_hostile_message_is_refused_by_the_decoder_with_its_reason(service, union):
+def test_every_hostile_message_is_refused_on_a_real_socket_with_its_reason(service, union):
+    """Through a ROUTER bound as the services bind theirs (MAXMSGSIZE = the chaos stack's
+    max_message_mb) and ``transport.recv``, as the services read: each message is refused with
+    the reason it was made for, and the socket reads the next one."""
     rng = random.Random(5)
+    port = free_ports(1)[0]
+    router = transport.bind_router(f"tcp://127.0.0.1:{port}", max_bytes=chaos.MAX_MESSAGE_MB << 20)
+    dealer = zmq.Context.instance().socket(zmq.DEALER)
+    dealer.connect(f"tcp://127.0.0.1:{port}")
     decoder = Decoder(union)
-    for _ in range(50):
-        for reason, frames in chaos.must_refuse(rng, service, "chaos"):
-            with pytest.raises(ProtocolError) as exc:
-                decoder.decode(frames)
-            assert exc.value.reason == reason, (reason, str(exc.value))
+    try:
+        reasons = []
+        for _ in range(5):
+            for reason, frames in chaos.must_refuse(rng, service, "chaos"):
+                dealer.send_multipart(frames)
+                assert router.poll(5000, zmq.POLLIN), reason
+                with pytest.raises(ProtocolError) as exc:
+                    transport.recv(router, decoder, router=True)
+                assert exc.value.reason == reason, (reason, str(exc.value))
+                reasons.append(reason)
+        assert set(reasons) == {"undecodable", "version", "unknown_kind", "frames", "arrays", "nesting", "oversized"}
+    finally:
+        dealer.close(0)
+        router.close(0)
 
 
 @pytest.mark.slow
@@ -55,7 +75,7 @@ def test_a_tiny_stack_holds_under_kills_faults_and_hostile_messages(tmp_path):
     assert not problems, "\n".join(problems)
     assert figures.kills >= 12 and figures.restarts >= figures.kills
     sent = sum(figures.refused_sent.values())
-    assert sent >= 12 * 30 and sum(figures.refused_counted.values()) == sent
+    assert sent >= 12 * 40 and sum(figures.refused_counted.values()) == sent
     assert set(figures.refused_counted) == {"learner", "ladder", "checkpoint"}
     assert sorted(figures.faults) == sorted(chaos.default_faults())
     # the corrupt newest checkpoint sent the resume back one checkpoint: at least one retrained
