@@ -24,12 +24,14 @@ def test_the_schedule_kills_every_service_and_the_learner_less_than_the_launcher
     kinds = [arg for what, arg in events if what == "kill"]
     by_name = {f.name: f for f in chaos.FAULTS}
     learner_faults = [arg for what, arg in events if what == "fault" and by_name[arg].kills_learner]
-    assert len(kinds) + len(learner_faults) == 12
-    assert Counter(kinds) | Counter({"learner": len(learner_faults)}) == Counter(
-        checkpoint=2, ladder=2, learner=2, rollout=4, evaluator=2)
+    learner_kills = max(2, len(learner_faults))  # each learner-killing fault takes a learner kill
+    assert len(kinds) + len(learner_faults) == 10 + learner_kills
+    assert Counter(kinds) + Counter({"learner": len(learner_faults)}) == Counter(
+        checkpoint=2, ladder=2, learner=learner_kills, rollout=4, evaluator=2)
     assert len(learner_faults) + kinds.count("learner") < GIVE_UP_QUICK_EXITS - 1  # room for one crash more
     assert sorted(arg for what, arg in events if what == "fault") == sorted(chaos.default_faults())
-    assert Counter(arg for what, arg in events if what == "hostile") == Counter(learner=4, ladder=4, checkpoint=4)
+    bursts = Counter(arg for what, arg in events if what == "hostile")
+    assert sum(bursts.values()) == 10 + learner_kills and min(bursts.values()) >= 4 and len(bursts) == 3
     assert events == chaos.schedule(random.Random(seed), 12, chaos.default_faults())  # the seed fixes it
 
 
