@@ -626,7 +626,7 @@ def run_chaos(folder: Path, *, seed: int = 1, kills: int = 12, faults: list[str]
         say(f"chaos: seed {seed}, {n_kills} SIGKILLs, faults {', '.join(faults) or 'none'}")
         for what, arg in events:
             chaos.wait_for("every service up", chaos.all_up)
-            time.sleep(chaos.rng.uniform(0.5, 2.5))
+            time.sleep(chaos.rng.uniform(0.2, 1.2))
             if what == "kill":
                 pid = chaos.kill(arg)
                 say(f"chaos: {time.monotonic() - t0:5.0f} s  SIGKILL {arg} (pid {pid})")
