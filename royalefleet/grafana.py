@@ -907,8 +907,8 @@ def alarms_doc() -> str:
         "",
         "## Service alerts",
         "",
-        f"{len(SERVICE_ALERTS)} more rules, in both rule files above (Grafana's and Prometheus's), that no "
-        "metric row",
+        f"{('Two', 'Three', 'Four', 'Five')[len(SERVICE_ALERTS) - 2]} more rules, in both rule files above "
+        "(Grafana's and Prometheus's), that no metric row",
         "can raise because the process that would write it is gone or stuck",
         "(`shared/service_alerts.py`; Prometheus and Grafana only). An alert fires once its",
         "condition has held for the time in the `for` column: `training_stalled` 21 minutes after the",
