@@ -1,6 +1,6 @@
 # The two commands README promises, from a fresh clone:
 #   make run     train on real RoyaleGym battles, every service local (Ctrl-C stops cleanly;
-#                the next `make run` resumes). `make run ITERATIONS=2` stops after two iterations.
+#                the next `make run` resumes). `make run ITERATIONS=2` stops at iteration 2 (a total).
 #   make test    the test suite.
 #   make gpu-check   the GPU check (skips with one line without CUDA).
 SHELL := /bin/bash

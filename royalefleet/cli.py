@@ -12,6 +12,7 @@
     royalefleet replay   re-simulate an episode of the result log, verify it, write it as HTML
     royalefleet doctor   check this machine against a config before a run (ok / warn / FAIL)
     royalefleet keys     CURVE keys for authenticated cross-host traffic
+    royalefleet chaos    a tiny stack under kills, faults and hostile messages; checks that it held
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def cmd_up(args) -> int:
     print(f"royalefleet up: profile {cfg.profile}, run {cfg.run_name!r}, "
           f"{cfg.local.rollouts} rollout(s) x {cfg.rollout.battles} battles, "
           f"{cfg.ppo.timesteps_per_iteration:,} timesteps an iteration"
-          + (f", stopping after {args.iterations} iteration(s)" if args.iterations else ""), flush=True)
+          + (f", stopping at iteration {args.iterations} (a total)" if args.iterations else ""), flush=True)
     if getattr(args, "require_checkpoint", False):
         from services.checkpoint.store import CheckpointStore
 
@@ -156,8 +157,10 @@ def cmd_checkpoints(args) -> int:
 
 def stack_options(sp) -> None:
     """The options of the commands that start the local stack (up, resume)."""
-    sp.add_argument("--iterations", type=int, default=0,
-                    help="stop cleanly after this many iterations (default 0: until Ctrl-C)")
+    sp.add_argument("--iterations", type=int, default=0, metavar="N",
+                    help="stop cleanly once the run has reached iteration N, a total over every start: a run "
+                    "resumed at iteration 4 with --iterations 10 trains 6 more, and a learner restarted after a "
+                    "crash stops at the same row (default 0: until Ctrl-C)")
     sp.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
     sp.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
     sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
@@ -223,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(ck)
     ck.set_defaults(func=cmd_checkpoints)
 
-    from royalefleet import cmd_doctor, cmd_eval, cmd_gate, cmd_keys, cmd_play, cmd_rate, cmd_replay, cmd_status
+    from royalefleet import chaos, cmd_doctor, cmd_eval, cmd_gate, cmd_keys, cmd_play, cmd_rate, cmd_replay, cmd_status
 
     cmd_doctor.add_parser(sub)
     cmd_status.add_parser(sub)
@@ -233,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_play.add_parser(sub)
     cmd_replay.add_parser(sub)
     cmd_keys.add_parser(sub)
+    chaos.add_parser(sub)
 
     cf = sub.add_parser("config", help="print or write a fully populated config",
                         description="Write the complete config of a profile (with --config: of that file on top "

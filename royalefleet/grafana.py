@@ -18,7 +18,8 @@ Files (paths from the repository root):
   alarm a series that fires after its patience, one that stays quiet, one that resets).
 
 Both rule files also hold the service alerts (``shared/service_alerts.py``: a core service
-down, training stalled), in a group of their own, with promtool tests of their own.
+down, training stalled, the fleet below its size), in a group of their own, with promtool tests
+of their own.
 
 Interpolation: Grafana expands ``$VAR``/``${VAR}`` in provisioning values (os.ExpandEnv: no
 ``${VAR:-default}``, an unset variable is empty; ``$$`` is a literal dollar) but not in alert
@@ -41,7 +42,7 @@ import sys
 from shared.alarms import ALARMS, RATIO_ATOL, Alarm, describe, promql, thresholds
 from shared.config import AlarmConfig
 from shared.metric_schema import prometheus_name
-from shared.service_alerts import PROGRESS_METRIC, SERVICE_ALERTS, STALL_SECONDS, ServiceAlert
+from shared.service_alerts import EXPECTED_ROLLOUTS_METRIC, PROGRESS_METRIC, SERVICE_ALERTS, STALL_SECONDS, ServiceAlert
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -410,7 +411,9 @@ def fleet_dashboard() -> dict:
             (L("health/rollouts"), "in the last iteration"),
             ('count(up{job="rollout"} == 1)', "scraped and up"),
             ('count(up{job="rollout"} == 0)', "scraped and down"),
-        ]),
+            (EXPECTED_ROLLOUTS_METRIC, "expected by the learner"),
+        ], description="The fleet_below_size alert fires when fewer rollouts answer scrapes than the learner "
+                       "expects, for 5 minutes (docs/alarms.md, \"Service alerts\")."),
         ts("Rollouts lost and rows invalidated", [(L("health/rollouts_lost"), "rollouts lost"),
                                                   (L("health/rows_invalid"), "rows invalidated")]),
         ts("Share of the rectangle invalidated", [(L("health/rows_invalid_frac"), "invalid")], unit="percentunit"),
@@ -774,7 +777,7 @@ def service_tests() -> list[dict]:
     """One promtool test per service alert, each with a series that must fire exactly when its
     ``for`` has passed and one that must never fire."""
     by_name = {a.name: a for a in SERVICE_ALERTS}
-    down, stalled = by_name["service_down"], by_name["training_stalled"]
+    down, stalled, fleet = by_name["service_down"], by_name["training_stalled"], by_name["fleet_below_size"]
 
     def fired(alert: ServiceAlert, summary: str, **labels) -> dict:
         return {"exp_labels": {**_service_labels(alert), **labels},
@@ -805,6 +808,43 @@ def service_tests() -> list[dict]:
          "alert_rule_test": [
              {"eval_time": _minutes(fires_at - 1), "alertname": "training_stalled", "exp_alerts": []},
              {"eval_time": _minutes(fires_at), "alertname": "training_stalled", "exp_alerts": [stalled_alert]}]},
+        *fleet_tests(fleet, fired),
+    ]
+
+
+def fleet_tests(fleet: ServiceAlert, fired) -> list[dict]:
+    """fleet_below_size: three rollouts expected; one's series ends at minute 3 (it left DNS:
+    a stale marker, no ``up == 0``), so the rule holds from minute 3 and fires ``for`` later with
+    the count left (2); a fleet whose every series ends fires with 0 (``or vector(0)``); a full
+    fleet, or a learner that expects fewer than answer, never fires."""
+    n = fleet.for_seconds // 60
+    end = n + 6
+    expected = f'{EXPECTED_ROLLOUTS_METRIC}{{job="learner",instance="learner:9100"}}'
+
+    def rollout(k: int, values: str) -> dict:
+        return {"series": f'up{{job="rollout",instance="10.0.0.{k}:9110"}}', "values": values}
+
+    def alert(left: int) -> dict:
+        return fired(fleet, fleet.summary.replace("{{ $value }}", str(left)))
+
+    gone_at = 3
+    one_gone = f"1x{gone_at - 1} stale"
+    return [
+        {"name": "fleet_below_size", "interval": "1m",
+         "input_series": [{"series": expected, "values": f"3x{end}"}, rollout(1, f"1x{end}"), rollout(2, f"1x{end}"),
+                          rollout(3, one_gone)],
+         "alert_rule_test": [
+             {"eval_time": _minutes(gone_at + n - 1), "alertname": fleet.name, "exp_alerts": []},
+             {"eval_time": _minutes(gone_at + n), "alertname": fleet.name, "exp_alerts": [alert(2)]}]},
+        {"name": "fleet_below_size: every rollout gone", "interval": "1m",
+         "input_series": [{"series": expected, "values": f"2x{end}"}, rollout(1, one_gone), rollout(2, one_gone)],
+         "alert_rule_test": [
+             {"eval_time": _minutes(gone_at + n - 1), "alertname": fleet.name, "exp_alerts": []},
+             {"eval_time": _minutes(gone_at + n), "alertname": fleet.name, "exp_alerts": [alert(0)]}]},
+        {"name": "fleet_below_size: a full fleet and a larger one never fire", "interval": "1m",
+         "input_series": [{"series": expected, "values": f"2x{end}"}, rollout(1, f"1x{end}"), rollout(2, f"1x{end}"),
+                          rollout(3, one_gone)],
+         "alert_rule_test": [{"eval_time": _minutes(end), "alertname": fleet.name, "exp_alerts": []}]},
     ]
 
 
@@ -867,7 +907,8 @@ def alarms_doc() -> str:
         "",
         "## Service alerts",
         "",
-        "Two more rules, in both rule files above (Grafana's and Prometheus's), that no metric row",
+        f"{('Two', 'Three', 'Four', 'Five')[len(SERVICE_ALERTS) - 2]} more rules, in both rule files above "
+        "(Grafana's and Prometheus's), that no metric row",
         "can raise because the process that would write it is gone or stuck",
         "(`shared/service_alerts.py`; Prometheus and Grafana only). An alert fires once its",
         "condition has held for the time in the `for` column: `training_stalled` 21 minutes after the",
@@ -884,6 +925,11 @@ def alarms_doc() -> str:
         "",
         f"`{PROGRESS_METRIC}` is the Unix time of the learner process's last metric row, or of its",
         "start before the first, so a learner stuck before its first row is seen too.",
+        f"`{EXPECTED_ROLLOUTS_METRIC}` is the rollouts the learner was started to expect",
+        "(`FLEET_ROLLOUTS` under Compose): a rollout replica that is gone for good leaves DNS, its `up`",
+        "series ends and `service_down` cannot see it, so `fleet_below_size` counts the rollouts that",
+        "answer against that number. A fleet scaled on purpose below `FLEET_ROLLOUTS` fires it too: set",
+        "`FLEET_ROLLOUTS` to the size meant.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -8,6 +8,16 @@ then stops them in order) and die with the launcher if it is killed (PR_SET_PDEA
 Stop order matters: the learner first (it writes its checkpoint through the checkpoint
 service), then the rollouts, the ladder and the checkpoint service. A second Ctrl-C kills
 everything at once.
+
+Every service is supervised as Compose supervises its containers (``Stack._supervise``): one
+that exits is started again after a back-off, and the learner started again resumes from its
+newest checkpoint. The stack gives up, stops everything and exits non-zero when a core service
+(learner, ladder, checkpoint) crash-loops ``GIVE_UP_QUICK_EXITS`` times in a row or refuses its
+config (exit 2); the learner's own ends (0 done, 3 halted) end the stack with that code.
+
+A child's output goes to ``runs/<run>/logs/<name>.log`` through a pump thread that never dies
+of a log it cannot write (a full disk): while the file refuses bytes the child's lines go to
+this terminal instead (``Child._pump``), so the learner's last words are never lost.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from shared.config import RunConfig, config_differences, dump_config
@@ -38,6 +49,19 @@ OTHERS_STOP_GRACE_S = 10.0
 QUICK_EXIT_S = 60.0
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 60.0
+GIVE_UP_QUICK_EXITS = 5
+"""A core service (learner, ladder, checkpoint) that exits this many times in a row within
+``QUICK_EXIT_S`` of its start is crash-looping on something a restart cannot fix: the stack
+gives up, stops every service and exits ``EXIT_GAVE_UP`` (the waits before were 1+2+4+8 s)."""
+EXIT_GAVE_UP = 1
+CORE_SERVICES = ("checkpoint", "ladder", "learner")
+LEARNER_FINAL_EXITS = {0: "finished", 2: "refused its config or its checkpoint", 3: "halted"}
+"""Learner exit codes that end the stack with that code (services/learner/service.py): any
+other exit (a crash, a kill) is restarted and resumes from the newest checkpoint."""
+LOG_RETRY_S = 10.0
+"""How often a pump tries a log file again after a write failed (ENOSPC, EIO)."""
+TAIL_LINES = 12
+WATCH_INTERVAL_S = 0.3
 
 
 def restart_delay(quick_exits: int) -> float:
@@ -159,31 +183,87 @@ class Child:
     started_at: float = 0.0  # time.monotonic() of the last start
     quick_exits: int = 0  # exits within QUICK_EXIT_S of their start, in a row
     restart_at: float | None = None  # a restart is due then (backoff); None: none planned
+    recent: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    """The last lines it printed, kept in memory: ``tail`` works when its log cannot be written."""
+    log_error: str | None = None  # why the log refused the last write; None: it takes bytes
+    log_retry_at: float = 0.0
+    lines_not_logged: int = 0
 
     def start(self, say) -> None:
         self.started_at, self.restart_at = time.monotonic(), None
         self.threads = [t for t in self.threads if t.is_alive()]  # pumps of earlier runs end with them
-        log = open(self.log_path, "ab", buffering=0)
+        try:
+            log = open(self.log_path, "ab", buffering=0)
+        except OSError as exc:  # a full disk cannot create the file: the terminal gets the lines
+            log = None
+            self._log_failed(exc, say)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", module_of(self.name)],
+                self.command(),
                 env=os.environ | self.env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, preexec_fn=_die_with_parent,
             )
         except BaseException:
-            log.close()
+            if log is not None:
+                log.close()
             raise
-        t = threading.Thread(target=self._pump, args=(self.proc, log, say), daemon=True)
+        t = threading.Thread(target=self._pump, args=(self.proc, log, say), daemon=True, name=f"pump-{self.name}")
         t.start()
         self.threads.append(t)
 
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", module_of(self.name)]
+
+    def _log_failed(self, exc: OSError, say) -> None:
+        if self.log_error is None:
+            self.log_error = f"{exc.strerror or exc}"
+            self.log_retry_at = time.monotonic() + LOG_RETRY_S
+            _say_safely(say, f"launcher: cannot write {self.log_path} ({self.log_error}); {self.name}'s "
+                             "output goes to this terminal until the file takes bytes again")
+
     def _pump(self, proc, log, say) -> None:
+        """Copy the child's output to its log (and to the terminal when echoed) until it ends.
+        Nothing here may end the thread early: a child whose pipe is not drained blocks on its
+        next print. A log that refuses a write (ENOSPC, EIO) is tried again every
+        ``LOG_RETRY_S``; meanwhile every line goes to the terminal (``[name]`` before those of
+        a child that is not echoed) and to the memory tail, and the log gets a line that says
+        how many it missed once it takes bytes again."""
         for line in iter(proc.stdout.readline, b""):
-            log.write(line)
+            text = line.decode(errors="replace").rstrip("\n")
+            self.recent.append(text)
+            logged = log is not None and self._write_log(log, line, say)
             if self.echo:
-                say(line.decode(errors="replace").rstrip("\n"))
-        log.close()
+                _say_safely(say, text)
+            elif not logged:
+                _say_safely(say, f"[{self.name}] {text}")
+        if log is not None:
+            try:
+                log.close()
+            except OSError:
+                pass
+
+    def _write_log(self, log, line: bytes, say) -> bool:
+        """Append ``line`` to the log; False (counted) when the file refused it or is resting."""
+        if self.log_error is not None and time.monotonic() < self.log_retry_at:
+            self.lines_not_logged += 1
+            return False
+        try:
+            if self.log_error is not None:
+                log.write(f"\n[launcher: {self.lines_not_logged} line(s) missing here: the file refused them "
+                          f"({self.log_error}); they went to the terminal]\n".encode())
+            log.write(line)
+        except OSError as exc:
+            self.lines_not_logged += 1
+            if self.log_error is None:
+                self._log_failed(exc, say)
+            self.log_retry_at = time.monotonic() + LOG_RETRY_S
+            return False
+        if self.log_error is not None:
+            _say_safely(say, f"launcher: {self.log_path} takes bytes again ({self.lines_not_logged} line(s) of "
+                             f"{self.name} went only to this terminal)")
+            self.log_error, self.lines_not_logged = None, 0
+        return True
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -195,12 +275,18 @@ class Child:
             except ProcessLookupError:
                 pass
 
-    def tail(self, n: int = 12) -> str:
-        try:
-            with open(self.log_path, "rb") as fh:
-                return "\n".join(fh.read().decode(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+    def tail(self, n: int = TAIL_LINES) -> str:
+        """Its last ``n`` lines of output (from memory: a log on a full disk may miss them)."""
+        return "\n".join(list(self.recent)[-n:])
+
+
+def _say_safely(say, text: str) -> None:
+    """``say`` that never raises: the launcher's terminal may be a file on the same full disk,
+    and a pump or the watch loop must outlive a failed print."""
+    try:
+        say(text)
+    except (OSError, ValueError):
+        pass
 
 
 def ports_in_use(cfg: RunConfig, rollouts: int) -> list[str]:
@@ -228,7 +314,8 @@ def ports_in_use(cfg: RunConfig, rollouts: int) -> list[str]:
 class Stack:
     def __init__(self, cfg: RunConfig, *, iterations: int = 0, rollouts: int | None = None, say=print,
                  echo_all: bool = False, learner_env: dict | None = None):
-        self.cfg, self.say = cfg, say
+        self.cfg = cfg
+        self.say = lambda text: _say_safely(say, text)
         self.run_dir = os.path.join(cfg.runs_dir, cfg.run_name)
         self.log_dir = os.path.join(self.run_dir, "logs")
         os.makedirs(self.log_dir, exist_ok=True)
@@ -245,6 +332,8 @@ class Stack:
                                      echo=echo_all or name == "learner")
                          for name, env in envs.items()}
         self.interrupts = 0
+        self.gave_up: str | None = None
+        """Why the stack gave up (a core service crash-looped or was refused), or None."""
 
     def _write_config(self) -> None:
         new = dump_config(self.cfg)
@@ -300,36 +389,78 @@ class Stack:
             signal.signal(signal.SIGTERM, old_term)
 
     def _watch(self) -> int:
+        """Supervise every child until the stack ends; returns the launcher's exit code."""
         learner = self.children["learner"]
         while True:
-            time.sleep(0.3)
-            if not learner.alive():
-                learner.proc.wait()
-                for t in learner.threads:
-                    t.join(timeout=2)
-                code = learner.proc.returncode
-                if code != 0 and self.interrupts == 0:
-                    self.say(f"the learner exited with code {code}; last lines of {learner.log_path}:\n{learner.tail()}")
-                return 0 if (self.interrupts and code in (0, -signal.SIGTERM)) else code
-            if self.interrupts:
+            time.sleep(WATCH_INTERVAL_S)
+            if self.interrupts:  # stopping: the stack ends with the learner
+                if not learner.alive():
+                    return self._learner_stopped(learner)
+                if not self.gave_up:  # the learner's last checkpoint goes through this service
+                    self._restart_policy(self.children["checkpoint"], True, "", on_restart="the learner's last "
+                                         "checkpoint goes through it", on_left_down="", on_refused="",
+                                         give_up_after=GIVE_UP_QUICK_EXITS)
                 continue
-            for name in ("checkpoint", "ladder"):
+            for name in CORE_SERVICES:
                 c = self.children[name]
-                if not c.alive():
-                    self.say(f"the {name} service exited (code {c.proc.returncode}); last lines of {c.log_path}:\n{c.tail()}")
-                    self.say("stopping the stack")
+                on_restart = ("it resumes from the run's newest checkpoint" if name == "learner"
+                              else "the learner waits for it and retries")
+                verdict = self._restart_policy(c, True, "", on_restart=on_restart, on_left_down="",
+                                               on_refused="stopping the stack", give_up_after=GIVE_UP_QUICK_EXITS,
+                                               final=LEARNER_FINAL_EXITS if name == "learner" else ())
+                if verdict == "ended":
+                    return self._learner_ended(c)
+                if verdict in ("refused", "gave_up"):
+                    self.gave_up = f"{name} {'refused its config' if verdict == 'refused' else 'crash-looped'}"
+                    self.say(f"the stack gives up: {self.gave_up}; stopping every service (exit {EXIT_GAVE_UP})")
                     self.interrupts = 1
                     learner.signal(signal.SIGTERM)
+                    break
+            if self.interrupts:
+                continue
             for name, c in self.children.items():
-                if name.startswith("rollout-") and not self.interrupts and self._restart_policy(
+                if name.startswith("rollout-") and self._restart_policy(
                         c, self.cfg.local.restart_rollouts, "local.restart_rollouts",
                         on_restart="it rejoins at the next iteration",
                         on_left_down="the run goes on with the other rollouts",
                         on_refused="stopping the stack") == "refused":
+                    self.gave_up = f"{name} refused its config"
                     self.interrupts = 1
                     learner.signal(signal.SIGTERM)
+                    break
             if not self.interrupts:
                 self._watch_evaluators()
+
+    def _learner_ended(self, learner: Child) -> int:
+        """The learner exited on its own with a final code (``LEARNER_FINAL_EXITS``)."""
+        learner.proc.wait()
+        for t in learner.threads:
+            t.join(timeout=2)
+        code = learner.proc.returncode
+        if code != 0:
+            self.say(f"the learner exited with code {code} ({LEARNER_FINAL_EXITS[code]}); {self._last_lines(learner)}")
+        return code
+
+    def _learner_stopped(self, learner: Child) -> int:
+        """The exit code once the learner is down during a stop: 0 for a clean stop (or one that
+        caught it between two starts), ``EXIT_GAVE_UP`` when the stack gave up."""
+        if learner.proc is not None:
+            learner.proc.wait()
+        for t in learner.threads:
+            t.join(timeout=2)
+        if self.gave_up:
+            return EXIT_GAVE_UP
+        code = learner.proc.returncode if learner.proc is not None else 0
+        if learner.restart_at is not None or code in (0, -signal.SIGTERM):
+            return 0
+        return code
+
+    @staticmethod
+    def _last_lines(c) -> str:
+        """Where to read why ``c`` exited: its output above (an echoed child) or its last lines."""
+        if getattr(c, "echo", False):
+            return f"its output is above and in {c.log_path}"
+        return f"last lines of {c.log_path}:\n{c.tail()}"
 
     def _watch_evaluators(self) -> None:
         """Restart an evaluator that exited (``local.restart_evaluators``), unless it exited 2 (its
@@ -343,11 +474,14 @@ class Stack:
                                  on_refused="gates wait for the other evaluators")
 
     def _restart_policy(self, c, enabled: bool, setting: str, *, on_restart: str, on_left_down: str,
-                        on_refused: str, now: float | None = None) -> str:
-        """One watch step over a rollout or an evaluator: ``"alive"``, ``"waiting"`` (a restart is
-        due later: backoff), ``"restarted"``, ``"refused"`` (it exited 2, its config was refused:
-        a restart fails the same way, so it is left down) or ``"down"`` (left down: restarts off,
-        or said before). Each exit is said once, with why and when it restarts (``restart_delay``).
+                        on_refused: str, give_up_after: int | None = None, final=(), now: float | None = None) -> str:
+        """One watch step over a child: ``"alive"``, ``"waiting"`` (a restart is due later:
+        backoff), ``"restarted"``, ``"refused"`` (it exited 2, its config was refused: a restart
+        fails the same way, so it is left down), ``"gave_up"`` (its ``give_up_after``-th quick
+        exit in a row: crash-looping), ``"down"`` (left down: restarts off, or said before) or
+        ``"ended"`` (it exited with one of the ``final`` codes, on its own: the caller decides).
+        Each exit is said once, with why and when it restarts (``restart_delay``); ``c.restarts``
+        counts the restarts.
         """
         if c.given_up:
             return "down"
@@ -356,21 +490,28 @@ class Stack:
         now = time.monotonic() if now is None else now
         code = c.proc.returncode
         if c.restart_at is None:  # a new exit: decide once
+            if code in final:
+                return "ended"
             if code == 2 or not enabled:
                 c.given_up = True
                 why = "its config was refused" if code == 2 else f"{setting} is off"
                 then = on_refused if code == 2 else on_left_down
                 self.say(f"{c.name} exited (code {code}) and is not restarted ({why}); {then}; "
-                         f"last lines of {c.log_path}:\n{c.tail()}")
+                         f"{self._last_lines(c)}")
                 return "refused" if code == 2 else "down"
             ran = now - c.started_at
             c.quick_exits = c.quick_exits + 1 if ran < QUICK_EXIT_S else 0
+            if give_up_after is not None and c.quick_exits >= give_up_after:
+                c.given_up = True
+                self.say(f"{c.name} exited (code {code}) {ran:.0f} s after starting, its {c.quick_exits}th quick exit "
+                         f"in a row: it is not restarted again; {self._last_lines(c)}")
+                return "gave_up"
             delay = restart_delay(c.quick_exits)
             c.restart_at = now + delay
             if delay:
                 self.say(f"{c.name} exited (code {code}) {ran:.0f} s after starting, {c.quick_exits} quick exit(s) "
                          f"in a row; restarting it in {delay:.0f} s (restart {c.restarts + 1}); {on_restart}; "
-                         f"last lines of {c.log_path}:\n{c.tail()}")
+                         f"{self._last_lines(c)}")
         if now < c.restart_at:
             return "waiting"
         c.restarts += 1

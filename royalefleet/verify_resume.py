@@ -81,7 +81,7 @@ def verify_resume(cfg: RunConfig, *, iterations: int, split: int, rollouts: int 
     run("straight", iterations)
     say(f"verify-resume: {split} iteration(s), stop, resume in a fresh learner, {iterations - split} more ...")
     run("split", split)
-    run("split", iterations - split, {"ROYALEFLEET_PERTURB_RESUME": perturb} if perturb else None)
+    run("split", iterations, {"ROYALEFLEET_PERTURB_RESUME": perturb} if perturb else None)
     straight = _rows(os.path.join(tmp, "straight", "metrics.jsonl"))
     split_rows = _rows(os.path.join(tmp, "split", "metrics.jsonl"))
     problems = _compare(straight, split_rows, 1)

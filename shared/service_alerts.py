@@ -1,6 +1,6 @@
 """Service alerts: what Prometheus and Grafana watch that no metric row can say, because the
 process that would write the row is gone or stuck. The 25 alarms (``shared/alarms.py``) are
-evaluated by the learner on its own rows; these two are evaluated only by the monitoring
+evaluated by the learner on its own rows; these three are evaluated only by the monitoring
 stack, from scrapes. ``python -m royalefleet.grafana`` turns this table into rules of both
 (a ``royalefleet-services`` group beside the alarms), their promtool unit tests and a section
 of docs/alarms.md.
@@ -22,6 +22,17 @@ longer than ~10 minutes should raise this and regenerate."""
 PROGRESS_METRIC = "royalefleet_learner_progress_timestamp_seconds"
 """Unix time of the learner process's last metric row, or of its start before its first
 (``services.learner.metrics.LearnerMetrics``)."""
+
+EXPECTED_ROLLOUTS_METRIC = "royalefleet_learner_rollouts_expected"
+"""The rollouts the learner was started to expect (``--min-rollouts``: ``FLEET_ROLLOUTS``
+under Compose, ``local.rollouts`` under ``royalefleet up``)."""
+
+FLEET_SHORT_SECONDS = 300
+"""Fewer rollouts answer scrapes than the learner expects for this long: the fleet is below its
+size. Compose restarts a rollout in seconds and Prometheus finds a new one by DNS within its
+15 s refresh; a replica that is gone for good leaves DNS and its ``up`` series simply ends, so
+only a count against the expected size sees it (the learner trains on with fewer battles and
+no other rule fires)."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +59,9 @@ SERVICE_ALERTS: tuple[ServiceAlert, ...] = (
         what_to_do="under Compose, `docker compose ps` and `docker compose logs <service>`; a learner that exited 3 "
                    "was halted (runs/<run>/halted.json says why, docs/compose.md \"Resuming across an identity "
                    "drift, and after a halt\"); otherwise `docker compose up -d <service>` resumes from the newest "
-                   "checkpoint. Under `make run` the launcher stops the whole stack when the ladder or the "
-                   "checkpoint service dies (runs/<run>/logs/<service>.log says why); start it again to resume",
+                   "checkpoint. Under `make run` the launcher restarts a dead service itself and gives up (stops the "
+                   "stack, exit 1) only when one dies quickly five times in a row; runs/<run>/logs/<service>.log "
+                   "says why; start it again to resume",
     ),
     ServiceAlert(
         name="training_stalled",
@@ -63,5 +75,19 @@ SERVICE_ALERTS: tuple[ServiceAlert, ...] = (
                    "Fleet dashboard's rollout targets; start or scale rollouts (`docker compose up -d --scale "
                    "rollout=N`; under `make run` the launcher restarts a dead rollout itself, so read "
                    "runs/<run>/logs/rollout-<k>.log), or check a remote rollout host's link to the learner",
+    ),
+    ServiceAlert(
+        name="fleet_below_size",
+        expr=f'(count(up{{job="rollout"}} == 1) or vector(0)) < max({EXPECTED_ROLLOUTS_METRIC})',
+        for_seconds=FLEET_SHORT_SECONDS,
+        summary="only {{ $value }} rollout(s) have answered scrapes for 5 minutes, fewer than the learner expects",
+        meaning="rollout replicas are gone (crashed out of their restarts, a host lost, scaled down) and the "
+                "learner trains on with fewer battles an iteration: its rectangle shrinks, collection per "
+                "iteration takes longer, and nothing else fires until it stalls",
+        what_to_do="`docker compose ps rollout` and `docker compose logs rollout`; bring the fleet back with "
+                   "`docker compose up -d --scale rollout=N` (N = FLEET_ROLLOUTS, which the learner exports as "
+                   f"{EXPECTED_ROLLOUTS_METRIC}); a rollout host on another machine: its `compose.rollout.yaml` "
+                   "stack and its link to the learner. A fleet meant to be smaller: set FLEET_ROLLOUTS to its size "
+                   "and recreate the learner",
     ),
 )

@@ -177,6 +177,15 @@ class ServiceTimeout(TimeoutError):
     pass
 
 
+class RequestStopped(Exception):
+    """``Client.request`` gave up waiting because the client's ``stop`` event was set (the
+    process was asked to stop: SIGTERM, Ctrl-C). Not a timeout: nothing is wrong with the peer."""
+
+
+STOP_POLL_S = 0.1
+"""How often a request with a ``stop`` event looks at it while it waits for the reply."""
+
+
 class Client:
     """A DEALER that makes request/reply calls to one ROUTER service.
 
@@ -187,8 +196,10 @@ class Client:
     LATE_KEPT = 64
 
     def __init__(self, address: str, decoder: Decoder, *, name: str, max_bytes: int | None = None,
-                 timeout_s: float = 30.0, curve: CurveClient | None = None):
-        self.address, self.name, self.timeout_s = address, name, timeout_s
+                 timeout_s: float = 30.0, curve: CurveClient | None = None, stop: threading.Event | None = None):
+        """``stop``: an event that, once set, ends any wait of ``request`` within ``STOP_POLL_S``
+        (``RequestStopped``), so a process asked to stop never sits out a dead peer's timeout."""
+        self.address, self.name, self.timeout_s, self.stop = address, name, timeout_s, stop
         self._decoder = decoder
         self._sock = connect_dealer(address, max_bytes=max_bytes, curve=curve)
         self._ids = itertools.count(int.from_bytes(os.urandom(3), "little") << 20)
@@ -226,14 +237,21 @@ class Client:
 
     def request(self, body, arrays=None, *, timeout_s: float | None = None):
         """Send ``body`` (whose ``request_id`` must be fresh) and wait for the reply with the
-        same id. Replies to older requests are kept for ``late_reply``. Raises ServiceTimeout."""
+        same id. Replies to older requests are kept for ``late_reply``. Raises ServiceTimeout, or
+        RequestStopped when the client's ``stop`` event is set meanwhile."""
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        if self.stop is not None and self.stop.is_set():
+            raise RequestStopped(f"not asking the {self.name}: stopping")
         if not send(self._sock, body, arrays):
             # A DEALER queues while the connection is pending; a refusal here means the queue
             # is full, which only a server that stopped reading can cause.
             raise ServiceTimeout(f"{self.name} at {self.address} is not accepting requests")
         while True:
             left = deadline - time.monotonic()
+            if self.stop is not None:
+                if self.stop.is_set():
+                    raise RequestStopped(f"stopped waiting for the {self.name}")
+                left = min(left, STOP_POLL_S)
             if left <= 0 or not self._sock.poll(int(left * 1000) + 1, zmq.POLLIN):
                 if time.monotonic() >= deadline:
                     raise ServiceTimeout(

@@ -170,8 +170,10 @@ def test_service_alerts_come_from_their_table_in_both_files():
     assert [(r["alert"], r["expr"], r["for"], r["labels"]) for r in prom[1]["rules"]] == [
         (a.name, a.expr, gen.duration(a.for_seconds), {"severity": "critical", "alarm": a.name})
         for a in SERVICE_ALERTS]
-    assert [a.name for a in SERVICE_ALERTS] == ["service_down", "training_stalled"]
+    assert [a.name for a in SERVICE_ALERTS] == ["service_down", "training_stalled", "fleet_below_size"]
     assert SERVICE_ALERTS[1].expr == "time() - royalefleet_learner_progress_timestamp_seconds > 1200"
+    assert SERVICE_ALERTS[2].expr == ('(count(up{job="rollout"} == 1) or vector(0)) < '
+                                      'max(royalefleet_learner_rollouts_expected)')
     # Every uid across both groups is distinct (the alarm table and this one share a namespace).
     uids = [r["uid"] for g in grafana for r in g["rules"]]
     assert len(uids) == len(set(uids)) == len(ALARMS) + len(SERVICE_ALERTS)
@@ -189,6 +191,14 @@ def test_the_learner_progress_gauge_starts_at_process_start_and_moves_with_each_
     clock[0] = 1061.5
     m.export({"run/iteration": 1})
     assert m.registry.get_sample_value("royalefleet_learner_progress_timestamp_seconds") == 1061.5
+
+
+def test_the_learner_exports_the_fleet_size_it_expects():
+    assert LearnerMetrics(None).registry.get_sample_value("royalefleet_learner_rollouts_expected") == 1.0
+    m = LearnerMetrics(None, expected_rollouts=12)
+    assert m.registry.get_sample_value("royalefleet_learner_rollouts_expected") == 12.0
+    m.export({"run/iteration": 1})  # a row does not touch it
+    assert m.registry.get_sample_value("royalefleet_learner_rollouts_expected") == 12.0
 
 
 def test_contact_point_and_policy():

@@ -5,9 +5,17 @@ once per exit. Fake children and a fake clock: no process is started."""
 
 from __future__ import annotations
 
+import errno
+import io
+import signal
+import sys
+import types
+
 import pytest
 
-from royalefleet.launcher import BACKOFF_MAX_S, QUICK_EXIT_S, Stack, ports_in_use, restart_delay
+from royalefleet import launcher
+from royalefleet.launcher import (BACKOFF_MAX_S, EXIT_GAVE_UP, GIVE_UP_QUICK_EXITS, QUICK_EXIT_S, Child, Stack,
+                                  ports_in_use, restart_delay)
 from shared.config import load_config
 
 
@@ -145,3 +153,173 @@ def test_the_evaluators_metrics_ports_are_checked_before_starting(tmp_path):
                            "services": {"evaluator_metrics_port": port}})
         busy = [b for b in ports_in_use(cfg, 0) if b.startswith("evaluator")]  # other stacks may hold the rest
     assert busy == [f"evaluator-0 metrics port {port} on 127.0.0.1"]
+
+
+# ------------------------------------------------------------------ every service supervised
+
+
+class ScriptedChild(FakeChild):
+    """A child whose exits follow a script: ``exits[k]`` is the code of its k-th run (None: it
+    stays alive), after ``polls`` calls of ``alive``. ``threads`` and ``proc.wait`` as Child's."""
+
+    def __init__(self, name: str, exits: list[int | None], polls: int = 2):
+        super().__init__(name, None)
+        self.exits, self.polls, self.threads, self.signals = list(exits), polls, [], []
+        self._left = polls
+        self.started_at = -1e9
+
+    def alive(self) -> bool:
+        if self.proc.returncode is None and self.exits and self.exits[0] is not None:
+            self._left -= 1
+            if self._left <= 0:
+                self.proc = FakeProc(self.exits.pop(0))
+        return self.proc.returncode is None
+
+    def start(self, say) -> None:
+        super().start(say)
+        self._left = self.polls
+        self.started_at = -1e9  # every run counts as a long one: restarted at once
+
+    def signal(self, sig) -> None:
+        self.signals.append(sig)
+        self.proc = FakeProc(0)
+
+
+FakeProc.wait = lambda self: self.returncode
+
+
+@pytest.fixture(autouse=True)
+def fast_watch(monkeypatch):
+    monkeypatch.setattr(launcher, "WATCH_INTERVAL_S", 0.001)
+
+
+def scripted_stack(tmp_path, scripts: dict[str, list[int | None]]):
+    cfg = load_config({"profile": "tiny", "run_name": "t", "runs_dir": str(tmp_path),
+                       "local": {"evaluators": 0, "rollouts": 1}})
+    lines: list[str] = []
+    s = Stack(cfg, say=lines.append)
+    for name in s.children:
+        s.children[name] = ScriptedChild(name, scripts.get(name, [None]))
+    return s, lines
+
+
+def test_a_dead_ladder_and_checkpoint_service_are_restarted_and_the_learner_ends_the_stack(tmp_path):
+    # The ladder is killed twice, the checkpoint service once, then the learner finishes (0).
+    s, lines = scripted_stack(tmp_path, {"ladder": [-9, -9, None], "checkpoint": [1, None]})
+    s.children["learner"] = ScriptedChild("learner", [0], polls=12)
+    assert s._watch() == 0
+    assert (s.children["ladder"].restarts, s.children["checkpoint"].restarts, s.children["learner"].restarts) == (2, 1, 0)
+    assert [x for x in lines if "restarting" in x] == [
+        "checkpoint exited (code 1); restarting it (restart 1); the learner waits for it and retries",
+        "ladder exited (code -9); restarting it (restart 1); the learner waits for it and retries",
+        "ladder exited (code -9); restarting it (restart 2); the learner waits for it and retries"]
+
+
+def test_a_crashed_learner_is_restarted_to_resume_and_a_halt_ends_the_stack_with_3(tmp_path):
+    s, lines = scripted_stack(tmp_path, {"learner": [-9, 1, 3]})
+    assert s._watch() == 3
+    assert s.children["learner"].restarts == 2
+    assert "learner exited (code -9); restarting it (restart 1); it resumes from the run's newest checkpoint" in lines
+    assert "learner exited (code 1); restarting it (restart 2); it resumes from the run's newest checkpoint" in lines
+    assert lines[-1] == ("the learner exited with code 3 (halted); last lines of "
+                         f"{s.children['learner'].log_path}:\nTraceback: boom")
+
+
+@pytest.mark.parametrize("code", [0, 2, 3])
+def test_the_learners_final_codes_end_the_stack_with_that_code_and_no_restart(tmp_path, code):
+    s, _ = scripted_stack(tmp_path, {"learner": [code]})
+    assert s._watch() == code and s.children["learner"].restarts == 0
+
+
+def test_a_crash_looping_ladder_makes_the_stack_give_up_and_exit_non_zero(tmp_path):
+    s, lines = scripted_stack(tmp_path, {})
+    clock = [1000.0]
+    c = FakeChild("ladder", 1, clock)  # exits 1 s after each start
+    c.started_at = clock[0] - 1.0
+    step = lambda: s._restart_policy(c, True, "", on_restart="R", on_left_down="", on_refused="",  # noqa: E731
+                                     give_up_after=GIVE_UP_QUICK_EXITS, now=clock[0])
+    for k in range(1, GIVE_UP_QUICK_EXITS):
+        assert step() == "waiting"
+        clock[0] += restart_delay(k)
+        assert step() == "restarted"
+        clock[0] += 1.0
+        c.proc = FakeProc(1)
+    assert step() == "gave_up" and step() == "down"
+    assert c.restarts == c.starts == GIVE_UP_QUICK_EXITS - 1
+    assert lines[-1].startswith(f"ladder exited (code 1) 1 s after starting, its {GIVE_UP_QUICK_EXITS}th quick exit "
+                                "in a row: it is not restarted again")
+    # The whole stack: it gives up, stops the learner and exits EXIT_GAVE_UP.
+    s, lines = scripted_stack(tmp_path, {"checkpoint": [2]})
+    assert s._watch() == EXIT_GAVE_UP
+    assert signal.SIGTERM in s.children["learner"].signals
+    assert lines[-1] == f"the stack gives up: checkpoint refused its config; stopping every service (exit {EXIT_GAVE_UP})"
+
+
+# ------------------------------------------------------------------ a log that cannot be written
+
+
+class FlakyLog:
+    """A log file that refuses its first ``refuse`` writes with ENOSPC, as a full disk does."""
+
+    def __init__(self, refuse: int):
+        self.refuse, self.data = refuse, b""
+
+    def write(self, b: bytes) -> int:
+        if self.refuse:
+            self.refuse -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.data += b
+        return len(b)
+
+    def close(self) -> None:
+        pass
+
+
+def pump(child: Child, log, lines: list[bytes]) -> list[str]:
+    said: list[str] = []
+    proc = types.SimpleNamespace(stdout=io.BytesIO(b"".join(lines)))
+    child._pump(proc, log, said.append)
+    return said
+
+
+def test_a_log_that_refuses_bytes_sends_the_lines_to_the_terminal_and_the_pump_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(launcher, "LOG_RETRY_S", 0.0)  # try the file again at every line
+    child = Child("ladder", {}, "/logs/ladder.log", echo=False)
+    log = FlakyLog(refuse=3)
+    said = pump(child, log, [b"one\n", b"two\n", b"three\n", b"four\n", b"five\n"])
+    assert said == [
+        "launcher: cannot write /logs/ladder.log (No space left on device); ladder's output goes to this terminal "
+        "until the file takes bytes again",
+        "[ladder] one", "[ladder] two", "[ladder] three",
+        "launcher: /logs/ladder.log takes bytes again (3 line(s) of ladder went only to this terminal)"]
+    assert log.data == (b"\n[launcher: 3 line(s) missing here: the file refused them (No space left on device); "
+                        b"they went to the terminal]\nfour\nfive\n")
+    assert child.tail() == "one\ntwo\nthree\nfour\nfive"
+
+
+def test_the_learners_lines_reach_the_terminal_once_with_a_full_disk_and_a_failing_terminal(tmp_path):
+    child = Child("learner", {}, "/logs/learner.log", echo=True)
+    said = pump(child, FlakyLog(refuse=10**6), [f"it {k}\n".encode() for k in range(1, 6)])
+    assert said[1:] == [f"it {k}" for k in range(1, 6)]  # echoed once each, no [learner] copy
+    assert child.lines_not_logged == 5
+
+    def broken(text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    proc = types.SimpleNamespace(stdout=io.BytesIO(b"a\nb\n"))
+    child._pump(proc, FlakyLog(refuse=10**6), broken)  # a print that fails does not end the pump
+    assert child.tail(2) == "a\nb"
+
+
+def test_a_real_child_writing_to_dev_full_is_drained_to_its_end(tmp_path):
+    """/dev/full refuses every write with ENOSPC: the child's 20,000 lines (far more than a
+    pipe holds) are all read, so it is never blocked, and it exits 0."""
+    child = Child("rollout-0", {}, "/dev/full", echo=False)
+    child.command = lambda: [sys.executable, "-c", "for k in range(20000): print('line', k)"]
+    said: list[str] = []
+    child.start(said.append)
+    assert child.proc.wait(timeout=60) == 0
+    for t in child.threads:
+        t.join(timeout=10)
+    assert said[0].startswith("launcher: cannot write /dev/full (No space left on device)")
+    assert said[1:] == [f"[rollout-0] line {k}" for k in range(20000)]

@@ -132,7 +132,7 @@ def test_torn_row_fallback_and_corrupt_checkpoints_on_a_real_stack(tmp_path):
     (run / "metrics.jsonl").write_bytes(first + second[: len(second) // 2] + third)
     _corrupt(run / "checkpoints" / "00000003")
 
-    up, code = run_to_exit(cfg, "--iterations", "1", timeout=240)
+    up, code = run_to_exit(cfg, "--iterations", "3", timeout=240)  # a total: resumed at 2, iteration 3 again
     assert code == 0, up.tail()
     said = [s for s in up.lines if "skipped a newer checkpoint that does not verify" in s]  # item 6: the fallback
     assert said and "00000003: actor/model.safetensors: sha256" in said[0], up.tail()

@@ -106,7 +106,7 @@ def test_a_halt_alarm_stops_the_run_with_a_checkpoint_and_a_bundle(tmp_path):
     doc = json.loads(cfg_path.read_text())
     doc["alarms"]["disabled"] = ["noop_collapse_severe"]
     cfg_path.write_text(json.dumps(doc))
-    cleared, code = run_to_exit(cfg_path, "--iterations", "1", "--clear-halt", timeout=240)
+    cleared, code = run_to_exit(cfg_path, "--iterations", "2", "--clear-halt", timeout=240)
     assert code == 0, cleared.tail(20)
     assert any("clearing the halt of run 'default' at iteration 1" in line for line in cleared.lines)
     assert [r["run/iteration"] for r in read_rows(run)] == [1, 2]

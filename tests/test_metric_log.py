@@ -93,7 +93,7 @@ def test_a_resume_from_an_older_checkpoint_purges_the_rows_past_it_and_trains_th
     actor = run / "checkpoints" / "00000003" / "actor" / "model.safetensors"
     actor.write_bytes(actor.read_bytes()[:-8] + b"\x00" * 8)
 
-    again, code = run_to_exit(cfg, "--iterations", "1", timeout=300)
+    again, code = run_to_exit(cfg, "--iterations", "3", timeout=300)  # a total: resumed at 2, one more
     assert code == 0, again.tail()
     out = "\n".join(again.lines)
     assert "resumed iteration 2 " in out, again.tail()

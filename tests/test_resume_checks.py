@@ -98,7 +98,7 @@ def test_a_resume_across_an_identity_change_is_refused_unless_drift_is_allowed(t
     assert "algo_digest" in text and "--allow-identity-drift" in text
     assert len(read_rows(runs / "default")) == 1  # nothing trained on top of the refused checkpoint
 
-    drift = Up(changed, "--iterations", "1", "--allow-identity-drift")
+    drift = Up(changed, "--iterations", "2", "--allow-identity-drift")
     assert drift.wait_exit(240) == 0, "\n".join(drift.lines[-20:])
     rows = read_rows(runs / "default")
     assert rows[-1]["run/iteration"] == 2 and rows[-1]["run/resumed_with_drift"] == 1

@@ -140,7 +140,7 @@ def test_ctrl_c_writes_a_checkpoint_leaves_no_process_and_the_next_up_resumes(tm
     index = json.loads((run / "checkpoints" / "index.json").read_text())
     assert index["entries"][-1]["iteration"] == last  # the checkpoint is the last row's state
 
-    again = Up(cfg, "--iterations", "1")
+    again = Up(cfg, "--iterations", str(last + 1))  # a total: one more
     try:
         assert again.wait_exit(240) == 0
     finally:
@@ -185,3 +185,30 @@ def test_a_rollout_whose_learner_is_gone_exits_promptly_on_sigterm(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_killed_ladder_and_learner_are_restarted_and_the_run_stops_at_its_total(tmp_path):
+    """Issue 12 item 14: a dead ladder no longer ends the stack (exit 0, the run cut short); it
+    is restarted, and so is a killed learner, which resumes from its checkpoint and stops at the
+    run's total of --iterations, not that many more."""
+    cfg = tiny_config(tmp_path / "runs")
+    up = Up(cfg, "--iterations", "5")
+    try:
+        up.wait_for(lambda s: s.startswith("it    2 "), 240, "iteration 2")
+        ladder = [pid for pid, cmd in up.children().items() if "services.ladder" in cmd]
+        os.kill(ladder[0], signal.SIGKILL)
+        up.wait_for(lambda s: s.startswith("ladder exited (code -9)"), 30, "the ladder's restart")
+        up.wait_for(lambda s: s.startswith("learner: checkpoint of iteration 3 written"), 240, "checkpoint 3")
+        learner = [pid for pid, cmd in up.children().items() if "services.learner" in cmd]
+        os.kill(learner[0], signal.SIGKILL)
+        assert up.wait_exit(300) == 0, up.tail()
+    finally:
+        if up.proc.poll() is None:
+            up.kill()
+    out = "\n".join(up.lines)
+    assert "restarting it" in out.split("ladder exited (code -9)", 1)[1].split("\n", 1)[0]
+    assert "learner exited (code -9)" in out and "it resumes from the run's newest checkpoint" in out
+    assert "learner: resumed iteration 3 " in out
+    rows = read_rows(tmp_path / "runs" / "default")
+    assert [r["run/iteration"] for r in rows] == [1, 2, 3, 4, 5]  # the total: not 5 more after the resume
+    assert not up.children()

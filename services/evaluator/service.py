@@ -13,7 +13,8 @@ Loop (docs/protocol.md, "Evaluation jobs"):
    log. A report that gets no Ack is sent again (a job is idempotent: the same job id gives the
    same records, and the ladder writes a job's records once).
 
-Nothing waits forever; SIGTERM/SIGINT stop it between two games (a job cut short is not
+Nothing waits forever; SIGTERM/SIGINT stop it between two games, and end any wait for the
+ladder or the checkpoint service within ``transport.STOP_POLL_S`` (a job cut short is not
 reported and the ladder hands it out again after its deadline). Exports
 ``royalefleet_evaluator_games_played_total`` and friends on /metrics.
 """
@@ -85,11 +86,12 @@ class Evaluator:
         max_bytes = cfg.services.max_message_mb << 20
         timeout = cfg.services.request_timeout_s
         curve = transport.curve_client_keys()
-        self.ladder = transport.Client(ladder, Decoder(FromLadder), name="ladder", max_bytes=max_bytes,
-                                       timeout_s=timeout, curve=curve)
-        self.ckpt = transport.Client(checkpoint, Decoder(FromCheckpoint), name="checkpoint service",
-                                     max_bytes=max_bytes, timeout_s=timeout, curve=curve)
         self.stop = threading.Event()
+        # Every request waits on ``stop`` too: SIGTERM ends a wait on a dead ladder at once.
+        self.ladder = transport.Client(ladder, Decoder(FromLadder), name="ladder", max_bytes=max_bytes,
+                                       timeout_s=timeout, curve=curve, stop=self.stop)
+        self.ckpt = transport.Client(checkpoint, Decoder(FromCheckpoint), name="checkpoint service",
+                                     max_bytes=max_bytes, timeout_s=timeout, curve=curve, stop=self.stop)
         self.seed_set = eval_seed_set(cfg.master_seed, cfg.ladder.pool.eval_seed_count)
         self._env = None
         self._facts = None
@@ -218,7 +220,7 @@ class Evaluator:
         while not self.stop.is_set():
             try:
                 wait = self.step()
-            except Stopped:
+            except (Stopped, transport.RequestStopped):
                 break
             if wait:
                 self.stop.wait(wait)

@@ -15,11 +15,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from shared.codec import WIRE_REFUSALS
 from shared.messages import PROTOCOL_REFUSALS
 from shared.metric_schema import SCHEMA, prometheus_name, schema_key
-from shared.service_alerts import PROGRESS_METRIC
+from shared.service_alerts import EXPECTED_ROLLOUTS_METRIC, PROGRESS_METRIC
 
 
 class LearnerMetrics:
-    def __init__(self, port: int | None, host: str = "127.0.0.1"):
+    def __init__(self, port: int | None, host: str = "127.0.0.1", expected_rollouts: int = 1):
         self.registry = r = CollectorRegistry()
         self.refused = Counter("royalefleet_learner_messages_refused", "Messages refused by the learner (hello: a Hello whose engine or sizes it cannot serve)",
                                ["reason"], registry=r)
@@ -43,6 +43,10 @@ class LearnerMetrics:
         self.progress = Gauge(PROGRESS_METRIC, "Unix time of this process's last metric row, or of its start "
                               "before the first [s]", registry=r)
         self.progress.set(time.time())
+        # What the fleet_below_size alert compares the scraped rollouts with (shared/service_alerts.py).
+        self.rollouts_expected = Gauge(EXPECTED_ROLLOUTS_METRIC, "Rollouts this learner was started to expect "
+                                       "(--min-rollouts: FLEET_ROLLOUTS under Compose)", registry=r)
+        self.rollouts_expected.set(expected_rollouts)
         self._gauges: dict[str, Gauge] = {}
         self._present: set[tuple[str, tuple]] = set()
         if port:

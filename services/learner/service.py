@@ -177,7 +177,7 @@ class Learner:
         self.lr_backoff = LrBackoff(cfg.ppo.lr_backoff)
         self.closed = False
 
-        self.metrics = LearnerMetrics(metrics_port, metrics_host)
+        self.metrics = LearnerMetrics(metrics_port, metrics_host, expected_rollouts=self.min_rollouts)
         self.alarms = AlarmMonitor(cfg.alarms, self.metrics.registry, run_dir=self.run_dir, say=say)
         self.sock = transport.bind_router(bind, max_bytes=cfg.services.max_message_mb << 20,
                                           curve=transport.curve_server_keys())
@@ -841,11 +841,14 @@ class Learner:
             return 3
         self.resume()
         self._load_held()
-        done = 0
+        # iterations_limit is the run's total, not this process's count: a learner restarted
+        # after a crash (by the launcher or Compose) or resumed by hand stops at the same row.
+        if 0 < self.iterations_limit <= self.iteration:
+            self.say(f"learner: the run is at iteration {self.iteration}, and --iterations {self.iterations_limit} "
+                     "is the run's total: nothing to train (pass a larger total to go on)")
         try:
-            while not self.stopping and (self.iterations_limit <= 0 or done < self.iterations_limit):
+            while not self.stopping and (self.iterations_limit <= 0 or self.iteration < self.iterations_limit):
                 self.run_iteration()
-                done += 1
             # An operator halt that lands between two iterations ends the loop without a
             # StopRequested; it is a halt all the same.
             if self.halt_reason is not None:
@@ -1082,7 +1085,8 @@ def main(argv=None) -> int:
     p.add_argument("--metrics-host", default=env("ROYALEFLEET_METRICS_HOST", "127.0.0.1"),
                    help="address /metrics listens on [ROYALEFLEET_METRICS_HOST] (default %(default)s)")
     p.add_argument("--iterations", type=int, default=int(env("ROYALEFLEET_ITERATIONS", "0")),
-                   help="stop after this many iterations, 0 = run until stopped [ROYALEFLEET_ITERATIONS]")
+                   help="stop once the run has reached this iteration (a total over every resume and restart), "
+                   "0 = run until stopped [ROYALEFLEET_ITERATIONS]")
     p.add_argument("--min-rollouts", type=int, default=int(env("ROYALEFLEET_MIN_ROLLOUTS", "1")),
                    help="rollouts the first iteration waits for (up to 120 s) [ROYALEFLEET_MIN_ROLLOUTS] (default %(default)s)")
     p.add_argument("--halt-port", type=int, default=int(env("ROYALEFLEET_HALT_PORT", "-1")),

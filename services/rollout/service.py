@@ -121,7 +121,11 @@ class RolloutService:
                 if a.battle in mine:
                     shard.table[(a.battle, a.ordinal)] = a
             current = {b.battle_id: b.ordinal for b in shard.battles}
-            shard.table = {k: v for k, v in shard.table.items() if k[0] in mine and k[1] > current.get(k[0], -1) - 1}
+            # A battle restarted at an ordinal keeps the assignments from that ordinal on, even
+            # below where it stands here: a learner resumed from a checkpoint restarts this
+            # rollout's battles at the checkpoint's ordinals, which it may have played past.
+            floor = {b: r if r >= 0 else current.get(b, -1) for b, r in zip(ids, msg.restart_ordinals[lo : lo + per])}
+            shard.table = {k: v for k, v in shard.table.items() if k[0] in mine and k[1] >= floor.get(k[0], -1)}
             shard.set_gamma(msg.gamma)
             shard.start(ids, msg.restart_ordinals[lo : lo + per])
         if msg.fresh:
