@@ -204,6 +204,41 @@ def _rolled_back(root: Path, iteration: int) -> bool:
 
 # ------------------------------------------------------------------------- the command
 
+
+def replay_training_episode(cfg, lines, number: int, rec, args, out, err) -> int:
+    """A training episode (royalefleet/replay_training.py): replayed, verified and written, or
+    refused naming the players and iterations that cannot be reproduced."""
+    from royalegym.replay import ReplayRecorder
+
+    from royalefleet.replay_training import NotReplayable, replay
+    from shared.replays import replays_dir, write_game
+
+    root = Path(cfg.runs_dir) / cfg.run_name
+    recorder = ReplayRecorder(frame_every_tick=not args.per_decision)
+    try:
+        problems = replay(cfg, lines, rec, root, recorder)
+    except NotReplayable as exc:
+        print(f"royalefleet replay: line {number}: {exc}", file=err)
+        return 2
+    blue, red = (rec.player, rec.opponent) if rec.seat == "blue" else (rec.opponent, rec.player)
+    target = args.out or replays_dir(cfg.runs_dir, cfg.run_name) / "replayed"
+    stem = f"it{rec.iteration}-battle{rec.battle}-ordinal{rec.ordinal}"
+    try:
+        trace_path, html = write_game(target, stem, recorder.trace,
+                                      title=f"replay: {blue} (blue) vs {red} (red), {rec.role} episode, battle "
+                                      f"{rec.battle} ordinal {rec.ordinal}, ended in iteration {rec.iteration}")
+    except OSError as exc:
+        print(f"royalefleet replay: cannot write to {target}: {exc}", file=err)
+        return 2
+    out.write(f"wrote {trace_path} and {html}\n")
+    if problems:
+        out.write("\n".join(f"DIFFERS  {p}" for p in problems) + "\n")
+        out.write(f"replay of line {number} differs from the logged records (first diverging decision first)\n")
+        return 1
+    out.write(f"verified: line {number} replays to the logged records, every inferred decision's action "
+              f"included ({len(recorder.trace.steps)} decisions)\n")
+    return 0
+
 COMPARED = ("outcome", "episode_steps", "episode_ticks", "own_crowns", "enemy_crowns", "cards_played")
 
 
@@ -233,8 +268,7 @@ def cmd_replay(args, out=None) -> int:
     rec = line.record
     out.write(f"line {number}: {_describe(rec)}\n")
     if rec.role != EVAL_ROLE:
-        print(f"royalefleet replay: line {number}: {training_refusal(cfg, rec)}", file=err)
-        return 2
+        return replay_training_episode(cfg, lines, number, rec, args, out, err)
 
     job, seed_index, side = rec.iteration, rec.battle, rec.ordinal
     blue, red = (rec.player, rec.opponent) if rec.seat == "blue" else (rec.opponent, rec.player)

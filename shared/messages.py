@@ -119,6 +119,44 @@ class Assignment(Struct, array_like=True, forbid_unknown_fields=True, frozen=Tru
     learner_seat: int
 
 
+class DecisionSpan(Struct, array_like=True, frozen=True):
+    """A run of consecutive decisions of one episode inside one iteration (learner-stamped,
+    ``services/learner/provenance.py``): decisions ``first_cycle .. first_cycle + decisions - 1``
+    of ``iteration``'s rectangle, the battle at column ``position`` of that iteration's slot
+    order (seat ``s`` is slot ``2 * position + s``), the learner's actor weights of that
+    iteration being ``actor_digest`` (sha256[:16] of ``actor/model.safetensors`` as a
+    checkpoint stores them)."""
+
+    iteration: int
+    first_cycle: int
+    decisions: int
+    position: int
+    actor_digest: str
+
+
+class InferredChoice(Struct, array_like=True, frozen=True):
+    """One decision of a centrally inferred seat (the learner or a frozen snapshot) with more
+    than the no-op legal: decision ``decision`` of the episode (0-based) was row ``index`` of
+    a forward batch of ``batch`` rows and played ``action``. Forced decisions (the no-op only)
+    are not listed: their action is 0 and no forward ran. A CPU forward rounds a row
+    differently with its batch size and place in the batch (never with the other rows'
+    contents; docs/watching.md), so an exact replay needs both."""
+
+    decision: int
+    batch: int
+    index: int
+    action: int
+
+
+class EpisodeProvenance(Struct, kw_only=True):
+    """Where an episode's decisions were taken (learner-stamped): what ``royalefleet replay``
+    needs to play its learner and frozen seats again exactly. ``choices`` are this record's
+    seat's, empty for a scripted seat."""
+
+    spans: list[DecisionSpan]
+    choices: list[InferredChoice] = []
+
+
 class EpisodeRecord(Struct, forbid_unknown_fields=True, kw_only=True):
     """One seat's finished episode. The terminal scalars are copied from the environment's
     final info (RoyaleGym computes them; a second implementation would be a second answer)."""
@@ -149,6 +187,9 @@ class EpisodeRecord(Struct, forbid_unknown_fields=True, kw_only=True):
     """Signed episode sum of each reward term (weighted), from the final info."""
     reward_terms_abs: dict[str, float] = {}
     """Episode sum of |F_t| of each reward term (weighted): how loud each term was."""
+    provenance: EpisodeProvenance | None = None
+    """Set by the learner for a training episode whose every decision it saw (None in logs
+    written before it existed, and for evaluation games): see ``EpisodeProvenance``."""
 
 
 # ----------------------------------------------------------------- rollout -> learner

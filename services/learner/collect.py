@@ -29,6 +29,7 @@ import zmq
 from services.learner.admission import HelloLimits
 from services.learner.fleet import Fleet, Member, SlotMap
 from services.learner.frozen import FrozenStats
+from services.learner.provenance import ProvenanceTracker
 from services.learner.rectangle import Rectangle
 from shared import transport
 from shared.codec import WIRE_CODECS, WIRE_RAW, WIRE_ZSTD, RowDecompressor, WireError, decompress_round
@@ -86,6 +87,8 @@ class Collector:
         self.refused_count = 0
         self.on_states = None
         """(member, BattleStates | StatesSet) -> None: services/learner/battle_states.py."""
+        self.provenance = ProvenanceTracker()
+        """Stamps finished episodes with where their decisions were taken (royalefleet replay)."""
 
     # ------------------------------------------------------------------ messages
 
@@ -187,6 +190,7 @@ class Collector:
         play the no-op, counted as ``no_actors``."""
         T = rect.T
         stats = CollectStats()
+        self.provenance.begin(iteration, policy.model.actor)
         self.refused_count = 0
         expected: dict[tuple[str, int], int] = {}
         deadline: dict[tuple[str, int], float] = {}
@@ -260,6 +264,7 @@ class Collector:
             positions = slots[::2] // 2
             for b, o in zip(slot_map.battle_ids[positions], arrays["ordinal"][::2]):
                 self.fleet.ordinal[int(b)] = int(o)
+            self.provenance.stamp(body.episodes)
             for ep in body.episodes:
                 ep.iteration = iteration
             stats.episodes.extend(body.episodes)
@@ -285,11 +290,18 @@ class Collector:
             rect.acted[c, learner] = True
             out = np.zeros(len(slots), np.int16)
             out[group == GROUP_LEARNER] = actions
+            inferred = [(learner, rect.n_legal[c, learner], actions, None)]
             if len(frozen_slots):
                 local = np.flatnonzero((group >= 0) & (group != GROUP_LEARNER))
+                frozen_legal = rect.legal_counts(frozen_rows)
                 out[local] = self._play_frozen(frozen, stats.frozen, slot_map.battle_ids[frozen_slots // 2],
-                                               arrays["ordinal"][local], frozen_rows, rect.legal_counts(frozen_rows),
+                                               arrays["ordinal"][local], frozen_rows, frozen_legal,
                                                frozen_u_for(c)[frozen_slots])
+                inferred.append((frozen_slots, frozen_legal, out[local],
+                                 [snapshot_of(a.opponent) if a is not None else None
+                                  for a in (self.fleet.assignment(int(b), int(o)) for b, o in
+                                            zip(slot_map.battle_ids[frozen_slots // 2], arrays["ordinal"][local]))]))
+            self.provenance.observe(c, slot_map.battle_ids, slots, arrays["ordinal"], member.fresh and c == 0, inferred)
             if not self._send(member.identity, Step(iteration=iteration, cycle=c, shard=body.shard), {"actions": out}):
                 self.say(f"could not send a step to {member.label()}")
 
