@@ -20,15 +20,19 @@ What can be re-simulated, and what is said instead:
   it decision by decision and the FIRST diverging decision is printed (its tick, both seats'
   commands there, the state hash), and the recorded trace is also re-simulated on this engine
   (``royalegym.replay.verify_trace``). A difference is never hidden: exit 1.
-* A **training episode** (roles mirror, pool, scripted) had the learner on at least one seat. Its
-  actions were sampled centrally from uniforms addressed by (iteration, cycle, slot) of the
-  iteration's rectangle (stream ``act/iteration/{i}/cycle/{t}``), from the learner's weights of
-  each iteration the episode spanned. The result log records the iteration the episode finished
-  in, not the cycle and slot of each decision, and a checkpoint holds the weights of only every
-  ``checkpoint.every_iterations``-th iteration, so the learner's seat cannot be reproduced and
-  replay refuses, naming the seat, the iteration, whether a checkpoint of it exists, and whether
-  the iteration was rolled back by a resume (its weights then no longer exist anywhere). It
-  never substitutes other weights. Exit 2.
+* A **training episode** (roles mirror, pool, scripted) is re-simulated from its battle and
+  ordinal with the players its assignment seated (royalefleet/replay_training.py): the learner
+  seat with the weights of each iteration its decisions were taken in (the checkpoint of the
+  iteration before, matched to the record by the actor's digest; iteration 1's initial weights
+  are rebuilt), a pool seat with its snapshot, a scripted seat on its stream; each inferred
+  decision in a batch of its recorded size at its recorded index, on the same uniform of the
+  same named stream. Every inferred decision's action must equal the record's (the learner
+  stamps them, ``EpisodeRecord.provenance``), and the outcome, steps, ticks, crowns and cards of
+  both seats the logged ones; the first diverging decision is printed. An episode whose
+  weights are not kept (no checkpoint of that iteration, an iteration rolled back by a resume,
+  another device class) or whose record carries no provenance (a log written before it existed)
+  is refused, naming each seat, player and iteration that cannot be reproduced. Other weights
+  are never stood in. Exit 2.
 
 Exit 0: verified; 1: a difference (printed); 2: the episode cannot be replayed (said why).
 """
@@ -49,8 +53,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "replay", help="re-simulate an episode of the result log with the same players, verify it, write it as HTML",
         description="Re-simulate one evaluation game of a run's result log from its job, seed and side with the "
         "same players, check the logged records (and the recorded trace when there is one), and write the trace "
-        "and its HTML page. A training episode is refused with the reason (the learner's seat cannot be "
-        "reproduced; docs/watching.md). Exit 0 verified, 1 a difference (the first diverging decision is printed), "
+        "and its HTML page. A training episode is replayed with the learner's weights of each iteration it spanned "
+        "(from the checkpoints) and checked decision by decision, or refused naming the players that cannot be "
+        "reproduced (docs/watching.md). Exit 0 verified, 1 a difference (the first diverging decision is printed), "
         "2 not replayable.")
     rp.add_argument("run", help="the run's name (its folder under runs_dir)")
     rp.add_argument("episode", nargs="?", type=int, help="line number in <run>/ladder/results.jsonl (1-based)")
@@ -150,56 +155,6 @@ def _describe(r) -> str:
     what = f"job {r.iteration}" if r.role == "eval" else f"iteration {r.iteration}"
     return (f"{r.role} {what}, battle {r.battle} ordinal {r.ordinal}, {r.seat} {r.player} vs {r.opponent}, "
             f"outcome {r.outcome:+d}, {r.episode_steps} decisions")
-
-
-# ------------------------------------------------------------------------- training episodes
-
-
-def training_refusal(cfg, record) -> str:
-    """Why a training episode's learner seat cannot be reproduced (module docstring), with what
-    the run folder says about that iteration."""
-    from services.checkpoint.store import CheckpointStore
-
-    root = Path(cfg.runs_dir) / cfg.run_name
-    seats = [s for s, p in ((record.seat, record.player), ("red" if record.seat == "blue" else "blue",
-                                                           record.opponent)) if p == "learner"]
-    it = record.iteration
-    facts = []
-    if _rolled_back(root, it):
-        facts.append(f"iteration {it} was rolled back by a resume (its metric row is in metrics.purged.jsonl): the "
-                     "weights that played it no longer exist anywhere")
-    else:
-        try:
-            have = {e.iteration for e in CheckpointStore(root / "checkpoints").list_entries() if e.ok}
-        except (OSError, ValueError):
-            have = set()
-        facts.append(f"a checkpoint of iteration {it} " + ("exists" if it in have else "does not exist")
-                     + (f" (checkpoints: {', '.join(map(str, sorted(have)))})" if have else ""))
-    return (f"cannot replay this {record.role} episode: the learner held {' and '.join(seats)} "
-            f"({'both seats' if len(seats) == 2 else 'one seat'}). Its actions were sampled from the uniforms of "
-            f"(iteration, cycle, slot) of each iteration's rectangle with that iteration's weights, and the result log "
-            f"records only the iteration the episode ended in ({it}), not where each of its {record.episode_steps} "
-            f"decisions sat, nor the earlier iterations it may have begun in; " + "; ".join(facts)
-            + f". The opponent {record.opponent if record.player == 'learner' else record.player} alone would be "
-            "reproducible, the learner's seat is not, and replay does not stand other weights in for it. Evaluation "
-            "games (role eval) replay exactly: royalefleet play / eval play snapshots the same way.")
-
-
-def _rolled_back(root: Path, iteration: int) -> bool:
-    path = root / "metrics.purged.jsonl"
-    if not path.exists():
-        return False
-    try:
-        for raw in path.read_bytes().splitlines():
-            try:
-                row = msgspec.json.decode(raw)
-            except msgspec.DecodeError:
-                continue
-            if isinstance(row, dict) and row.get("iteration") == iteration:
-                return True
-    except OSError:
-        return False
-    return False
 
 
 # ------------------------------------------------------------------------- the command

@@ -266,7 +266,9 @@ def test_replay_with_another_snapshot_diverges_at_the_first_decision_the_two_dis
            "recorded " in out
 
 
-def test_replay_refuses_a_training_episode_and_says_why(tmp_path, capsys):
+def test_replay_refuses_a_training_episode_without_provenance_and_says_why(tmp_path, capsys):
+    """A result log written before the learner stamped provenance (or an episode it did not see
+    whole): the seats the learner or a snapshot held cannot be reproduced, and replay says which."""
     from royalefleet.cli import main
     from services.ladder.results import ResultLog
     from shared.messages import EpisodeRecord
@@ -279,18 +281,16 @@ def test_replay_refuses_a_training_episode_and_says_why(tmp_path, capsys):
 
     ResultLog.for_run(tmp_path, "r").append([rec(4, "blue", "learner", RAND, "scripted"),
                                             rec(6, "red", "learner", "learner", "mirror")])
-    (tmp_path / "r" / "metrics.purged.jsonl").write_text(json.dumps({"iteration": 6}) + "\n")
     base = ["replay", "r", "--runs-dir", str(tmp_path), "--profile", "tiny"]
     assert main(base[:2] + ["1"] + base[2:]) == 2
     err = capsys.readouterr().err
-    assert "line 1: cannot replay this scripted episode: the learner held blue (one seat)" in err
-    assert "a checkpoint of iteration 4 does not exist" in err
-    assert f"The opponent {RAND} alone would be reproducible, the learner's seat is not" in err
+    assert "line 1: cannot reproduce blue (learner): its record carries no provenance (written by a learner that " \
+           "did not stamp it, or one that did not see every decision of the episode): where its decisions were " \
+           "taken is unknown. The episode spanned iteration(s) unknown; replay does not stand other weights in" in err
     assert main(base[:2] + ["--battle", "3", "--ordinal", "7", "--seat", "red"] + base[2:]) == 2
     err = capsys.readouterr().err
-    assert "the learner held red and blue (both seats)" in err
-    assert "iteration 6 was rolled back by a resume (its metric row is in metrics.purged.jsonl): the weights that " \
-           "played it no longer exist anywhere" in err
+    assert "cannot reproduce blue (learner): its record is not in the result log: where its decisions were taken " \
+           "is unknown; red (learner): its record carries no provenance" in err
     assert main(base[:2] + ["--battle", "3", "--ordinal", "7"] + base[2:]) == 2
     assert "2 records have battle 3 ordinal 7; give the line number" in capsys.readouterr().err
     assert main(base[:2] + ["9"] + base[2:]) == 2
