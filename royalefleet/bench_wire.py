@@ -37,6 +37,17 @@ PLAY_NOOP_PROBS = (0.0, 0.9)
 ROUNDS = 200
 
 
+
+def _step_all(envs, obs: list, player, rng) -> None:
+    """One decision in every battle, both seats by ``player``; an ended battle starts a new
+    episode. ``obs`` (one dict of both seats' observations per battle) is updated in place."""
+    for i, env in enumerate(envs):
+        acts = {s: player.act(obs[i][s], obs[i][s]["action_mask"], rng) for s in ("blue", "red")}
+        o, _, term, trunc, _ = env.step(acts)
+        if term["blue"] or trunc["blue"]:
+            o, _ = env.reset(seed=int(rng.integers(2**62)))
+        obs[i] = o
+
 def real_rounds(cfg: RunConfig, codec, noop_prob: float, n_rounds: int = ROUNDS, seed: int = 7) -> list[dict]:
     """``n_rounds`` codec-1 round arrays of one shard of real battles, both seats played by
     ``RandomLegalOpponent(noop_prob)``."""
@@ -60,12 +71,7 @@ def real_rounds(cfg: RunConfig, codec, noop_prob: float, n_rounds: int = ROUNDS,
             "truncated": np.zeros(n, np.uint8), "deploy_status": np.full(n, -1, np.int8),
             "final_slots": np.zeros(0, np.int16), "final_rows": rows[:0],
         })
-        for i, env in enumerate(envs):
-            acts = {s: player.act(obs[i][s], obs[i][s]["action_mask"], rng) for s in ("blue", "red")}
-            o, _, term, trunc, _ = env.step(acts)
-            if term["blue"] or trunc["blue"]:
-                o, _ = env.reset(seed=int(rng.integers(2**62)))
-            obs[i] = o
+        _step_all(envs, obs, player, rng)
     return rounds
 
 
@@ -149,12 +155,7 @@ def rollout_rate(cfg: RunConfig, codec, n_rounds: int = ROUNDS, seed: int = 11) 
     for k in range(2 * n_rounds):
         wire = 1 + k % 2
         t0, c0 = time.perf_counter(), time.thread_time()
-        for i, env in enumerate(envs):
-            acts = {s: player.act(obs[i][s], obs[i][s]["action_mask"], rng) for s in ("blue", "red")}
-            o, _, term, trunc, _ = env.step(acts)
-            if term["blue"] or trunc["blue"]:
-                o, _ = env.reset(seed=int(rng.integers(2**62)))
-            obs[i] = o
+        _step_all(envs, obs, player, rng)
         packed, _, _ = codec.pack_many([o[s] for o in obs for s in ("blue", "red")])
         if wire == 2:
             compress_round({"rows": packed, "final_rows": packed[:0]}, comp)
