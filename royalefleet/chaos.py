@@ -23,6 +23,8 @@ that must hold whatever the timing.
 
 from __future__ import annotations
 
+import argparse
+
 import json
 import os
 import random
@@ -712,7 +714,8 @@ def describe(f: Figures) -> str:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("chaos", help="run a tiny stack under SIGKILLs, faults and hostile messages, and check it held",
-                       description=__doc__.split("\n\n")[1].replace("\n", " "))
+                       description="\n\n".join(__doc__.split("\n\n")[1:3]).replace("``", ""),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seed", type=int, default=1, help="draws the schedule (default 1)")
     p.add_argument("--kills", type=int, default=12, help="SIGKILLs at least, over every service (default 12)")
     p.add_argument("--faults", default="default",

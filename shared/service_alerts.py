@@ -58,7 +58,7 @@ SERVICE_ALERTS: tuple[ServiceAlert, ...] = (
                 "one of them training stops",
         what_to_do="under Compose, `docker compose ps` and `docker compose logs <service>`; a learner that exited 3 "
                    "was halted (runs/<run>/halted.json says why, docs/compose.md \"Resuming across an identity "
-                   "drift, and after a halt\"); otherwise `docker compose up -d <service>` resumes from the newest "
+                   "drift, after a halt, and over corrupt checkpoints\"); otherwise `docker compose up -d <service>` resumes from the newest "
                    "checkpoint. Under `make run` the launcher restarts a dead service itself and gives up (stops the "
                    "stack, exit 1) only when one dies quickly five times in a row; runs/<run>/logs/<service>.log "
                    "says why; start it again to resume",
