@@ -294,13 +294,10 @@ class Collector:
             if len(frozen_slots):
                 local = np.flatnonzero((group >= 0) & (group != GROUP_LEARNER))
                 frozen_legal = rect.legal_counts(frozen_rows)
-                out[local] = self._play_frozen(frozen, stats.frozen, slot_map.battle_ids[frozen_slots // 2],
-                                               arrays["ordinal"][local], frozen_rows, frozen_legal,
-                                               frozen_u_for(c)[frozen_slots])
-                inferred.append((frozen_slots, frozen_legal, out[local],
-                                 [snapshot_of(a.opponent) if a is not None else None
-                                  for a in (self.fleet.assignment(int(b), int(o)) for b, o in
-                                            zip(slot_map.battle_ids[frozen_slots // 2], arrays["ordinal"][local]))]))
+                out[local], snapshot_ids = self._play_frozen(
+                    frozen, stats.frozen, slot_map.battle_ids[frozen_slots // 2], arrays["ordinal"][local],
+                    frozen_rows, frozen_legal, frozen_u_for(c)[frozen_slots])
+                inferred.append((frozen_slots, frozen_legal, out[local], snapshot_ids))
             self.provenance.observe(c, slot_map.battle_ids, slots, arrays["ordinal"], member.fresh and c == 0, inferred)
             if not self._send(member.identity, Step(iteration=iteration, cycle=c, shard=body.shard), {"actions": out}):
                 self.say(f"could not send a step to {member.label()}")
@@ -337,9 +334,10 @@ class Collector:
 
 
     def _play_frozen(self, frozen, fstats: FrozenStats, battles: np.ndarray, ordinals: np.ndarray, rows: np.ndarray,
-                     n_legal: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+                     n_legal: np.ndarray, uniforms: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
         """Actions (B,) of frozen seats: each by the snapshot of its battle's assignment at its
-        ordinal; the no-op (counted by reason, its episode tainted) when that cannot play."""
+        ordinal; the no-op (counted by reason, its episode tainted) when that cannot play.
+        Returns the actions and each seat's snapshot id (None: no assignment)."""
         t0 = time.perf_counter()
         ids = []
         for b, o in zip(battles, ordinals):
@@ -354,7 +352,7 @@ class Collector:
                 fstats.noop(reason, int(b), int(o))
         fstats.rows += len(rows)
         fstats.seconds += time.perf_counter() - t0
-        return actions
+        return actions, ids
 
 
 def _cycle0_arrays(arrays: dict) -> dict:

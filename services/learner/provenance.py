@@ -34,25 +34,47 @@ def actor_digest(actor) -> str:
     return hashlib.sha256(module_to_bytes(actor)).hexdigest()[:16]
 
 
-def choice_batches(n_legal: np.ndarray, groups: list | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(batch size, index in batch) of each row as ``shared.nn.policy.Policy.act`` forwards them:
+def forwarded_rows(n_legal: np.ndarray, groups: list | None = None) -> list[tuple[int, int, int]]:
+    """(row, batch size, index in batch) of each row ``shared.nn.policy.Policy.act`` forwards:
     rows with more than the no-op legal (``n_legal > 1``), in row order, one batch per group
     (``groups[i]``: the snapshot id of row ``i``, as ``FrozenActors.play`` groups them; None:
-    one batch). Rows that are not forwarded get (0, -1)."""
+    one batch). Python over the forwarded rows only: most rounds forward none or a few."""
+    rows = np.flatnonzero(np.asarray(n_legal) > 1).tolist()
+    if groups is None:
+        return [(i, len(rows), k) for k, i in enumerate(rows)]
+    size: dict = {}
+    for i in rows:
+        size[groups[i]] = size.get(groups[i], 0) + 1
+    seen: dict = {}
+    out = []
+    for i in rows:
+        k = seen[groups[i]] = seen.get(groups[i], -1) + 1
+        out.append((i, size[groups[i]], k))
+    return out
+
+
+def choice_batches(n_legal: np.ndarray, groups: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``forwarded_rows`` as arrays over all rows: (batch size, index in batch), int64 (n,);
+    rows that are not forwarded get (0, -1)."""
     n = len(n_legal)
     batch, index = np.zeros(n, np.int64), np.full(n, -1, np.int64)
-    keys = [None] * n if groups is None else list(groups)
-    for key in dict.fromkeys(keys):
-        rows = [i for i in range(n) if keys[i] == key and n_legal[i] > 1]
-        for k, i in enumerate(rows):
-            batch[i], index[i] = len(rows), k
+    for i, size, k in forwarded_rows(n_legal, groups):
+        batch[i], index[i] = size, k
     return batch, index
+
+
+_GAP = 10**9
+"""A span's decision count where the tracker missed decisions: no record's count matches it."""
 
 
 @dataclass
 class _InFlight:
     ordinal: int
     spans: list = field(default_factory=list)
+    """[iteration, first cycle, decisions, position, actor digest] per span, mutable while the
+    episode runs (built into ``DecisionSpan``s once, when it is stamped)."""
+    decisions: int = 0
+    """Decisions seen so far (the spans' sum)."""
     choices: tuple = field(default_factory=lambda: ([], []))
 
 
@@ -73,11 +95,12 @@ class ProvenanceTracker:
         """Give each finished ``EpisodeRecord`` its provenance, when every decision was seen."""
         for ep in episodes:
             f = self.battles.get(ep.battle)
-            if f is None or f.ordinal != ep.ordinal or sum(s.decisions for s in f.spans) != ep.episode_steps:
+            if f is None or f.ordinal != ep.ordinal or f.decisions != ep.episode_steps:
                 self.unstamped += 1
                 continue
             seat = 0 if ep.seat == "blue" else 1
-            ep.provenance = EpisodeProvenance(spans=list(f.spans), choices=list(f.choices[seat]))
+            ep.provenance = EpisodeProvenance(spans=[DecisionSpan(*s) for s in f.spans],
+                                              choices=list(f.choices[seat]))
 
     def observe(self, cycle: int, battle_ids: np.ndarray, slots: np.ndarray, ordinals: np.ndarray, restarted: bool,
                 inferred: list[tuple[np.ndarray, np.ndarray, np.ndarray, list | None]]) -> None:
@@ -85,30 +108,27 @@ class ProvenanceTracker:
         slot order; ``slots`` the shard's global slots (local slot ``2 * i + seat``); ``ordinals``
         per local slot; ``restarted``: the shard's battles were (re)started for this round
         (a fresh member's cycle 0). ``inferred``: per forward kind (the learner's rows, the
-        frozen rows), (global slots, legal counts, actions, snapshot id per row or None)."""
-        for i in range(len(slots) // 2):
-            position = int(slots[2 * i]) // 2
-            b, k = int(battle_ids[position]), int(ordinals[2 * i])
+        frozen rows), (global slots, legal counts, actions, snapshot id per row or None).
+        On the per-round path: one pass over the shard's battles, plain ints, no structs."""
+        positions = slots[::2] // 2
+        it = self.iteration
+        for position, b, k in zip(positions.tolist(), battle_ids[positions].tolist(), ordinals[::2].tolist()):
             f = self.battles.get(b)
             if f is None or f.ordinal != k or restarted:
                 f = self.battles[b] = _InFlight(k)
             last = f.spans[-1] if f.spans else None
-            if last is not None and last.iteration == self.iteration and last.position == position \
-                    and last.first_cycle + last.decisions == cycle:
-                f.spans[-1] = DecisionSpan(last.iteration, last.first_cycle, last.decisions + 1, position, self.digest)
+            if last is not None and last[0] == it and last[3] == position and last[1] + last[2] == cycle:
+                last[2] += 1
+                f.decisions += 1
             elif last is None or cycle == 0:
-                f.spans.append(DecisionSpan(self.iteration, cycle, 1, position, self.digest))
+                f.spans.append([it, cycle, 1, position, self.digest])
+                f.decisions += 1
             else:  # a gap: decisions this tracker did not see; the episode cannot be stamped
-                f.spans.append(DecisionSpan(self.iteration, cycle, 10**9, position, self.digest))
+                f.spans.append([it, cycle, _GAP, position, self.digest])
+                f.decisions += _GAP
         for gslots, n_legal, actions, groups in inferred:
-            if not len(gslots):
-                continue
-            batch, index = choice_batches(np.asarray(n_legal), groups)
-            for s, bsz, idx, a in zip(gslots, batch, index, actions):
-                if bsz == 0:
-                    continue
-                position, seat = int(s) // 2, int(s) % 2
-                f = self.battles.get(int(battle_ids[position]))
+            for i, size, k in forwarded_rows(n_legal, groups):
+                s = int(gslots[i])
+                f = self.battles.get(int(battle_ids[s // 2]))
                 if f is not None:
-                    decision = sum(sp.decisions for sp in f.spans) - 1
-                    f.choices[seat].append(InferredChoice(decision, int(bsz), int(idx), int(a)))
+                    f.choices[s % 2].append(InferredChoice(f.decisions - 1, size, k, int(actions[i])))
