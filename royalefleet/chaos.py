@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from royalefleet.procfs import children_of
+
 KINDS = ("checkpoint", "ladder", "learner", "rollout", "evaluator")
 ROLLOUTS = 2
 EVALUATORS = 1
@@ -127,20 +129,12 @@ class Chaos:
     def children(self) -> dict[int, str]:
         """pid -> service kind of the launcher's live children."""
         out = {}
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
+        for pid, (state, argv) in children_of(self.proc.pid).items():
+            if state == "Z":
                 continue
-            try:
-                stat = (d / "stat").read_text()
-                fields = stat.rsplit(")", 1)[1].split()
-                if int(fields[1]) != self.proc.pid or fields[0] == "Z":
-                    continue
-                cmd = (d / "cmdline").read_bytes().split(b"\0")
-            except (OSError, ValueError, IndexError):
-                continue
-            for part in cmd:
+            for part in argv:
                 if part.startswith(b"services."):
-                    out[int(d.name)] = part.decode().split(".")[1]
+                    out[pid] = part.decode().split(".")[1]
         return out
 
     def pids(self, kind: str) -> list[int]:

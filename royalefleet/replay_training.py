@@ -56,7 +56,10 @@ def siblings(lines, rec) -> dict[str, object]:
 
 
 def _purged_iterations(root: Path) -> set[int]:
-    path = root / "metrics.purged.jsonl"
+    """Iterations whose metric rows a resume moved out (their weights are not kept)."""
+    from services.learner.metric_log import PURGED_NAME
+
+    path = root / PURGED_NAME
     out: set[int] = set()
     if not path.exists():
         return out

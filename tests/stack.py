@@ -13,6 +13,8 @@ from pathlib import Path
 
 import msgspec
 
+from royalefleet.procfs import children_of
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -107,18 +109,7 @@ class Up:
 
     def children(self) -> dict[int, str]:
         """pid -> command line of the launcher's direct children."""
-        out = {}
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                stat = (d / "stat").read_text()
-                ppid = int(stat.rsplit(")", 1)[1].split()[1])
-                if ppid == self.proc.pid:
-                    out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except (OSError, ValueError, IndexError):
-                continue
-        return out
+        return {pid: b" ".join(argv).decode() for pid, (_, argv) in children_of(self.proc.pid).items()}
 
     def interrupt(self) -> None:
         self.proc.send_signal(signal.SIGINT)

@@ -29,6 +29,7 @@ import numpy as np
 from services.learner import checkpointing, metric_log
 from services.learner.admission import HelloLimits, plan_size
 from services.learner.battle_states import BattleStateBook
+from services.learner.episode_courier import EpisodeCourier
 from services.learner.halt import HALTED_FILE, mark_halted, read_halt_mark
 from services.learner.fleet import Fleet
 from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots
@@ -40,8 +41,8 @@ from shared.config import ConfigError, RunConfig, config_differences, dump_confi
 from shared.identity import action_digest_of, compute_identity, describe_device, identity_differences, run_id
 from shared.matchmaking import plan_assignments, role_counts
 from shared.messages import (
-    Ack, AdmitCandidate, Admitted, Decoder, EpisodeRecord, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan,
-    PlanReply, PlanRequest, ReportEpisodes, SaveCheckpoint, Saved, SaveSnapshot, SnapshotSaved, ToLearner, Welcome,
+    AdmitCandidate, Admitted, Decoder, FromCheckpoint, FromLadder, Loaded, LoadLatest, NotFound, Plan,
+    PlanReply, PlanRequest, SaveCheckpoint, Saved, SaveSnapshot, SnapshotSaved, ToLearner, Welcome,
     snapshot_of,
 )
 from shared.schedules import value_at
@@ -54,15 +55,6 @@ STARTUP_WAIT_S = 120.0
 
 JOIN_WAIT_S = 30.0
 """The longest a boundary waits for a registered rollout that is still building its battles."""
-
-
-HELD_EPISODES = "episodes.held.jsonl"
-"""``<run>/episodes.held.jsonl``: episode reports the ladder has not acknowledged, one batch a line."""
-
-
-class HeldBatch(msgspec.Struct, forbid_unknown_fields=True):
-    iteration: int
-    episodes: list[EpisodeRecord]
 
 
 class StopRequested(Exception):
@@ -185,6 +177,7 @@ class Learner:
                                        timeout_s=cfg.services.request_timeout_s,
                                        curve=transport.curve_client_keys())
         self.ladder_status = LadderStatusPoller(self.ladder, cfg.run_name, cfg.services.ladder_status_timeout_s, say)
+        self.courier = EpisodeCourier(self.ladder, cfg.run_name, self.run_dir, say)  # exactly once, held if unanswered
         self.ckpt_token = checkpoint_token()  # shared/writer_token.py: only this run's learner writes
         self.ckpt = transport.Client(checkpoint, Decoder(FromCheckpoint), name="checkpoint service",
                                      max_bytes=cfg.services.max_message_mb << 20,
@@ -202,8 +195,6 @@ class Learner:
         self.halt_reason: str | None = None
         self.ladder_silent = False
         """The ladder left the last plan request unanswered (``_request_plan``)."""
-        self.unreported: list[list] = []
-        """[request id or None, iteration, episodes]: reports the ladder has not acknowledged."""
         self.halt_endpoint = None
         token = os.environ.get("ROYALEFLEET_HALT_TOKEN", "")
         if token and halt_port:
@@ -514,84 +505,10 @@ class Learner:
         return reply
 
     def _deliver_episodes(self, episodes: list, iteration: int) -> None:
-        """Hand ``episodes`` (and every batch still held) to the ladder's result log, oldest
-        first. A batch whose report timed out is held with its request id: its Ack may still
-        come (a stopped ladder serves it when it runs again, ``Client.late_reply``); it is sent
-        again only once the ladder has answered a later request without acking it (then it was
-        lost on the way, e.g. the ladder restarted), so a batch is written once. A refusal
-        (Error) is said and not retried: the same records would be refused again."""
-        if episodes:
-            self.unreported.append([None, iteration, episodes])
-        self._send_held()
-        self._persist_held()
-
-    def _send_held(self) -> None:
-        timeout = self.cfg.services.ladder_status_timeout_s if self.ladder_silent else None
-        while self.unreported:
-            batch = self.unreported[0]
-            rid, it, eps = batch
-            if rid is not None:
-                late = self.ladder.late_reply(rid)
-                if late is None and not self.ladder.answered_after(rid):
-                    return  # perhaps still queued at a stopped ladder: wait for its answer
-                if late is not None:
-                    self._episodes_answered(late, it, eps)
-                    self.unreported.pop(0)
-                    continue
-            batch[0] = rid = self.ladder.next_id()
-            try:
-                reply, _ = self.ladder.request(ReportEpisodes(request_id=rid, run_name=self.cfg.run_name, episodes=eps),
-                                               timeout_s=timeout)
-            except transport.ServiceTimeout as exc:
-                held = sum(len(b[2]) for b in self.unreported)
-                self.say(f"learner: episode report of iteration {it} not acknowledged ({exc}); {held} episode(s) "
-                         "held until the ladder answers")
-                return
-            self._episodes_answered(reply, it, eps)
-            self.unreported.pop(0)
-            timeout = None
-
-    def _persist_held(self) -> None:
-        """Keep the held batches in ``<run>/episodes.held.jsonl`` (replaced atomically; removed
-        when none is held), so a learner that stops or is killed while the ladder is away
-        delivers them after its restart (``_load_held``)."""
-        from shared.durable import replace_file
-
-        path = os.path.join(self.run_dir, HELD_EPISODES)
-        try:
-            if self.unreported:
-                replace_file(path, b"".join(msgspec.json.encode({"iteration": it, "episodes": eps}) + b"\n"
-                                            for _, it, eps in self.unreported))
-            elif os.path.exists(path):
-                os.remove(path)
-        except OSError as exc:
-            self.say(f"learner: {path} not written ({exc}); the held episodes are in memory only")
-
-    def _load_held(self) -> None:
-        """Take the batches a previous process held (``_persist_held``) to send first."""
-        path = os.path.join(self.run_dir, HELD_EPISODES)
-        try:
-            with open(path, "rb") as fh:
-                lines = fh.read().splitlines()
-        except FileNotFoundError:
-            return
-        for n, line in enumerate(lines, 1):
-            try:
-                batch = msgspec.json.decode(line, type=HeldBatch)
-            except msgspec.DecodeError as exc:
-                self.say(f"learner: line {n} of {path} set aside, it does not decode: {exc}")
-                continue
-            self.unreported.append([None, batch.iteration, batch.episodes])
-        self.say(f"learner: {sum(len(b[2]) for b in self.unreported)} episode(s) held by an earlier process "
-                 f"({path}) go to the ladder with the next report")
-
-    def _episodes_answered(self, reply, iteration: int, episodes: list) -> None:
-        if isinstance(reply, Ack):
-            if iteration != self.iteration:
-                self.say(f"learner: the ladder took the {len(episodes)} held episode(s) of iteration {iteration}")
-        else:
-            self.say(f"learner: the ladder refused the episode report of iteration {iteration}: "
-                     f"{getattr(reply, 'reason', reply)}")
+        """Episodes to the result log (services/learner/episode_courier.py), with the short
+        status timeout while the ladder is silent."""
+        self.courier.deliver(episodes, iteration,
+                             self.cfg.services.ladder_status_timeout_s if self.ladder_silent else None)
 
     def wait_for_rollouts(self) -> list:
         """Block (handling messages) until a rollout is registered; before the first iteration,
@@ -758,7 +675,6 @@ class Learner:
             row["run/inference_precision"] = inference_precision
         if n_train:
             row["run/train_precision"] = self.model.last_precision.get("critic", "fp32")
-        if n_train:
             row["ppo/advantage_mean"] = float(adv[trainable].mean())
             row["ppo/return_mean"] = float(ret[trainable].mean())
         row.update(update_stats)
@@ -775,7 +691,7 @@ class Learner:
         # Episodes to the ladder's result log; the checkpoint snapshot of this row's state.
         t0 = time.perf_counter()
         self._deliver_episodes(reported, it)
-        row["health/episodes_held"] = sum(len(b[2]) for b in self.unreported)
+        row["health/episodes_held"] = self.courier.held()
         row.update(self.ladder_status.poll())  # ladder/ keys; absent when the ladder does not answer
         self.battle_states.gather(self.collector, members, it, cfg.rollout.round_timeout_s)
         row.update(self.battle_states.row_keys())
@@ -816,9 +732,8 @@ class Learner:
         return row
 
     def _write_row(self, row: dict) -> tuple[bytes, bool]:
-        """Append ``row`` to metrics.jsonl, export and print it; returns (the encoded line,
+        """Append ``row`` (plain: ``metric_log.plain_row``) to metrics.jsonl, export and print it; returns (the encoded line,
         whether the file took it). A disk that refuses (OSError) is said, not raised."""
-        row = metric_log.plain_row(row)
         line = msgspec.json.encode(row) + b"\n"
         written = True
         try:
@@ -840,7 +755,7 @@ class Learner:
                 self.halt_endpoint.close()
             return 3
         self.resume()
-        self._load_held()
+        self.courier.load()
         # iterations_limit is the run's total, not this process's count: a learner restarted
         # after a crash (by the launcher or Compose) or resumed by hand stops at the same row.
         if 0 < self.iterations_limit <= self.iteration:
@@ -913,7 +828,7 @@ class Learner:
         self.closed = True
         if self.halt_endpoint is not None:
             self.halt_endpoint.close()
-        if self.unreported:  # one more try; what stays held is in episodes.held.jsonl for the next start
+        if self.courier.batches:  # one more try; what stays held is in episodes.held.jsonl for the next start
             self._deliver_episodes([], self.iteration)
         if save and self.snapshot is not None and self.saved_iteration < self.snapshot.iteration:
             self._save(self.snapshot)
