@@ -7,6 +7,12 @@ document names a profile and overrides what it likes on top (``load_config``). E
 problem in a document is reported at once (``ConfigError.problems``), before any process
 starts.
 
+Every field carries its documentation as the string literal on the line below it: its unit,
+what it changes, anything about its range the type cannot say. ``royalefleet config --explain
+[FIELD]`` prints it beside what the code says (type and range, defaults per profile, whether the
+field is in the run identity; shared/config_docs.py), and tests/test_config_docs.py names any
+field without one.
+
 Defaults follow the reference harness (RoyaleLearn 0.5.20, ``python -m royalelearn config``)
 where it has the setting; where we differ the field's comment says why.
 """

@@ -111,3 +111,21 @@ def test_an_unknown_field_is_refused_naming_close_matches(capsys):
         config_docs.lookup("rollout.batles")
     with pytest.raises(config_docs.UnknownField, match=r"'zzz': no such field \("):
         config_docs.lookup("zzz")
+
+
+def test_what_a_docstring_says_about_the_identity_is_what_the_identity_does():
+    """A field or section whose docstring says it is not in the run identity moves no identity
+    field (every field under a section included); one that says it is in it moves one."""
+    every = config_docs.fields()
+    claims = 0
+    for f in every:
+        text = " ".join(f.doc.split()).lower()
+        under = [g for g in every if not g.section and (g.path == f.path or g.path.startswith(f.path + "."))]
+        if "never part of the run identity" in text or "not part of the run identity" in text:
+            claims += 1
+            moved = {g.path: config_docs.identity_fields(g.path) for g in under}
+            assert not any(moved.values()), f"{f.path}: its docstring says not in the run identity, but {moved}"
+        elif text.startswith("in the run identity") or ". in the run identity" in text:
+            claims += 1
+            assert config_docs.identity_fields(f.path), f"{f.path}: its docstring says in the run identity"
+    assert claims >= 5  # checkpoint, checkpoint.max_failed_saves, alarms, evaluation, services.wire_codec
