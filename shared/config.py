@@ -72,6 +72,14 @@ class EnvConfig(_Cfg):
     episode, shuffled independently: a fixed-deck curriculum, like the reference's SeatDecks
     with one deck for both sides. Names are checked against the engine's catalogue when the
     first battle is built."""
+    ability_buttons: bool = False
+    """Give the action parser the engine's ability buttons (RoyaleGym
+    ``TileActionParser(ability_buttons=True)``): the action space grows by the engine's
+    ``n_buttons`` (3 on RoyaleSim), action ``n_grid_actions + k`` pressing button k (a hero's
+    or a champion's ability), scored by the actor's button head. Off (the default), a champion
+    plays as a plain troop and its ability is never offered. In the run identity through the
+    action digest (which records ``n_buttons``), not the env digest, so a run without buttons
+    keeps the identity it had before this field existed."""
 
 
 class RolloutConfig(_Cfg):

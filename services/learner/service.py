@@ -29,6 +29,7 @@ import numpy as np
 from services.learner import checkpointing, metric_log
 from services.learner.admission import HelloLimits, plan_size
 from services.learner.battle_states import BattleStateBook
+from services.learner.buttons import button_metrics
 from services.learner.episode_courier import EpisodeCourier
 from services.learner.halt import HALTED_FILE, mark_halted, read_halt_mark
 from services.learner.fleet import Fleet
@@ -867,12 +868,14 @@ def choice_metrics(rect: Rectangle, trainable: np.ndarray) -> dict:
 def play_metrics(rect: Rectangle, pf, T: int) -> dict:
     """Where the learner plays: ``policy/tile_top1_share`` (share of its card plays on its most
     used tile: tile spam) and ``policy/card_tile_top10_share`` (share on its ten most used
-    (card, tile) pairs: an exploited artefact). Absent when it played no card."""
-    acted = rect.acted & (rect.actions > 0)
+    (card, tile) pairs: an exploited artefact). Absent when it played no card. With ability
+    buttons, ``policy/button_presses`` counts its presses (services/learner/buttons.py)."""
+    spec = pf.spec
+    out = button_metrics(rect, spec)
+    acted = rect.acted & (rect.actions > 0) & ~spec.is_button(rect.actions)
     t_idx, r_idx = np.nonzero(acted)
     if not len(t_idx):
-        return {}
-    spec = pf.spec
+        return out
     tiles_per_slot = spec.height * spec.width
     a = rect.actions[t_idx, r_idx] - 1
     hand_slot, tile = a // tiles_per_slot, a % tiles_per_slot
@@ -882,7 +885,7 @@ def play_metrics(rect: Rectangle, pf, T: int) -> dict:
     card = hand[np.arange(len(a)), hand_slot].argmax(axis=1)
     _, tile_counts = np.unique(tile, return_counts=True)
     _, pair_counts = np.unique(card * tiles_per_slot + tile, return_counts=True)
-    return {
+    return out | {
         "policy/tile_top1_share": float(tile_counts.max() / len(a)),
         "policy/card_tile_top10_share": float(np.sort(pair_counts)[::-1][:10].sum() / len(a)),
         "policy/cards_played": int(len(a)),
