@@ -82,6 +82,17 @@ class EnvConfig(_Cfg):
     keeps the identity it had before this field existed."""
 
 
+class ObsConfig(_Cfg):
+    """What the policy sees beyond the environment's own observation."""
+
+    frame_stack: Annotated[int, Meta(ge=1, le=16)] = 1
+    """Decisions the trunk sees at once, 1 to 16: 1 (the default) is the current observation
+    only; k > 1 widens the trunk's input with the spatial planes and the per-slot mask planes
+    of the seat's previous k - 1 decisions (shared/nn/frame_stack.py), gathered from the rows
+    already stored, never stored k times. History before the episode's first decision is
+    zeros. In the run identity (``frame_stack`` and the arch digest)."""
+
+
 class RolloutConfig(_Cfg):
     """The shape of one rollout service and how long the learner waits for it."""
 
@@ -413,6 +424,7 @@ class RunConfig(_Cfg):
     runs_dir: str = "runs"
     master_seed: NonNegInt = 20260921
     env: EnvConfig = msgspec.field(default_factory=EnvConfig)
+    obs: ObsConfig = msgspec.field(default_factory=ObsConfig)
     rollout: RolloutConfig = msgspec.field(default_factory=RolloutConfig)
     local: LocalConfig = msgspec.field(default_factory=LocalConfig)
     net: NetConfig = msgspec.field(default_factory=NetConfig)

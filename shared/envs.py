@@ -42,6 +42,11 @@ class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=Tru
     hand_slots: int
     decision_ms: int
     n_buttons: int = 0
+    frame_stack: int = 1
+    """Decisions the trunk sees at once (``obs.frame_stack``): the one fact here that is the
+    run's, not the environment's, set by ``shared.preflight.run_preflight`` so that every
+    network built from the spec (learner, frozen seats, evaluators, replay) has the run's
+    input width. Encoded only when not 1."""
 
     @property
     def n_grid_actions(self) -> int:

@@ -20,8 +20,9 @@ env_spec_digest        the env config by value (decision clock, truncation, rewa
                        weights, deck); ``env.ability_buttons`` is in action_digest instead
 obs_digest,            what the policy sees and can do (read off the built env; the
 action_digest          action digest holds the ability buttons' count, ``n_buttons``)
-frame_stack            the trunk's input width
-arch_digest            the network (NetConfig without the device and the autocast setting)
+frame_stack            the trunk's input width (``obs.frame_stack``)
+arch_digest            the network (NetConfig without the device and the autocast setting,
+                       with obs.frame_stack when it is not 1)
 codec_version,         how a row is stored (the table) and sent (``services.wire_codec``: 1
 codec_table_digest     packed rows, 2 zstd frames; shared/codec.py). Codec 2 is lossless, so
                        it cannot change a number; it is in the identity all the same so that
@@ -90,7 +91,10 @@ def config_digests(cfg: RunConfig) -> dict[str, str]:
         # ability_buttons is recorded by the action digest (n_buttons), where it changes what
         # the policy can do; left out here so a run without buttons keeps its old identity
         "env_spec_digest": digest(_without(cfg.env, "ability_buttons")),
-        "arch_digest": digest(_without(cfg.net, "device", "autocast")),
+        # frame_stack widens the trunk's input; recorded only when stacking, so a run without
+        # it keeps the arch digest it had before the field existed
+        "arch_digest": digest(_without(cfg.net, "device", "autocast")
+                              | ({"frame_stack": cfg.obs.frame_stack} if cfg.obs.frame_stack != 1 else {})),
         "algo_digest": digest({"ppo": cfg.ppo, "advantage": cfg.advantage, "autocast": cfg.net.autocast}),
         "rollout_digest": digest({"battles": cfg.rollout.battles, "shards": cfg.rollout.shards,
                                   "local_rollouts": cfg.local.rollouts,
@@ -125,7 +129,7 @@ def compute_identity(cfg: RunConfig, *, engine: EngineBuild, obs_digest: str, ac
         engine=engine,
         obs_digest=obs_digest,
         action_digest=action_digest,
-        frame_stack=1,
+        frame_stack=cfg.obs.frame_stack,
         codec_version=cfg.services.wire_codec,
         codec_table_digest=codec_table_digest,
         **config_digests(cfg),

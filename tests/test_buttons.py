@@ -44,7 +44,7 @@ def test_the_spec_reads_the_engines_buttons_and_a_spec_without_them_keeps_its_di
     plain = obs_spec(build_env(EnvConfig()))
     assert (plain.n_buttons, plain.n_actions) == (0, GRID)
     # n_buttons is not encoded when 0: the digest is the one of the fields that existed before
-    fields = {f: getattr(plain, f) for f in plain.__struct_fields__ if f != "n_buttons"}
+    fields = {f: getattr(plain, f) for f in plain.__struct_fields__ if f not in ("n_buttons", "frame_stack")}
     assert b"n_buttons" not in msgspec.json.encode(plain)
     assert plain.digest() == __import__("hashlib").sha256(msgspec.json.encode(fields)).hexdigest()[:16]
 
@@ -205,3 +205,32 @@ def test_button_presses_are_counted_over_the_learners_acted_cells():
     rect.deploy_status[1, 0] = 15  # ABILITY_NOT_READY
     assert button_metrics(rect, SPEC) == {"policy/button_presses": 5, "policy/button_presses_accepted": 4}
     assert button_metrics(rect, GRID_SPEC) == {}
+
+
+# ----------------------------------------------------------------------------- a real run
+
+
+@pytest.mark.slow
+def test_an_ability_card_run_trains_plays_the_pool_and_replays(tmp_path):
+    """Two iterations of the tiny stack with the champion deck and the buttons on, a pool
+    candidate admitted after the first (so iteration 2 has frozen seats played by a snapshot
+    with the button head): both rows carry the press counts, and a learner episode of iteration
+    2 replays to its logged record, every inferred decision's action included."""
+    from royalefleet.cli import main
+    from services.ladder.results import ResultLog
+    from tests.stack import run_to_exit, tiny_config
+
+    cfg = tiny_config(tmp_path / "runs", env={"max_steps": 12, "ability_buttons": True, "deck": list(CHAMPION_DECK)},
+                      ladder={"pool": {"candidate_every_env_steps": 100}}, checkpoint={"every_iterations": 1})
+    up, code = run_to_exit(cfg, "--rollouts", "1", "--iterations", "2", timeout=300)
+    assert code == 0, up.tail()
+    rows = [json.loads(s) for s in (tmp_path / "runs" / "default" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["run/iteration"] for r in rows] == [1, 2]
+    for r in rows:
+        assert isinstance(r["policy/button_presses"], int) and 0 <= r["policy/button_presses_accepted"] <= r["policy/button_presses"]
+    lines = ResultLog.for_run(tmp_path / "runs", "default").read().lines
+    assert any(line.record.opponent.startswith("snap:") for line in lines)  # a frozen seat played
+    n = next(i for i, line in enumerate(lines, start=1)
+             if line.record.player == "learner" and line.record.provenance.spans[0].iteration == 2)
+    argv = ["replay", "default", str(n), "--config", str(cfg), "--per-decision", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0

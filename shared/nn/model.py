@@ -24,7 +24,9 @@ The two networks share no parameter, so the learner gives each its own Adam and 
 loss can be backpropagated once (the entropy gradient into the critic is exactly zero).
 
 Observation batch ("obs"): a dict of tensors on the model's device,
-``spatial`` (B, C_planes, H, W) float32, ``vector`` (B, V) float32 and ``mask`` (B, A) bool
+``spatial`` (B, C_planes, H, W) float32, ``vector`` (B, V) float32, ``mask`` (B, A) bool, and
+with frame stacking (``spec.frame_stack`` k > 1) ``history`` (B, (k-1) (C_planes + hand_slots),
+H, W) float32 (``shared.nn.frame_stack.history_planes``),
 with A = 1 + hand_slots * H * W + n_buttons and ``mask[:, 0]`` (the no-op) True on every row.
 """
 
@@ -131,8 +133,10 @@ def coordinate_planes(spec: ObsSpec, *, device, dtype=torch.float32) -> torch.Te
 
 
 def board_input_channels(spec: ObsSpec, net: NetConfig) -> int:
-    """Stem input channels: planes + per-slot mask planes + 2 coordinates + vector embedding."""
-    return len(spec.plane_names) + spec.hand_slots + 2 + net.vector_embed
+    """Stem input channels: planes + per-slot mask planes + 2 coordinates + vector embedding,
+    and with frame stacking (``spec.frame_stack`` k > 1) the previous k - 1 decisions' planes
+    and mask planes (shared/nn/frame_stack.py)."""
+    return spec.frame_stack * (len(spec.plane_names) + spec.hand_slots) + 2 + net.vector_embed
 
 
 # ----------------------------------------------------------------------------- trunk
@@ -178,7 +182,9 @@ class BoardTrunk(nn.Module):
         planes = mask_planes(mask, self.spec).to(spatial.dtype)
         coords = coordinate_planes(self.spec, device=spatial.device, dtype=spatial.dtype).expand(b, 2, h, w)
         embedded = self.vector_embed(vector)  # (B, E), broadcast over every tile
-        board = torch.cat([spatial, planes, coords, embedded[:, :, None, None].expand(-1, -1, h, w)], dim=1)
+        # the previous k - 1 decisions' planes (obs["history"], shared/nn/frame_stack.py)
+        stacked = [obs["history"].to(spatial.dtype)] if self.spec.frame_stack > 1 else []
+        board = torch.cat([spatial, planes, *stacked, coords, embedded[:, :, None, None].expand(-1, -1, h, w)], dim=1)
         x = F.relu(self.stem_norm(self.stem(board)))
         return self.blocks(x)
 
