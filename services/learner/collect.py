@@ -357,7 +357,8 @@ class Collector:
         if frozen is None:
             actions, reasons = np.zeros(len(rows), np.int64), ["no_actors"] * len(rows)
         else:
-            actions, reasons = frozen.play(ids, rows, n_legal, uniforms, history)
+            extra = () if history is None else (history,)  # frame stacking only
+            actions, reasons = frozen.play(ids, rows, n_legal, uniforms, *extra)
         for b, o, reason in zip(battles, ordinals, reasons):
             if reason is not None:
                 fstats.noop(reason, int(b), int(o))
