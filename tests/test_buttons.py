@@ -211,17 +211,21 @@ def test_button_presses_are_counted_over_the_learners_acted_cells():
 
 
 @pytest.mark.slow
-def test_an_ability_card_run_trains_plays_the_pool_and_replays(tmp_path):
-    """Two iterations of the tiny stack with the champion deck and the buttons on, a pool
-    candidate admitted after the first (so iteration 2 has frozen seats played by a snapshot
-    with the button head): both rows carry the press counts, and a learner episode of iteration
-    2 replays to its logged record, every inferred decision's action included."""
+def test_an_ability_card_run_with_frame_stacking_trains_plays_the_pool_and_replays(tmp_path):
+    """Two iterations of the tiny stack with the champion deck, the buttons on and two frames
+    stacked (obs.frame_stack, shared/nn/frame_stack.py), a pool candidate admitted after the
+    first (so iteration 2 has frozen seats played by a snapshot with the button head and its
+    own history): both rows carry the press counts, and a learner episode against the snapshot
+    replays to its logged records, every inferred decision's action of both seats included (the
+    replay rebuilds each seat's history from the episode's start, so the learner's history for
+    the learner seat and for the frozen seat must be exactly that)."""
     from royalefleet.cli import main
     from services.ladder.results import ResultLog
     from tests.stack import run_to_exit, tiny_config
 
     cfg = tiny_config(tmp_path / "runs", env={"max_steps": 12, "ability_buttons": True, "deck": list(CHAMPION_DECK)},
-                      ladder={"pool": {"candidate_every_env_steps": 100}}, checkpoint={"every_iterations": 1})
+                      obs={"frame_stack": 2}, ladder={"pool": {"candidate_every_env_steps": 100}},
+                      checkpoint={"every_iterations": 1})
     up, code = run_to_exit(cfg, "--rollouts", "1", "--iterations", "2", timeout=300)
     assert code == 0, up.tail()
     rows = [json.loads(s) for s in (tmp_path / "runs" / "default" / "metrics.jsonl").read_text().splitlines()]
@@ -230,7 +234,8 @@ def test_an_ability_card_run_trains_plays_the_pool_and_replays(tmp_path):
         assert isinstance(r["policy/button_presses"], int) and 0 <= r["policy/button_presses_accepted"] <= r["policy/button_presses"]
     lines = ResultLog.for_run(tmp_path / "runs", "default").read().lines
     assert any(line.record.opponent.startswith("snap:") for line in lines)  # a frozen seat played
+    # a learner seat against a frozen one: the replay plays both again, each with its history
     n = next(i for i, line in enumerate(lines, start=1)
-             if line.record.player == "learner" and line.record.provenance.spans[0].iteration == 2)
+             if line.record.opponent.startswith("snap:") and line.record.player == "learner")
     argv = ["replay", "default", str(n), "--config", str(cfg), "--per-decision", "--out", str(tmp_path / "out")]
     assert main(argv) == 0

@@ -158,3 +158,50 @@ def test_the_stacked_input_is_the_previous_planes_and_zeros_where_missing():
     other = dict(obs, history=torch.zeros_like(planes))
     assert not torch.equal(model.actor_logits(obs), model.actor_logits(other))
     assert not torch.equal(model.value(obs), model.value(other))
+
+
+# ----------------------------------------------------------------------------- an evaluation seat
+
+
+class _Spy:
+    """A policy that records what it was asked (frame_stack 2) and plays the no-op."""
+
+    frame_stack = 2
+
+    def __init__(self):
+        self.calls = []
+
+    def act(self, rows, n_legal, uniforms, history=None):
+        self.calls.append((rows.copy(), history))
+        return np.zeros(len(rows), np.int64), np.zeros(len(rows), np.float32)
+
+
+class _Codec:
+    row_bytes = 3
+
+    def pack_many(self, observations):
+        return np.array([[o["v"]] * 3 for o in observations], np.uint8), 0, 0
+
+
+def test_an_evaluation_seat_keeps_its_own_history_from_the_games_first_decision():
+    from services.evaluator.players import SnapshotPlayer, StackedSeat
+
+    def obs(v, n_legal):
+        mask = np.zeros(5, np.int8)
+        mask[:n_legal] = 1
+        return {"v": v, "action_mask": mask}
+
+    spy = _Spy()
+    player = SnapshotPlayer("snap:x", spy, _Codec())
+    seat, other = player.for_game(), player.for_game()
+    assert isinstance(seat, StackedSeat) and seat is not other
+    rng = np.random.default_rng(0)
+    seat.act(obs(7, 3), rng)  # the game's first decision: no history
+    seat.act(obs(8, 1), rng)  # forced: no forward, but its row is history
+    other.act(obs(50, 2), rng)  # the other seat's history is its own
+    seat.act(obs(9, 2), rng)
+    (r0, h0), (_, h_other), (r2, h2) = spy.calls
+    assert not h0.valid.any() and not h0.rows.any() and not h_other.valid.any()
+    assert h2.valid.tolist() == [[True]] and h2.rows[0, 0].tolist() == [8, 8, 8] and r2[0].tolist() == [9, 9, 9]
+    spy.frame_stack = 1
+    assert player.for_game() is player  # without stacking a game seats the player itself
