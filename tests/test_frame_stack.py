@@ -205,3 +205,50 @@ def test_an_evaluation_seat_keeps_its_own_history_from_the_games_first_decision(
     assert h2.valid.tolist() == [[True]] and h2.rows[0, 0].tolist() == [8, 8, 8] and r2[0].tolist() == [9, 9, 9]
     spy.frame_stack = 1
     assert player.for_game() is player  # without stacking a game seats the player itself
+
+
+# ----------------------------------------------------------------------------- a real episode, end to end
+
+
+@pytest.mark.slow
+def test_the_policys_stacked_input_in_a_real_episode_is_zeros_then_the_exact_previous_planes():
+    """Real rows of one battle (both seats learner-held), filed cycle by cycle as the collector
+    files them, k = 3: the Policy's ``history`` input is all zeros at the episode's first
+    decision, the previous decision's exact planes and zeros at the second, and decisions j - 1
+    and j - 2 from the third on (the codec's own expansion of the stored rows)."""
+    from royalegym import RandomLegalOpponent
+
+    from shared.config import EnvConfig
+    from shared.envs import build_env
+    from shared.nn.policy import Policy
+    from shared.preflight import run_preflight
+
+    pf = run_preflight(EnvConfig(), 3, frame_stack=3)
+    assert pf.spec.frame_stack == 3
+    model = ActorCritic(pf.spec, TINY, seed=2)
+    policy = Policy(model, pf.codec, torch.device("cpu"))
+    env, bot, rng = build_env(EnvConfig()), RandomLegalOpponent(0.5), np.random.default_rng(4)
+    T = 14
+    rect = Rectangle(T, 2, pf.codec.row_bytes, pf.codec.omask)
+    fh = FrameHistory(3, pf.codec.row_bytes)
+    fh.begin(rect, np.array([0]))
+    obs, _ = env.reset(seed=9)
+    tick, c, hw = 0, len(pf.spec.plane_names), (pf.spec.height, pf.spec.width)
+    for t in range(T + 1):
+        rows, _, _ = pf.codec.pack_many([obs["blue"], obs["red"]])
+        group = np.array([GROUP_LEARNER, GROUP_LEARNER], np.int8)
+        _, frozen, frozen_rows = rect.store_obs(t, np.arange(2), group, np.array([tick, tick], np.int32), rows)
+        fh.file(t, np.arange(2), group, np.array([0, 0]), frozen, frozen_rows)
+        stacked = policy.obs_batch(rect.rows[t], fh.at(t, np.arange(2)))["history"]
+        assert stacked.shape == (2, 2 * (c + pf.spec.hand_slots), *hw)
+        for j in (1, 2):
+            got = stacked[:, (j - 1) * (c + pf.spec.hand_slots) : j * (c + pf.spec.hand_slots)]
+            if t - j < 0:
+                assert torch.equal(got, torch.zeros_like(got)), (t, j)
+            else:
+                u = pf.codec.unpack(rect.rows[t - j])
+                want = np.concatenate([u["spatial"], u["mask"][:, 1:].reshape(2, pf.spec.hand_slots, *hw)], axis=1)
+                assert np.array_equal(got.numpy(), want), (t, j)
+        obs, _, term, trunc, info = env.step({s: bot.act(obs[s], obs[s]["action_mask"], rng) for s in ("blue", "red")})
+        tick = int(info["blue"]["tick"])
+        assert not (term["blue"] or trunc["blue"])
