@@ -89,9 +89,9 @@ class EnvConfig(_Cfg):
     ``TileActionParser(ability_buttons=True)``): the action space grows by the engine's
     ``n_buttons`` (3 on RoyaleSim), action ``n_grid_actions + k`` pressing button k (a hero's
     or a champion's ability), scored by the actor's button head. Off (the default), a champion
-    plays as a plain troop and its ability is never offered. In the run identity through the
-    action digest (which records ``n_buttons``), not the env digest, so a run without buttons
-    keeps the identity it had before this field existed."""
+    plays as a plain troop and its ability is never offered. In the run identity: the action
+    digest records ``n_buttons``, and the env digest records this field while it is on (left
+    out while off, so a run without buttons keeps the identity it had before it existed)."""
 
 
 class ObsConfig(_Cfg):

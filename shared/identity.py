@@ -17,7 +17,7 @@ torch_version
 engine                 the game itself: engine class, calibration and build digests, the
                        compiled binary's sha256, the card catalogue digest
 env_spec_digest        the env config by value (decision clock, truncation, reward and its
-                       weights, deck); ``env.ability_buttons`` is in action_digest instead
+                       weights, deck; ``env.ability_buttons`` only while on)
 obs_digest,            what the policy sees and can do (read off the built env; the
 action_digest          action digest holds the ability buttons' count, ``n_buttons``)
 frame_stack            the trunk's input width (``obs.frame_stack``)
@@ -88,9 +88,10 @@ def _without(struct, *names: str) -> dict:
 def config_digests(cfg: RunConfig) -> dict[str, str]:
     """The identity digests that depend on the config alone."""
     return {
-        # ability_buttons is recorded by the action digest (n_buttons), where it changes what
-        # the policy can do; left out here so a run without buttons keeps its old identity
-        "env_spec_digest": digest(_without(cfg.env, "ability_buttons")),
+        # ability_buttons is recorded by the action digest too (n_buttons), where it changes
+        # what the policy can do; left out here while off, so a run without buttons keeps the
+        # identity it had before the field existed
+        "env_spec_digest": digest(_without(cfg.env, *(() if cfg.env.ability_buttons else ("ability_buttons",)))),
         # frame_stack widens the trunk's input; recorded only when stacking, so a run without
         # it keeps the arch digest it had before the field existed
         "arch_digest": digest(_without(cfg.net, "device", "autocast")

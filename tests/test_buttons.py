@@ -49,7 +49,7 @@ def test_the_spec_reads_the_engines_buttons_and_a_spec_without_them_keeps_its_di
     assert plain.digest() == __import__("hashlib").sha256(msgspec.json.encode(fields)).hexdigest()[:16]
 
 
-def test_buttons_are_in_the_action_digest_and_the_env_digest_ignores_the_switch(button_env):
+def test_buttons_are_in_the_action_digest_and_the_env_digest_records_the_switch_only_when_on(button_env):
     plain = obs_spec(build_env(EnvConfig()))
     old = digest({"n_actions": GRID, "hand_slots": 4, "height": 32, "width": 18, "decision_ms": 500,
                   "parser": "TileActionParser"})
@@ -58,7 +58,11 @@ def test_buttons_are_in_the_action_digest_and_the_env_digest_ignores_the_switch(
     from shared.config import RunConfig
 
     on = RunConfig(env=EnvConfig(ability_buttons=True))
-    assert config_digests(on)["env_spec_digest"] == config_digests(RunConfig())["env_spec_digest"]
+    off = RunConfig()
+    assert config_digests(on)["env_spec_digest"] != config_digests(off)["env_spec_digest"]
+    # off, the digest is the one of the env fields that existed before the switch
+    old_fields = {k: v for k, v in msgspec.to_builtins(off.env).items() if k != "ability_buttons"}
+    assert config_digests(off)["env_spec_digest"] == digest(old_fields)
 
 
 def test_a_parser_the_grid_does_not_explain_is_refused_by_name(button_env):
