@@ -288,6 +288,7 @@ class Collector:
             rect.actions[c, learner] = actions
             rect.log_probs[c, learner] = log_probs
             rect.acted[c, learner] = True
+            rect.policy_lag[c, learner] = getattr(policy, "last_lag", 0)  # overlap.BehaviourPolicy says
             out = np.zeros(len(slots), np.int16)
             out[group == GROUP_LEARNER] = actions
             inferred = [(learner, rect.n_legal[c, learner], actions, None)]
