@@ -107,6 +107,12 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "ppo/forced_frac": ("fraction", "trainable rows with a single legal action"),
     "ppo/optimizer_steps": ("count", "optimizer steps this iteration"),
     "ppo/actor_optimizer_steps": ("count", "actor optimizer steps this iteration: batches holding at least one choice row (the critic steps on every batch)"),
+    "ppo/policy_lag_mean": ("updates", "mean over the trainable rows of the updates between the actor that inferred a "
+                            "row and the one it trains (rollout.overlap: 1 for rows inferred during the previous "
+                            "update by its behaviour snapshot, 0 after; always 0 without overlap)"),
+    "ppo/policy_lag_max": ("updates", "largest policy lag of a trainable row (0 or 1; never more)"),
+    "throughput/overlap_rows_frac": ("ratio", "share of the trainable rows inferred while the previous update ran "
+                                     "(rollout.overlap; 0 without it)"),
     "ppo/ratio_max_abs_dev": ("ratio", "max |ratio - 1| on the first minibatch (should be ~0)"),
     "ppo/ratio_atol": ("ratio", "the ratio tolerance of the precision the rollout and update forwards ran in (the coarser; "
                        "shared/alarms.py RATIO_ATOL: fp32 1e-4, tf32 5e-3, bf16 2e-2); ratio_invariant halts above "
