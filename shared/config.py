@@ -99,6 +99,17 @@ class RolloutConfig(_Cfg):
     use the updated actor, lag 0; never more). Only under ``determinism.tier = "throughput"``:
     refused under ``run_exact``. Not in the run identity (throughput-tier numbers are not
     reproducible anyway); each row records ``ppo/policy_lag_mean``."""
+    inference_max_batch_rows: PosInt = 1024
+    """Batched central inference (docs/protocol.md, "Batched inference"): the most learner rows
+    one actor forward takes when the learner answers every round that is ready (every shard of
+    every rollout that answered) at once. Under ``determinism.tier = "throughput"`` only; under
+    ``run_exact`` each round is its own forward (the canonical composition). Not in the run
+    identity."""
+    inference_max_wait_ms: NonNegFloat = 0.0
+    """How long the learner may wait, once a round is ready, for more rounds to join its batch
+    (throughput tier; 0 = answer what has arrived at once, the default: on this project's
+    2-core machine any wait only delays the Steps, docs/throughput.md). Milliseconds, at most
+    the time until every live shard's round is in. Not in the run identity."""
     overlap_torch_threads: NonNegInt = 0
     """Torch intra-op threads while the overlapped phase runs (the update and the inference
     thread at once): torch's thread count is one per process, and each of the two calling

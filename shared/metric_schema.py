@@ -37,6 +37,11 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "throughput/collected_steps_per_second": ("timesteps/s", "learner timesteps collected / collection seconds"),
     "throughput/overall_steps_per_second": ("timesteps/s", "learner timesteps trained / iteration seconds"),
     "throughput/env_steps_per_second": ("decisions/s", "battle decisions / collection seconds"),
+    "throughput/inference_batch_rows_mean": ("rows", "mean learner rows per central-inference actor forward of the "
+                                             "collection (batched inference: every ready round at once in the "
+                                             "throughput tier; one round per forward under run_exact)"),
+    "throughput/inference_batch_rows_p90": ("rows", "90th percentile of the learner rows per actor forward"),
+    "throughput/inference_forwards": ("count", "central-inference actor forwards in the collection"),
     "throughput/inference_ms_per_round": ("ms", "mean learner inference time per received round"),
     "throughput/wire_bytes_per_row": ("bytes", "array bytes received per observation row, scalars included (compressed under wire codec 2)"),
     "throughput/wire_encode_us_per_row": ("us", "rollout CPU time compressing rows (wire codec 2) per observation row received; 0 under codec 1"),

@@ -62,6 +62,8 @@ class CollectStats:
     codec_clipped: int = 0
     codec_rounded: int = 0
     frozen: FrozenStats = field(default_factory=FrozenStats)
+    batch_rows: list = field(default_factory=list)
+    """Learner rows of each actor forward of the collection (``infer_rounds``)."""
 
 
 class Collector:
@@ -89,6 +91,16 @@ class Collector:
         """(member, BattleStates | StatesSet) -> None: services/learner/battle_states.py."""
         self.provenance = ProvenanceTracker()
         """Stamps finished episodes with where their decisions were taken (royalefleet replay)."""
+        self.batched = False
+        """Answer every ready round in batched forwards (``rollout.inference_max_batch_rows``);
+        False (run_exact): one forward per round, the canonical composition."""
+        self.batch_rows = 1024
+        self.max_wait_s = 0.0
+
+    def configure_batching(self, tier: str, max_batch_rows: int, max_wait_ms: float) -> None:
+        """Batched inference in the throughput tier; per round (canonical) under run_exact."""
+        self.batched = tier == "throughput"
+        self.batch_rows, self.max_wait_s = max_batch_rows, max_wait_ms / 1000.0
 
     # ------------------------------------------------------------------ messages
 
@@ -281,10 +293,22 @@ class Collector:
             if c == T:
                 member.held[body.shard] = (body, arrays)
                 return
+            ready.append((member, body, arrays, c, slots, group, learner, frozen_slots, frozen_rows))
+
+        def answer(rounds: list) -> None:
+            """Infer the filed rounds' learner rows (one forward per round under run_exact, one
+            per batch of ready rounds otherwise: ``infer_rounds``), then each round's frozen
+            seats, and send each round its own Step."""
+            if not rounds:
+                return
             t0 = time.perf_counter()
-            rows = rect.rows[c, learner]
-            actions, log_probs = policy.act(rows, rect.n_legal[c, learner], u_for(c)[learner])
+            requests = [(rect.rows[r[3], r[6]], rect.n_legal[r[3], r[6]], u_for(r[3])[r[6]]) for r in rounds]
+            answers = infer_rounds(policy, requests, self.batch_rows if self.batched else 0, stats.batch_rows)
             stats.inference_seconds += time.perf_counter() - t0
+            for r, (actions, log_probs) in zip(rounds, answers):
+                step(*r, actions, log_probs)
+
+        def step(member, body, arrays, c, slots, group, learner, frozen_slots, frozen_rows, actions, log_probs) -> None:
             rect.actions[c, learner] = actions
             rect.log_probs[c, learner] = log_probs
             rect.acted[c, learner] = True
@@ -304,20 +328,35 @@ class Collector:
                 self.say(f"could not send a step to {member.label()}")
 
         # A held cycle-T round is this iteration's cycle 0: the battles did not move since.
+        ready: list = []
         for m, body, arrays in held:
             file_round(m, Round(instance=body.instance, iteration=iteration, cycle=0, shard=body.shard),
                        _cycle0_arrays(arrays), iteration, from_wire=False)
+        answer(ready)
+        ready.clear()
+
+        def outstanding() -> int:
+            """Live shards whose next round (cycle <= T) is neither filed nor waiting."""
+            waiting = {(m.instance, b.shard) for m, b, _ in pending}
+            return sum(1 for k, c in expected.items() if c <= T and not by_instance[k[0]].lost and k not in waiting)
 
         while any(expected[k] <= T for k in expected if not by_instance[k[0]].lost):
             if self.stop_requested:
                 break
             t0 = time.perf_counter()
             self.poll(50, on_round)
+            if pending and self.batched and self.max_wait_s > 0:
+                # SEED RL's batching: wait (boundedly) for more shards to join the forward.
+                until = time.perf_counter() + self.max_wait_s
+                while outstanding() and time.perf_counter() < until:
+                    self.poll(max(0, int(1000 * (until - time.perf_counter()))), on_round)
             stats.wait_seconds += time.perf_counter() - t0
             for m, body, arrays in pending:
                 if not m.lost:
                     file_round(m, body, arrays, body.iteration)
             pending.clear()
+            answer(ready)
+            ready.clear()
             now = time.monotonic()
             for key, c in expected.items():
                 m = by_instance[key[0]]
@@ -354,6 +393,46 @@ class Collector:
         fstats.rows += len(rows)
         fstats.seconds += time.perf_counter() - t0
         return actions, ids
+
+
+def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list | None = None) -> list:
+    """Actions and log-probs for each request ``(rows (n, row_bytes) uint8, n_legal (n,),
+    uniforms (n,) float64)``, in request order: [(actions (n,) int64, log_probs (n,) float32)].
+
+    ``max_batch_rows`` 0: one ``policy.act`` per request (the canonical composition: a
+    request's answer depends on its rows alone, bit for bit). Otherwise consecutive requests are
+    concatenated into forwards of at most ``max_batch_rows`` rows (a request larger than that
+    is one forward of its own); each row's action is still drawn from its own uniform, so only
+    fp32 rounding of the logits can depend on the composition (docs/protocol.md gives the
+    tolerance). ``batch_sizes`` gets the rows of each forward."""
+    if not max_batch_rows:
+        out = [policy.act(*r) for r in requests]
+        if batch_sizes is not None:
+            batch_sizes.extend(len(r[0]) for r in requests)
+        return out
+    out, group, rows_in = [], [], 0
+
+    def flush():
+        if not group:
+            return
+        if len(group) == 1:
+            out.append(policy.act(*group[0]))
+        else:
+            actions, log_probs = policy.act(*(np.concatenate([g[i] for g in group]) for i in range(3)))
+            cuts = np.cumsum([len(g[0]) for g in group])[:-1]
+            out.extend(zip(np.split(actions, cuts), np.split(log_probs, cuts)))
+        if batch_sizes is not None:
+            batch_sizes.append(sum(len(g[0]) for g in group))
+        group.clear()
+
+    for r in requests:
+        if group and rows_in + len(r[0]) > max_batch_rows:
+            flush()
+            rows_in = 0
+        group.append(r)
+        rows_in += len(r[0])
+    flush()
+    return out
 
 
 def _cycle0_arrays(arrays: dict) -> dict:

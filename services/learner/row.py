@@ -8,6 +8,7 @@ import time
 from types import SimpleNamespace
 
 import msgspec
+import numpy as np
 
 from services.learner import metric_log
 from services.learner.advantages import Advantages
@@ -53,6 +54,10 @@ def assemble_row(learner, c: Collected, adv: Advantages, upd: UpdateResult, lear
     row.update(choice_metrics(rect, adv.trainable))
     row.update(adv.scale_stats)
     row.update(learner.lr_backoff.metrics(learner.opt_actor, learner.opt_critic))
+    if stats.batch_rows:
+        row["throughput/inference_batch_rows_mean"] = float(np.mean(stats.batch_rows))
+        row["throughput/inference_batch_rows_p90"] = float(np.percentile(stats.batch_rows, 90))
+        row["throughput/inference_forwards"] = len(stats.batch_rows)
     if stats.rows_received:
         row["throughput/wire_bytes_per_row"] = stats.wire_bytes / stats.rows_received
         row["throughput/wire_encode_us_per_row"] = 1e6 * stats.wire_encode_seconds / stats.rows_received

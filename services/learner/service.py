@@ -156,6 +156,8 @@ class Learner:
                                    self.metrics.refused, HelloLimits.at_start(cfg, self.pf.codec.row_bytes),
                                    wire_codec=cfg.services.wire_codec,
                                    decompressor=RowDecompressor(self.pf.codec.row_bytes, cfg.services.max_message_mb << 20))
+        self.collector.configure_batching(cfg.determinism.tier, cfg.rollout.inference_max_batch_rows,
+                                          cfg.rollout.inference_max_wait_ms)
         self.battle_states = BattleStateBook(self.pf.engine, say)  # exact battles in the checkpoint
         self.collector.on_states = self.battle_states.on_message
         self.iteration = 0
