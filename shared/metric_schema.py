@@ -37,6 +37,10 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "throughput/collected_steps_per_second": ("timesteps/s", "learner timesteps collected / collection seconds"),
     "throughput/overall_steps_per_second": ("timesteps/s", "learner timesteps trained / iteration seconds"),
     "throughput/env_steps_per_second": ("decisions/s", "battle decisions / collection seconds"),
+    "throughput/rollout_idle_frac": ("ratio", "mean over the rollouts present at this row and the last of the share of "
+                                     "the wall time between them they were not stepping (from a Step sent to the "
+                                     "shard's next round; services/learner/fleet_idle.py); absent at a process's "
+                                     "first row"),
     "throughput/inference_batch_rows_mean": ("rows", "mean learner rows per central-inference actor forward of the "
                                              "collection (batched inference: every ready round at once in the "
                                              "throughput tier; one round per forward under run_exact)"),

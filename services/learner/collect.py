@@ -91,6 +91,11 @@ class Collector:
         """(member, BattleStates | StatesSet) -> None: services/learner/battle_states.py."""
         self.provenance = ProvenanceTracker()
         """Stamps finished episodes with where their decisions were taken (royalefleet replay)."""
+        self.step_sent: dict[tuple[str, int], float] = {}
+        """(instance, shard) -> monotonic time its last Step was sent (``rollout_idle_frac``)."""
+        self.busy_seconds: dict[str, float] = {}
+        """instance -> seconds its shards spent stepping (Step sent to the next round's arrival),
+        summed over the run: one process steps its shards one after another."""
         self.batched = False
         """Answer every ready round in batched forwards (``rollout.inference_max_batch_rows``);
         False (run_exact): one forward per round, the canonical composition."""
@@ -236,6 +241,9 @@ class Collector:
         def on_round(member: Member, body: Round, arrays: dict) -> None:
             if member.instance not in by_instance:
                 return  # registered during this iteration: its rounds come after its Plan
+            sent = self.step_sent.pop((member.instance, body.shard), None)
+            if sent is not None:  # the shard stepped from our Step to this round: the rollout was busy
+                self.busy_seconds[member.instance] = self.busy_seconds.get(member.instance, 0.0) + time.monotonic() - sent
             pending.append((member, body, arrays))
 
         def file_round(member: Member, body: Round, arrays: dict, label_iteration: int, from_wire: bool = True) -> None:
@@ -326,6 +334,8 @@ class Collector:
             self.provenance.observe(c, slot_map.battle_ids, slots, arrays["ordinal"], member.fresh and c == 0, inferred)
             if not self._send(member.identity, Step(iteration=iteration, cycle=c, shard=body.shard), {"actions": out}):
                 self.say(f"could not send a step to {member.label()}")
+            else:
+                self.step_sent[(member.instance, body.shard)] = time.monotonic()
 
         # A held cycle-T round is this iteration's cycle 0: the battles did not move since.
         ready: list = []

@@ -34,6 +34,7 @@ from services.learner.collection import Collected, collect_iteration
 from services.learner.determinism import DeterminismError, apply_determinism
 from services.learner.halt import HALTED_FILE, mark_halted
 from services.learner.fleet import Fleet
+from services.learner.fleet_idle import IdleMeter
 from services.learner.frozen import FrozenActors, checkpoint_fetcher
 from services.learner.pool_client import PoolClient
 from services.learner.row import assemble_row, write_row
@@ -158,6 +159,7 @@ class Learner:
                                    decompressor=RowDecompressor(self.pf.codec.row_bytes, cfg.services.max_message_mb << 20))
         self.collector.configure_batching(cfg.determinism.tier, cfg.rollout.inference_max_batch_rows,
                                           cfg.rollout.inference_max_wait_ms)
+        self.idle_meter = IdleMeter()  # throughput/rollout_idle_frac
         self.battle_states = BattleStateBook(self.pf.engine, say)  # exact battles in the checkpoint
         self.collector.on_states = self.battle_states.on_message
         self.iteration = 0
@@ -317,6 +319,8 @@ class Learner:
         row["run/run_id"] = self.run_id
         if self.resumed_with_drift:
             row["run/resumed_with_drift"] = 1
+        row.update(self.idle_meter.row_keys(self.collector.busy_seconds,
+                                            [m.instance for m in self.fleet.members.values() if not m.lost]))
         row["time/checkpoint"] = time.perf_counter() - t0
         row["time/iteration"] = time.perf_counter() - c.t_start
         row["throughput/overall_steps_per_second"] = row["health/trainable_rows"] / row["time/iteration"]
