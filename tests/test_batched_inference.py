@@ -87,3 +87,19 @@ def test_batches_are_cut_at_the_cap_in_arrival_order(policy_and_codec):
     sizes: list = []
     infer_rounds(policy, requests(codec, [20, 20, 20, 5, 60, 3]), 50, sizes)
     assert sizes == [40, 25, 60, 3]
+
+
+def test_each_round_knows_where_its_choice_rows_sat_in_the_batched_forward(policy_and_codec):
+    """The replay stamp (services/learner/provenance.py) records a choice row's forward size and
+    place; in a batched forward those are the batch's, offset by the rounds before it."""
+    policy, codec = policy_and_codec
+    reqs = requests(codec, [20, 20, 20, 5, 60, 3], seed=40)
+    choice = [int((r[1] > 1).sum()) for r in reqs]
+    places: list = []
+    infer_rounds(policy, reqs, 50, None, places)
+    first = choice[0] + choice[1]  # forward 1: rounds 0-1; forward 2: rounds 2-3; then 4 and 5 alone
+    assert places == [(0, first), (choice[0], first), (0, choice[2] + choice[3]), (choice[2], choice[2] + choice[3]),
+                      None, None]
+    places = []
+    infer_rounds(policy, reqs, 0, None, places)
+    assert places == [None] * 6  # run_exact: every round its own forward

@@ -311,19 +311,21 @@ class Collector:
                 return
             t0 = time.perf_counter()
             requests = [(rect.rows[r[3], r[6]], rect.n_legal[r[3], r[6]], u_for(r[3])[r[6]]) for r in rounds]
-            answers = infer_rounds(policy, requests, self.batch_rows if self.batched else 0, stats.batch_rows)
+            places: list = []
+            answers = infer_rounds(policy, requests, self.batch_rows if self.batched else 0, stats.batch_rows, places)
             stats.inference_seconds += time.perf_counter() - t0
-            for r, (actions, log_probs) in zip(rounds, answers):
-                step(*r, actions, log_probs)
+            for r, (actions, log_probs), place in zip(rounds, answers, places):
+                step(*r, actions, log_probs, place)
 
-        def step(member, body, arrays, c, slots, group, learner, frozen_slots, frozen_rows, actions, log_probs) -> None:
+        def step(member, body, arrays, c, slots, group, learner, frozen_slots, frozen_rows, actions, log_probs,
+                 place) -> None:
             rect.actions[c, learner] = actions
             rect.log_probs[c, learner] = log_probs
             rect.acted[c, learner] = True
             rect.policy_lag[c, learner] = getattr(policy, "last_lag", 0)  # overlap.BehaviourPolicy says
             out = np.zeros(len(slots), np.int16)
             out[group == GROUP_LEARNER] = actions
-            inferred = [(learner, rect.n_legal[c, learner], actions, None)]
+            inferred = [(learner, rect.n_legal[c, learner], actions, None, place)]
             if len(frozen_slots):
                 local = np.flatnonzero((group >= 0) & (group != GROUP_LEARNER))
                 frozen_legal = rect.legal_counts(frozen_rows)
@@ -405,7 +407,8 @@ class Collector:
         return actions, ids
 
 
-def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list | None = None) -> list:
+def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list | None = None,
+                 places: list | None = None) -> list:
     """Actions and log-probs for each request ``(rows (n, row_bytes) uint8, n_legal (n,),
     uniforms (n,) float64)``, in request order: [(actions (n,) int64, log_probs (n,) float32)].
 
@@ -414,17 +417,28 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
     concatenated into forwards of at most ``max_batch_rows`` rows (a request larger than that
     is one forward of its own); each row's action is still drawn from its own uniform, so only
     fp32 rounding of the logits can depend on the composition (docs/protocol.md gives the
-    tolerance). ``batch_sizes`` gets the rows of each forward."""
+    tolerance). ``batch_sizes`` gets the rows of each forward; ``places`` gets, per request,
+    None (its own forward) or (offset, total): where its choice rows sat among the forward's
+    choice rows (``Policy.act`` forwards only those), for the replay stamp (provenance.py)."""
+    if places is None:
+        places = []
     if not max_batch_rows:
         out = [policy.act(*r) for r in requests]
         if batch_sizes is not None:
             batch_sizes.extend(len(r[0]) for r in requests)
+        places.extend([None] * len(requests))
         return out
     out, group, rows_in = [], [], 0
 
     def flush():
         if not group:
             return
+        if len(group) == 1:
+            places.append(None)
+        else:
+            choice = [int(np.count_nonzero(g[1] > 1)) for g in group]
+            offsets = np.cumsum([0] + choice[:-1])
+            places.extend((int(o), sum(choice)) for o in offsets)
         if len(group) == 1:
             out.append(policy.act(*group[0]))
         else:

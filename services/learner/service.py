@@ -38,7 +38,7 @@ from services.learner.fleet_idle import IdleMeter
 from services.learner.frozen import FrozenActors, checkpoint_fetcher
 from services.learner.pool_client import PoolClient
 from services.learner.row import assemble_row, write_row
-from services.learner.row_keys import episode_metrics, evaluate_schedules, lost_cells, progress_line
+from services.learner.row_keys import evaluate_schedules, progress_line
 from services.learner.stops import AlarmHalt, SaveHalt, StopRequested
 from services.learner.update import run_update
 from services.learner.vram import DeviceMemoryError
@@ -50,7 +50,6 @@ from shared.seeding import stream
 from shared.writer_token import checkpoint_token
 
 # Names other modules and the tests import from here.
-_lost_cells, _episode_metrics = lost_cells, episode_metrics
 __all__ = ["AlarmHalt", "DeterminismError", "JOIN_WAIT_S", "Learner", "STARTUP_WAIT_S", "SaveHalt", "StopRequested",
            "apply_determinism", "evaluate_schedules", "main", "make_learner", "progress_line"]
 
