@@ -123,11 +123,11 @@ def cmd_bench(args) -> int:
         from royalefleet.bench_scale import run_overlap_bench
 
         return run_overlap_bench(_load(args), iterations=args.iterations)
-    if args.rollouts:
+    if args.fleet_sizes:
         from royalefleet.bench_scale import parse_fleet_sizes, run_rollouts_bench
 
         try:
-            sizes = parse_fleet_sizes(args.rollouts)
+            sizes = parse_fleet_sizes(args.fleet_sizes)
         except ValueError as exc:
             print(f"bench: {exc}", file=sys.stderr)
             return 2
@@ -302,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--capacity", action="store_true",
                     help="the learner's central inference alone on real rounds, as 1, 2, 4, 8 rollouts answering "
                     "at once: rows/s per round and batched (seconds)")
-    bn.add_argument("--rollouts", metavar="N,N,...",
+    bn.add_argument("--rollouts", dest="fleet_sizes", metavar="N,N,...",
                     help="one stack per fleet size (e.g. 1,2,4): collection rows/s and scaling efficiency "
                     "(rows/s per rollout relative to one)")
     bn.set_defaults(func=cmd_bench)
