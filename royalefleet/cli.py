@@ -115,6 +115,23 @@ def cmd_config(args) -> int:
 def cmd_bench(args) -> int:
     from royalefleet.bench import run_bench
 
+    if args.capacity:
+        from royalefleet.bench_scale import run_capacity_bench
+
+        return run_capacity_bench(_load(args))
+    if args.overlap:
+        from royalefleet.bench_scale import run_overlap_bench
+
+        return run_overlap_bench(_load(args), iterations=args.iterations)
+    if args.fleet_sizes:
+        from royalefleet.bench_scale import parse_fleet_sizes, run_rollouts_bench
+
+        try:
+            sizes = parse_fleet_sizes(args.fleet_sizes)
+        except ValueError as exc:
+            print(f"bench: {exc}", file=sys.stderr)
+            return 2
+        return run_rollouts_bench(_load(args), sizes, iterations=args.iterations)
     if args.wire or args.wire_codec_only:
         from royalefleet.bench_wire import run_wire_bench
 
@@ -279,6 +296,15 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--wire-codec-only", action="store_true", help="--wire without the stacks (seconds)")
     bn.add_argument("--wire-repeats", type=int, default=1, choices=range(1, 11), metavar="N",
                     help="--wire: stacks per codec, run 1, 2, 1, 2, ... (default 1)")
+    bn.add_argument("--overlap", action="store_true",
+                    help="sync against overlapped collection, side by side on the same battles (throughput tier): "
+                    "whole-run rows/s, rollout idle fraction, update seconds (bench_scale.py)")
+    bn.add_argument("--capacity", action="store_true",
+                    help="the learner's central inference alone on real rounds, as 1, 2, 4, 8 rollouts answering "
+                    "at once: rows/s per round and batched (seconds)")
+    bn.add_argument("--rollouts", dest="fleet_sizes", metavar="N,N,...",
+                    help="one stack per fleet size (e.g. 1,2,4): collection rows/s and scaling efficiency "
+                    "(rows/s per rollout relative to one)")
     bn.set_defaults(func=cmd_bench)
     return p
 

@@ -123,6 +123,31 @@ class RolloutConfig(_Cfg):
     mask_only_scripted: bool = True
     """Build only the action mask for seats a scripted opponent plays (RoyaleGym
     ``reset(options={"mask_only": [...]})``, about +30 % env speed): they read nothing else."""
+    overlap: bool = False
+    """Overlapped collection (docs/iteration.md, "Overlap"): while the learner trains on
+    iteration k's rectangle, the rollouts step iteration k + 1's battles, inferred by a copy of
+    the actor taken before the update (policy lag 1; rows inferred after the update finishes
+    use the updated actor, lag 0; never more). Only under ``determinism.tier = "throughput"``:
+    refused under ``run_exact``. Not in the run identity (throughput-tier numbers are not
+    reproducible anyway); each row records ``ppo/policy_lag_mean``."""
+    inference_max_batch_rows: PosInt = 1024
+    """Batched central inference (docs/protocol.md, "Batched inference"): the most learner rows
+    one actor forward takes when the learner answers every round that is ready (every shard of
+    every rollout that answered) at once. Under ``determinism.tier = "throughput"`` only; under
+    ``run_exact`` each round is its own forward (the canonical composition). Not in the run
+    identity."""
+    inference_max_wait_ms: NonNegFloat = 0.0
+    """How long the learner may wait, once a round is ready, for more rounds to join its batch
+    (throughput tier; 0 = answer what has arrived at once, the default: on this project's
+    2-core machine any wait only delays the Steps, docs/throughput.md). Milliseconds, at most
+    the time until every live shard's round is in. Not in the run identity."""
+    overlap_torch_threads: NonNegInt = 0
+    """Torch intra-op threads while the overlapped phase runs (the update and the inference
+    thread at once): torch's thread count is one per process, and each of the two calling
+    threads runs its own team of that size, so 2 x this many CPU threads are busy. 0 = half of
+    ``determinism.torch_threads``, at least 1 (on 2 cores: 1 + 1, no oversubscription).
+    ``determinism.torch_threads`` applies again once the overlapped collection is joined. Inert
+    without ``overlap``; not in the run identity."""
 
 
 class LocalConfig(_Cfg):
@@ -722,6 +747,17 @@ def check_consistency(cfg: RunConfig) -> list[str]:
         problems.append(
             f"rollout.battles: {cfg.rollout.battles} battles do not split evenly into "
             f"rollout.shards={cfg.rollout.shards}; make battles a multiple of shards"
+        )
+    if cfg.rollout.overlap and cfg.determinism.tier == "run_exact":
+        problems.append(
+            "rollout.overlap: overlapped collection is refused under determinism.tier \"run_exact\" (its rows "
+            "would depend on how long the update took); set determinism.tier \"throughput\" or rollout.overlap false"
+        )
+    if cfg.rollout.overlap and cfg.obs.frame_stack > 1:
+        problems.append(
+            f"rollout.overlap: overlapped collection does not support obs.frame_stack={cfg.obs.frame_stack} yet "
+            "(the next iteration's rows would be gathered while the update still reads the frame history of "
+            "this one); set rollout.overlap false or obs.frame_stack 1"
         )
     if cfg.ppo.minibatch_size > cfg.ppo.batch_size:
         problems.append(

@@ -37,6 +37,15 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "throughput/collected_steps_per_second": ("timesteps/s", "learner timesteps collected / collection seconds"),
     "throughput/overall_steps_per_second": ("timesteps/s", "learner timesteps trained / iteration seconds"),
     "throughput/env_steps_per_second": ("decisions/s", "battle decisions / collection seconds"),
+    "throughput/rollout_idle_frac": ("ratio", "mean over the rollouts present at this row and the last of the share of "
+                                     "the wall time between them they were not stepping (from a Step sent to the "
+                                     "shard's next round; services/learner/fleet_idle.py); absent at a process's "
+                                     "first row"),
+    "throughput/inference_batch_rows_mean": ("rows", "mean learner rows per central-inference actor forward of the "
+                                             "collection (batched inference: every ready round at once in the "
+                                             "throughput tier; one round per forward under run_exact)"),
+    "throughput/inference_batch_rows_p90": ("rows", "90th percentile of the learner rows per actor forward"),
+    "throughput/inference_forwards": ("count", "central-inference actor forwards in the collection"),
     "throughput/inference_ms_per_round": ("ms", "mean learner inference time per received round"),
     "throughput/wire_bytes_per_row": ("bytes", "array bytes received per observation row, scalars included (compressed under wire codec 2)"),
     "throughput/wire_encode_us_per_row": ("us", "rollout CPU time compressing rows (wire codec 2) per observation row received; 0 under codec 1"),
@@ -109,6 +118,12 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "ppo/forced_frac": ("fraction", "trainable rows with a single legal action"),
     "ppo/optimizer_steps": ("count", "optimizer steps this iteration"),
     "ppo/actor_optimizer_steps": ("count", "actor optimizer steps this iteration: batches holding at least one choice row (the critic steps on every batch)"),
+    "ppo/policy_lag_mean": ("updates", "mean over the trainable rows of the updates between the actor that inferred a "
+                            "row and the one it trains (rollout.overlap: 1 for rows inferred during the previous "
+                            "update by its behaviour snapshot, 0 after; always 0 without overlap)"),
+    "ppo/policy_lag_max": ("updates", "largest policy lag of a trainable row (0 or 1; never more)"),
+    "throughput/overlap_rows_frac": ("ratio", "share of the trainable rows inferred while the previous update ran "
+                                     "(rollout.overlap; 0 without it)"),
     "ppo/ratio_max_abs_dev": ("ratio", "max |ratio - 1| on the first minibatch (should be ~0)"),
     "ppo/ratio_atol": ("ratio", "the ratio tolerance of the precision the rollout and update forwards ran in (the coarser; "
                        "shared/alarms.py RATIO_ATOL: fp32 1e-4, tf32 5e-3, bf16 2e-2); ratio_invariant halts above "

@@ -135,6 +135,13 @@ def _load_counters(learner, f) -> None:
         c.iteration, c.timesteps, c.env_steps, c.episodes)
 
 
+def _ordinals(learner) -> dict:
+    """Each battle's episode ordinal at the boundary the checkpoint describes: the one the
+    learner kept there (``boundary_ordinals``) while an overlapped collection moves
+    ``fleet.ordinal`` on, else ``fleet.ordinal``."""
+    return getattr(learner, "boundary_ordinals", None) or learner.fleet.ordinal
+
+
 def _load_ordinals(learner, f) -> None:
     learner.fleet.ordinal = {int(k): int(v) for k, v in msgspec.json.decode(f["ladder_position/ordinals.json"]).items()}
 
@@ -163,7 +170,7 @@ COMPONENTS = (
     Component("counters", ("counters/counters.json",),
               lambda L: {"counters/counters.json": _json(L.counters())}, _load_counters),
     Component("ladder_position", ("ladder_position/ordinals.json",),
-              lambda L: {"ladder_position/ordinals.json": _json({str(k): v for k, v in sorted(L.fleet.ordinal.items())})},
+              lambda L: {"ladder_position/ordinals.json": _json({str(k): v for k, v in sorted(_ordinals(L).items())})},
               _load_ordinals),
     Component("battle_states", battle_states.FILES, lambda L: L.battle_states.files(),
               lambda L, f: L.battle_states.load(f), optional=True),

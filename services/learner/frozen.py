@@ -7,8 +7,8 @@ on its rows (the reference's ``discard_opponent_rows``, royalelearn-facts 4).
 * **Loading.** A snapshot is fetched from the checkpoint service (``LoadSnapshot``; the store
   verifies the bytes against the content id), then checked and loaded by ``shared.nn.snapshot``
   (the evaluator's loader too): its spec must hold every digest in ``SPEC_DIGESTS`` equal to the
-  run's, or it is refused naming the field, and its fp16 weights (``_snapshot_actor`` in
-  services/learner/service.py) are loaded into an actor of the run's architecture.
+  run's, or it is refused naming the field, and its fp16 weights (``PoolClient.snapshot_actor`` in
+  services/learner/pool_client.py) are loaded into an actor of the run's architecture.
 * **Residency.** At most ``capacity`` actors are held, least recently used evicted first
   (``ladder.pool.max_resident_opponents + 2``: the reference's loaded-policy LRU,
   royalelearn-facts 6.2). Each is held already upcast to float32 on the learner's device: the

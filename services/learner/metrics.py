@@ -35,6 +35,10 @@ class LearnerMetrics:
             "royalefleet_learner_ladder_unanswered_plans",
             "Plan requests the ladder did not answer in time; the iteration collected with assignments drawn by "
             "the learner", registry=r)
+        self.untrained_rows = Counter(
+            "royalefleet_learner_untrained_rows",
+            "Learner rows an overlapped collection inferred that no update will train (a stop, a halt or the run's "
+            "last iteration ended the run first)", registry=r)
         self.halt_requests = Counter("royalefleet_learner_halt_requests", "Requests to the halt endpoint, by outcome",
                                      ["outcome"], registry=r)
         self.iterations = Counter("royalefleet_learner_iterations", "Iterations finished by this process", registry=r)

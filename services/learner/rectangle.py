@@ -30,6 +30,10 @@ class Rectangle:
         self.actions = np.zeros((T, R), np.int64)
         self.log_probs = np.zeros((T, R), np.float32)
         self.acted = np.zeros((T, R), bool)
+        self.policy_lag = np.zeros((T, R), np.int8)
+        """Updates between the actor that inferred a learner cell and the one that trains on it:
+        0, or 1 for a cell inferred by the behaviour snapshot during the previous update
+        (``rollout.overlap``, services/learner/overlap.py)."""
         self.reward = np.zeros((T, R), np.float32)
         self.terminated = np.zeros((T, R), bool)
         self.truncated = np.zeros((T, R), bool)

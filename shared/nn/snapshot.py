@@ -1,6 +1,6 @@
 """A pool snapshot, from its two stored files to a float32 actor that can play.
 
-A snapshot is what the learner's ``_snapshot_actor`` stores (services/learner/service.py):
+A snapshot is what the learner's ``PoolClient.snapshot_actor`` stores (services/learner/pool_client.py):
 ``actor.safetensors``, the actor's weights in float16, and ``spec.json``, a JSON object naming
 the digests of the network, observation layout and codec table it was trained with, and its
 dtype. Two services play snapshots: the learner (frozen pool seats, services/learner/frozen.py)

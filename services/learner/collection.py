@@ -1,0 +1,69 @@
+"""Stages 1-2 of an iteration: the boundary and the collection with central inference, as one
+unit (``collect_iteration``) that returns a ``Collected``: everything the value pass, the
+update and the row read about the rectangle.
+
+The rounds themselves (filing, inference, Steps, lost shards) are ``services/learner/collect.py``;
+the boundary (rollouts, slot map, plan) is ``services/learner/boundary.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from services.learner.boundary import send_plans, wait_for_rollouts
+from services.learner.collect import CollectStats
+from services.learner.rectangle import Rectangle
+from services.learner.row_keys import evaluate_schedules
+
+
+@dataclass
+class Collected:
+    """One iteration's collected rectangle and what happened while collecting it."""
+
+    iteration: int
+    sched: dict
+    """``evaluate_schedules`` at the env steps the iteration started from."""
+    members: list
+    slot_map: object
+    T: int
+    learner_rows: int
+    roles: list
+    rect: Rectangle
+    stats: CollectStats
+    seconds: float
+    """Wall seconds of the collection (the rounds, not the boundary)."""
+    inference_precision: str | None
+    t_start: float
+    """``time.perf_counter()`` when the boundary began (``time/iteration`` runs from it)."""
+    policy: object = None
+    """What inferred the rounds: a ``Policy``, or an ``overlap.BehaviourPolicy``."""
+    frozen_counts: dict | None = None
+    """The frozen actors' load counts when the collection ended (``frozen_metrics``), before
+    an overlapped boundary resets them."""
+    ordinals: dict | None = None
+    """Each battle's episode ordinal at the end of the collection (the checkpoint's)."""
+
+
+def collect_iteration(learner, iteration: int, env_steps: int, policy) -> Collected:
+    """Boundary and collection of ``iteration``, its actions inferred by ``policy``. Raises
+    StopRequested when a stop arrives (then the rectangle is abandoned: nothing trains on it)."""
+    t_iter = time.perf_counter()
+    sched = evaluate_schedules(learner.cfg, env_steps)
+    members = wait_for_rollouts(learner)
+    slot_map = learner.fleet.slot_map(members)
+    T, learner_rows, roles = send_plans(learner, members, slot_map, sched["gamma"], iteration)
+    rect = Rectangle(T, slot_map.n_slots, learner.pf.codec.row_bytes, learner.pf.codec.omask)
+    policy.model.last_precision.clear()  # this iteration's forwards say what they ran in
+    if learner.device.type == "cuda":
+        from services.learner.vram import reset_peak
+
+        reset_peak(learner.device)
+    t0 = time.perf_counter()
+    stats = learner.collector.collect(iteration, members, slot_map, rect, policy, learner.cfg.master_seed,
+                                      learner.cfg.rollout.round_timeout_s, frozen=learner.frozen)
+    seconds = time.perf_counter() - t0
+    fa = learner.frozen
+    counts = {"loads": fa.loads, "hits": fa.hits, "load_failures": fa.load_failures, "resident": list(fa.resident)}
+    return Collected(iteration, sched, members, slot_map, T, learner_rows, roles, rect, stats, seconds,
+                     policy.model.last_precision.get("actor"), t_iter, policy, counts)

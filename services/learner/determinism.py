@@ -1,0 +1,48 @@
+"""The learner's determinism tier: put the process into it, or refuse a run that would silently
+not be reproducible (docs/iteration.md, "Threads and tiers")."""
+
+from __future__ import annotations
+
+import os
+
+from shared.config import RunConfig
+
+
+class DeterminismError(RuntimeError):
+    """The process cannot be put into the configured tier (the message names the setting)."""
+
+
+def apply_determinism(cfg: RunConfig, device: str) -> dict:
+    """Put this process into the configured tier, or refuse a run that would silently not be
+    reproducible, naming the setting.
+
+    run_exact: deterministic torch algorithms, a fixed thread count, and the BLAS thread counts
+    pinned in the environment BEFORE numpy loaded (the launcher and Compose set them; they
+    cannot be set from here, so they are checked), plus CUBLAS_WORKSPACE_CONFIG on CUDA; cuDNN
+    deterministic, its benchmark off, TF32 off.
+    throughput: torch may pick nondeterministic kernels, and cuDNN benchmarks them per shape
+    (the fastest convolution for each minibatch shape); env-exactness still holds."""
+    import torch
+
+    tier, threads = cfg.determinism.tier, cfg.determinism.torch_threads
+    torch.set_num_threads(threads)
+    if tier == "run_exact":
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            if os.environ.get(var) != str(threads):
+                raise DeterminismError(
+                    f"determinism.tier run_exact needs {var}={threads} in the environment before the learner starts "
+                    f"(found {os.environ.get(var)!r}); royalefleet up and compose.yaml set it. Set it, or choose "
+                    f"determinism.tier \"throughput\"")
+        if device.startswith("cuda") and os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in (":4096:8", ":16:8"):
+            raise DeterminismError("determinism.tier run_exact on CUDA needs CUBLAS_WORKSPACE_CONFIG=:4096:8 set "
+                                   "before the learner starts")
+        torch.use_deterministic_algorithms(True, warn_only=False)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    else:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
+        torch.backends.cudnn.benchmark = device.startswith("cuda")
+    return {"tier": tier, "torch_threads": threads}

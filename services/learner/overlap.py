@@ -1,0 +1,184 @@
+"""Overlapped collection (``rollout.overlap``, the ``throughput`` tier only).
+
+While the learner trains on iteration k's rectangle, a collection thread runs iteration
+k + 1's boundary and rounds (``collection.collect_iteration``), its actions inferred by a
+behaviour snapshot: a real copy of the actor-critic taken before update k (a reference to the
+live module would move under the rounds while claiming lag 0). Cells it infers get policy lag 1.
+Once update k is done the thread switches to the live, updated actor: the cells it infers from
+then on get lag 0. Update k + 1 cannot start before collection k + 1 is joined, so the lag is
+never more than 1.
+
+Each row keeps the log-prob it was sampled with (the PPO ratio is against the behaviour
+policy, never recomputed), and the ``ratio_invariant`` check compares the first update batch
+with the forward of the actor that inferred each row (``behaviour_ratio_dev``), not with the
+updated actor.
+
+Sockets: while the thread runs it alone uses the rollouts' ROUTER socket (it also gathers
+iteration k's battle states, which the rollouts send before they read Plan k + 1); the ladder
+and checkpoint clients are shared with the main thread behind a lock (``LockedClient``).
+Threads: torch's intra-op thread count is one per process; for the overlapped phase it is
+``rollout.overlap_torch_threads`` (``overlap_threads``), restored at the join.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import numpy as np
+
+from services.learner.stops import StopRequested
+
+
+def behaviour_snapshot(model):
+    """A deep copy of ``model`` (weights and buffers copied, no gradient): what the rollouts'
+    rows are inferred with while ``model`` trains."""
+    snap = copy.deepcopy(model)
+    for p in snap.parameters():
+        p.requires_grad_(False)
+    return snap
+
+
+class BehaviourPolicy:
+    """The policy the collection thread infers with, and the lag its cells get. ``switch``
+    (from the main thread) takes effect at the next round; ``last_lag`` is the lag of the
+    policy that answered the last ``act``."""
+
+    def __init__(self, policy, lag: int):
+        self._current = (policy, lag)
+        self.last_lag = lag
+        self.behaviour_model = policy.model
+        """The snapshot the lag-1 cells were inferred by (kept for the ratio check)."""
+
+    @property
+    def model(self):
+        return self._current[0].model
+
+    def switch(self, policy, lag: int) -> None:
+        self._current = (policy, lag)  # one assignment: the thread reads the pair whole
+
+    def act(self, rows, n_legal, uniforms):
+        policy, lag = self._current
+        out = policy.act(rows, n_legal, uniforms)
+        self.last_lag = lag
+        return out
+
+
+def overlap_threads(cfg) -> int:
+    """Torch intra-op threads while the update and the collection thread run at once."""
+    return cfg.rollout.overlap_torch_threads or max(1, cfg.determinism.torch_threads // 2)
+
+
+class LockedClient:
+    """A ``transport.Client`` two threads share: one request at a time."""
+
+    def __init__(self, client):
+        self._client, self._lock = client, threading.Lock()
+
+    def request(self, *args, **kwargs):
+        with self._lock:
+            return self._client.request(*args, **kwargs)
+
+    def next_id(self):
+        with self._lock:
+            return self._client.next_id()
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+class OverlappedCollection:
+    """Iteration ``iteration``'s collection in a thread, started before the previous update.
+
+    First it gathers the previous iteration's battle states (``states_gathered`` is set then,
+    answered or not), then the boundary and the rounds. ``join`` returns the ``Collected``
+    (None when a stop ended it before a rectangle existed) and restores the torch threads."""
+
+    def __init__(self, learner, iteration: int, env_steps: int, behaviour: BehaviourPolicy,
+                 previous_members: list, previous_iteration: int):
+        import torch
+
+        from services.learner.collection import collect_iteration
+
+        self.learner, self.iteration, self.behaviour = learner, iteration, behaviour
+        self.states_gathered = threading.Event()
+        self.result = None
+        self.error: BaseException | None = None
+        self.threads_before = torch.get_num_threads()
+        torch.set_num_threads(overlap_threads(learner.cfg))
+
+        def run():
+            try:
+                learner.battle_states.gather(learner.collector, previous_members, previous_iteration,
+                                             learner.cfg.rollout.round_timeout_s)
+                self.states_gathered.set()
+                self.result = collect_iteration(learner, iteration, env_steps, behaviour)
+            except StopRequested:
+                pass
+            except BaseException as exc:  # re-raised in the main thread by join
+                self.error = exc
+            finally:
+                self.states_gathered.set()
+
+        self.thread = threading.Thread(target=run, name=f"collect-{iteration}", daemon=True)
+        self.thread.start()
+
+    def join(self):
+        import torch
+
+        self.thread.join()
+        torch.set_num_threads(self.threads_before)
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def untrained_rows(collected) -> int:
+    """Learner cells of a collected (or partly collected) rectangle that were inferred: rows
+    that a stop leaves untrained (counted, never silently dropped)."""
+    if collected is None:
+        return 0
+    return int(np.count_nonzero(collected.rect.acted))
+
+
+def lag_metrics(rect, trainable: np.ndarray) -> dict:
+    """``ppo/policy_lag_mean``, ``ppo/policy_lag_max`` and ``throughput/overlap_rows_frac``
+    (share of the trainable rows inferred while an update ran: the lag-1 ones) over the
+    trainable rows; empty without any."""
+    lag = rect.policy_lag[trainable]
+    if not len(lag):
+        return {}
+    return {"ppo/policy_lag_mean": float(lag.mean()), "ppo/policy_lag_max": int(lag.max()),
+            "throughput/overlap_rows_frac": float(np.mean(lag > 0))}
+
+
+def behaviour_ratio_dev(actors_by_lag: dict, fetch, cells: np.ndarray, actions: np.ndarray,
+                        old_log_probs: np.ndarray, lags: np.ndarray, n_legal: np.ndarray) -> float:
+    """max |pi_b(a|s) / pi_old(a|s) - 1| over the choice rows of ``cells`` (indices into the
+    update's rows), where pi_b is the forward of the actor that inferred each row:
+    ``actors_by_lag[lag]`` (a model with ``actor_logits``). 0.0 when no row has a choice.
+
+    ``fetch(cells)`` -> the obs dict of those rows (``Policy.fetcher``); ``actions``,
+    ``old_log_probs``, ``lags``, ``n_legal`` are (N,) over the update's rows."""
+    import torch
+
+    from shared.nn.distribution import MaskedCategorical
+
+    dev = 0.0
+    cells = np.sort(np.asarray(cells, dtype=np.int64))
+    for lag, model in actors_by_lag.items():
+        picked = cells[(lags[cells] == lag) & (n_legal[cells] > 1)]
+        if not len(picked):
+            continue
+        with torch.no_grad():
+            obs = fetch(picked)
+            dist = MaskedCategorical(model.actor_logits(obs), obs["mask"])
+            logp = dist.log_prob(torch.as_tensor(actions[picked], device=obs["mask"].device)).float().cpu().numpy()
+        dev = max(dev, float(np.abs(np.exp(logp - old_log_probs[picked]) - 1.0).max()))
+    return dev
+
+
+def first_batch(n_rows: int, batch_size: int, epoch0) -> np.ndarray:
+    """The rows of the update's first optimizer batch: epoch 0's permutation cut as
+    ``ppo_update`` cuts it (``np.array_split`` into max(1, n_rows // batch_size) batches)."""
+    return np.array_split(epoch0.permutation(n_rows), max(1, n_rows // batch_size))[0]

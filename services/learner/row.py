@@ -1,0 +1,105 @@
+"""Stage 5 of an iteration: the metric row (every key is in ``shared/metric_schema.py``),
+written to ``runs/<run>/metrics.jsonl``, exported on ``/metrics`` and printed as the progress
+line. Its pure pieces are ``services/learner/row_keys.py``."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import msgspec
+import numpy as np
+
+from services.learner import metric_log
+from services.learner.advantages import Advantages
+from services.learner.collection import Collected
+from services.learner.frozen import frozen_metrics
+from services.learner.gae import credit_horizon_seconds
+from services.learner.overlap import lag_metrics
+from services.learner.row_keys import (
+    choice_metrics, episode_metrics, lost_cells, play_metrics, progress_line,
+)
+from services.learner.update import UpdateResult
+
+
+def assemble_row(learner, c: Collected, adv: Advantages, upd: UpdateResult, learner_eps: list) -> tuple[dict, list]:
+    """The row's keys known once the update ran (the counters already advanced), and the
+    episodes to report to the result log (those whose frozen seat could play)."""
+    cfg, rect, stats, T = learner.cfg, c.rect, c.stats, c.T
+    t_collect, n_train = c.seconds, upd.n_train
+    gamma, lam = c.sched["gamma"], cfg.advantage.gae_lambda
+    lost = lost_cells(rect, T)
+    row = {
+        "run/iteration": c.iteration, "run/timesteps": learner.timesteps, "run/env_steps": learner.env_steps,
+        "run/episodes": learner.episodes, "run/wall_seconds": time.monotonic() - learner.t_start,
+        "run/gamma": gamma, "run/credit_horizon_seconds": credit_horizon_seconds(gamma, lam, learner.pf.spec.decision_ms),
+        "run/cycles": T, "run/slots": rect.R, "run/battles": c.slot_map.n_battles, "run/learner_rows_per_cycle": c.learner_rows,
+        "throughput/collected_steps_per_second": n_train / t_collect if t_collect > 0 else 0.0,
+        "throughput/env_steps_per_second": stats.env_steps / t_collect if t_collect > 0 else 0.0,
+        "throughput/inference_ms_per_round": 1000 * stats.inference_seconds / max(stats.rounds, 1),
+        "throughput/parent_wait_frac": stats.wait_seconds / t_collect if t_collect > 0 else 0.0,
+        "time/collection": t_collect, "time/inference": stats.inference_seconds, "time/critic_pass": adv.critic_seconds,
+        "time/gae": adv.gae_seconds, "time/update": upd.seconds,
+        "health/rollouts": len(c.members), "health/rollouts_lost": len(stats.lost),
+        "health/rows_invalid": lost, "health/rows_invalid_frac": lost / max(1, c.learner_rows * T),
+        "health/trainable_rows": n_train, "health/messages_refused": stats.refused,
+        "health/illegal_action_rate": stats.illegal / max(1, n_train),
+        "health/nan_guard_trips": adv.nan_trips,
+        "health/obs_codec_clipped": stats.codec_clipped, "health/obs_codec_rounded": stats.codec_rounded,
+        "health/buffer_fill_frac": rect.writes / ((T + 1) * rect.R),
+        "throughput/rollout_capacity_ratio": upd.seconds / t_collect if t_collect > 0 else 0.0,
+        "ppo/ent_coef": c.sched["ent_coef"], "ppo/ent_coef_noop": c.sched["ent_coef_noop"],
+    }
+    row.update(play_metrics(rect, learner.pf, T))
+    row.update(choice_metrics(rect, adv.trainable))
+    row.update(adv.scale_stats)
+    row.update(learner.lr_backoff.metrics(learner.opt_actor, learner.opt_critic))
+    if stats.batch_rows:
+        row["throughput/inference_batch_rows_mean"] = float(np.mean(stats.batch_rows))
+        row["throughput/inference_batch_rows_p90"] = float(np.percentile(stats.batch_rows, 90))
+        row["throughput/inference_forwards"] = len(stats.batch_rows)
+    if stats.rows_received:
+        row["throughput/wire_bytes_per_row"] = stats.wire_bytes / stats.rows_received
+        row["throughput/wire_encode_us_per_row"] = 1e6 * stats.wire_encode_seconds / stats.rows_received
+        row["throughput/wire_decode_us_per_row"] = 1e6 * stats.wire_decode_seconds / stats.rows_received
+    if learner.device.type == "cuda":  # CUDA only: a CPU learner has no device memory to watch
+        from services.learner.vram import vram_row
+
+        row.update(vram_row(learner.device))
+    if c.inference_precision:
+        row["run/inference_precision"] = c.inference_precision
+    if n_train:
+        row["run/train_precision"] = learner.model.last_precision.get("critic", "fp32")
+        row["ppo/advantage_mean"] = float(adv.advantages[adv.trainable].mean())
+        row["ppo/return_mean"] = float(adv.returns[adv.trainable].mean())
+    row.update(upd.stats)
+    row.update(episode_metrics(learner_eps, cfg.env.max_steps, stats.frozen.tainted))
+    # an episode whose frozen seat played the no-op (its snapshot could not play) was
+    # no game against that snapshot: kept out of the result log (services/learner/frozen.py).
+    reported = [e for e in stats.episodes if (e.battle, e.ordinal) not in stats.frozen.tainted]
+    actors = SimpleNamespace(**c.frozen_counts) if c.frozen_counts is not None else learner.frozen
+    row.update(frozen_metrics(stats.frozen, actors, len(stats.episodes) - len(reported)))
+    row.update(lag_metrics(rect, adv.trainable))
+    if stats.frozen.noop_rows:
+        learner.say(f"learner: {sum(stats.frozen.noop_rows.values())} frozen-seat rows played the no-op "
+                    f"({', '.join(f'{k} {v}' for k, v in sorted(stats.frozen.noop_rows.items()))}); "
+                    f"{len(stats.episodes) - len(reported)} seat-episodes kept out of the result log")
+    return row, reported
+
+
+def write_row(learner, row: dict) -> tuple[bytes, bool]:
+    """Append ``row`` (plain: ``metric_log.plain_row``) to metrics.jsonl, export and print it;
+    returns (the encoded line, whether the file took it). A disk that refuses (OSError) is
+    said, not raised."""
+    line = msgspec.json.encode(row) + b"\n"
+    written = True
+    try:
+        metric_log.append_row(learner.metrics_path, line)
+    except OSError as exc:
+        written = False
+        learner.say(f"learner: metric row of iteration {row['run/iteration']} NOT written to {learner.metrics_path} "
+                    f"({exc}); it is kept with this iteration's checkpoint, which a resume restores it from")
+    learner.metrics.export(row)
+    learner.say(progress_line(row))
+    return line, written
+

@@ -1,0 +1,77 @@
+"""Stage 4 of an iteration: the PPO update over a rectangle's trainable rows
+(``services/learner/ppo.py``), then the LR backoff's look at its KL."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from services.learner.advantages import Advantages
+from services.learner.frame_history import of_cells
+from services.learner.ppo import UpdateData, ppo_update
+from services.learner.rectangle import Rectangle
+from services.learner.stops import StopRequested
+from shared.seeding import stream
+
+
+@dataclass
+class UpdateResult:
+    n_train: int
+    """Rows trained on: the trainable cells, or 0 when the NaN guard tripped (no update ran)."""
+    stats: dict = field(default_factory=dict)
+    """``ppo/...`` keys of ``ppo_update``; empty when nothing was trained."""
+    seconds: float = 0.0
+
+
+def run_update(learner, rect: Rectangle, adv: Advantages, *, iteration: int, sched: dict,
+               inference_precision: str | None, behaviour_model=None) -> UpdateResult:
+    """Train ``learner.model`` on ``rect``. Raises StopRequested at the next minibatch once a
+    stop is requested (the weights are then mid-update: the caller must not capture them).
+
+    ``behaviour_model``: the snapshot that inferred the rectangle's lag-1 cells (overlap). When
+    there are any, ``ppo/ratio_max_abs_dev`` is measured against the actor that inferred each
+    row of the first batch (``overlap.behaviour_ratio_dev``), before the first step; the
+    ratio inside the update stays against the rows' own log-probs."""
+    cfg = learner.cfg
+    t_idx, r_idx = np.nonzero(adv.trainable)
+    n_train = len(t_idx) if not adv.nan_trips else 0
+    t0 = time.perf_counter()
+    if not n_train:
+        return UpdateResult(0, {}, time.perf_counter() - t0)
+    # CUDA: the trainable rows go to the device once, here; CPU: numpy per minibatch.
+    stacked = None if cfg.obs.frame_stack == 1 else (lambda c: of_cells(learner.frame_history, t_idx[c], r_idx[c]))
+    batch_of = learner.policy.fetcher(rect.rows.reshape(-1, rect.row_bytes), t_idx * rect.R + r_idx, stacked)
+
+    def fetch(idx):
+        # Called once per minibatch: the point where a stop request abandons the
+        # update (the checkpoint written is then the last row's state, not this one).
+        if learner.stopping:
+            raise StopRequested
+        return batch_of(idx)
+
+    data = UpdateData(
+        actions=rect.actions[t_idx, r_idx], old_log_probs=rect.log_probs[t_idx, r_idx],
+        advantages=adv.advantages[t_idx, r_idx], returns=adv.returns[t_idx, r_idx],
+        old_values=adv.values[t_idx, r_idx], n_legal=rect.n_legal[t_idx, r_idx],
+        fetch=fetch, old_log_prob_precision=inference_precision,
+    )
+
+    def epoch_rng(e: int):
+        return stream(cfg.master_seed, "ppo/minibatch/iteration/{iteration}/epoch/{epoch}", iteration=iteration, epoch=e)
+
+    behaviour_dev = None
+    lags = rect.policy_lag[t_idx, r_idx]
+    if behaviour_model is not None and lags.any():
+        from services.learner.overlap import behaviour_ratio_dev, first_batch
+
+        cells = first_batch(n_train, cfg.ppo.batch_size, epoch_rng(0))
+        behaviour_dev = behaviour_ratio_dev({0: learner.model, 1: behaviour_model}, batch_of, cells, data.actions,
+                                            data.old_log_probs, lags, data.n_legal)
+    stats = ppo_update(learner.model, learner.opt_actor, learner.opt_critic, data, cfg.ppo, epoch_rng, learner.device,
+                       ent_coef=sched["ent_coef"], ent_coef_noop=sched["ent_coef_noop"])
+    if behaviour_dev is not None and "ppo/ratio_max_abs_dev" in stats:
+        stats["ppo/ratio_max_abs_dev"] = behaviour_dev
+    learner.lr_backoff.observe(stats.get("ppo/kl"), learner.opt_actor, learner.opt_critic)
+    return UpdateResult(n_train, stats, time.perf_counter() - t0)
