@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
+from shared.scripted import SCRIPTED_PLAYERS
 from shared.schedules import GeometricSpec, LinearSpec, Schedule, schedule_problems
 
 FORMAT_VERSION = 1
@@ -33,6 +34,10 @@ PosFloat = Annotated[float, Meta(gt=0.0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
 Fraction01 = Annotated[float, Meta(ge=0.0, le=1.0)]
 Port = Annotated[int, Meta(ge=0, le=65535)]
+
+
+ScriptedId = Literal[SCRIPTED_PLAYERS]
+"""A scripted player id (shared/scripted.py); another string is refused naming the known ones."""
 
 
 class _Cfg(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -306,9 +311,13 @@ class LadderConfig(_Cfg):
     """Shares of battles that are (mirror, pool, scripted): a COUNT of battles, rounded by
     ``shared.matchmaking.role_counts``. Until the pool holds a snapshot, pool battles play a
     scripted opponent."""
-    scripted_opponents: list[Literal["scripted:noop", "scripted:random_legal"]] = msgspec.field(
+    scripted_opponents: list[ScriptedId] = msgspec.field(
         default_factory=lambda: ["scripted:noop", "scripted:random_legal"]
     )
+    """The scripted players of scripted battles (drawn uniformly per battle): any of
+    ``shared.scripted.SCRIPTED_PLAYERS`` (the run's two and RoyaleGym's ladder rungs
+    ``scripted:random``, ``scripted:first-affordable``, ``scripted:defend``, ``scripted:push``,
+    ``scripted:patient``). In the run identity."""
     random_legal_noop_prob: Fraction01 = 0.9
     """The no-op probability of ``scripted:random_legal`` (the reference's anchor)."""
     pool: PoolConfig = msgspec.field(default_factory=PoolConfig)
@@ -539,8 +548,24 @@ def _overlay(base: dict, doc: Any, struct: type[Struct], path: str, problems: li
             converted = msgspec.convert(value, fields[key].type, strict=True)
             out[key] = msgspec.to_builtins(converted)
         except msgspec.ValidationError as exc:
-            problems.append(f"{where}: {exc} (got {value!r})".replace(" - at `$`", ""))
+            known = _literal_values(fields[key].type) if "Invalid enum value" in str(exc) else ()
+            problems.append(f"{where}: {exc} (got {value!r})".replace(" - at `$`", "")
+                            + (f"; known: {', '.join(map(str, known))}" if known else ""))
     return out
+
+
+def _literal_values(tp: Any) -> tuple:
+    """The values of the first ``Literal`` inside ``tp`` (list[Literal[...]] included), for a
+    refusal that names the known ones; () when there is none."""
+    import typing
+
+    if typing.get_origin(tp) is Literal:
+        return typing.get_args(tp)
+    for arg in typing.get_args(tp):
+        found = _literal_values(arg)
+        if found:
+            return found
+    return ()
 
 
 def check_consistency(cfg: RunConfig) -> list[str]:
