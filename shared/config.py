@@ -325,6 +325,26 @@ class LadderConfig(_Cfg):
     rater: RaterConfig = msgspec.field(default_factory=RaterConfig)
 
 
+class StrengthConfig(_Cfg):
+    """The standing strength measurement (docs/ladder.md, "Strength"): every
+    ``every_iterations`` iterations the learner writes its actor of that iteration to the
+    snapshot store and the ladder hands the evaluators its games against each anchor on the
+    first ``games_per_anchor / 2`` seeds of the fixed evaluation seed set, both sides each.
+    Operational (not in the run identity): it changes no training number, and the learner
+    never waits for it."""
+
+    every_iterations: NonNegInt = 10
+    """Iterations between two strength snapshots (iterations divisible by it are measured);
+    0 turns the measurement off. 10 on a cpu run is about 9 minutes of training per
+    measurement of 140 games (docs/ladder.md has the measurement)."""
+    games_per_anchor: PosInt = 20
+    """Games of the snapshot against each anchor (ceil(n / 2) seeds, both sides). Range
+    1 .. 2 x ladder.pool.eval_seed_count. 20 gives a Wilson 95 % half-width of at most 0.21."""
+    anchors: list[ScriptedId] = msgspec.field(default_factory=lambda: list(SCRIPTED_PLAYERS))
+    """The scripted anchors measured against (shared/scripted.py ids); ``scripted:noop``
+    must be one of them: the rating pins it at 0."""
+
+
 class EvaluationConfig(_Cfg):
     """How the ladder hands evaluation games to evaluator workers (operational: never part of
     the run identity; a gate's numbers do not depend on them, royalelearn-facts 6.4)."""
@@ -344,6 +364,8 @@ class EvaluationConfig(_Cfg):
     replays_per_strength_job: NonNegInt = 1
     """Games recorded from each strength job (a champion's games against the scripted anchors
     that make its anchor record): the job's first games. 0: none."""
+    strength: StrengthConfig = msgspec.field(default_factory=StrengthConfig)
+    """The standing strength measurement against the scripted anchors (StrengthConfig)."""
     replays_keep: PosInt = 100
     """Recorded games kept in ``<run>/replays/``; the oldest beyond it are deleted."""
     replay_every_tick: bool = False
@@ -483,6 +505,8 @@ def tiny() -> RunConfig:
         ppo=PPOConfig(timesteps_per_iteration=192, batch_size=64, minibatch_size=32, n_epochs=2),
         checkpoint=CheckpointConfig(every_iterations=1, keep=3),
         determinism=DeterminismConfig(torch_threads=1),
+        # Off in the test suite's size (a test turns it on): its games would compete with the gates'.
+        evaluation=EvaluationConfig(strength=StrengthConfig(every_iterations=0, games_per_anchor=2)),
     )
 
 
@@ -615,6 +639,17 @@ def check_consistency(cfg: RunConfig) -> list[str]:
                 f"ladder.gate.{name}: {games} paired battles need {(games + 1) // 2} evaluation seeds, but "
                 f"ladder.pool.eval_seed_count is {seeds}; lower the games or raise the seed count"
             )
+    strength = cfg.evaluation.strength
+    if strength.every_iterations and (strength.games_per_anchor + 1) // 2 > seeds:
+        problems.append(
+            f"evaluation.strength.games_per_anchor: {strength.games_per_anchor} paired battles need "
+            f"{(strength.games_per_anchor + 1) // 2} evaluation seeds, but ladder.pool.eval_seed_count is {seeds}; "
+            "lower the games or raise the seed count")
+    if strength.every_iterations and "scripted:noop" not in strength.anchors:
+        problems.append(f"evaluation.strength.anchors: {list(strength.anchors)} lacks scripted:noop, which the "
+                        "strength rating pins at 0; add it (or set evaluation.strength.every_iterations to 0)")
+    if len(set(strength.anchors)) != len(strength.anchors):
+        problems.append(f"evaluation.strength.anchors: {list(strength.anchors)} names an anchor twice")
     problems += seed_snapshot_problems(cfg.ladder.pool.seed_snapshots)
     if cfg.net.channels % cfg.net.norm_groups:
         problems.append(

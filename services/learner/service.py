@@ -32,6 +32,7 @@ from services.learner.battle_states import BattleStateBook
 from services.learner.episode_courier import EpisodeCourier
 from services.learner.halt import HALTED_FILE, mark_halted, read_halt_mark
 from services.learner.fleet import Fleet
+from services.learner.strength_hook import request_strength, strength_due
 from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots
 from services.learner.ladder_status import LadderStatusPoller
 from services.learner.rectangle import Rectangle
@@ -283,9 +284,10 @@ class Learner:
                  f"checkpoint.max_failed_saves = {self.cfg.checkpoint.max_failed_saves}); the state stays in memory")
         return False
 
-    def _snapshot_actor(self) -> None:
+    def _snapshot_actor(self, candidate: bool = True, strength: bool = False) -> None:
         """A frozen copy of the actor (fp16, no critic, no optimizer) into the snapshot store:
-        a pool candidate every ``ladder.pool.candidate_every_env_steps``."""
+        a pool ``candidate`` every ``ladder.pool.candidate_every_env_steps``, a ``strength``
+        snapshot every ``evaluation.strength.every_iterations`` (services/learner/strength_hook.py)."""
         import copy
 
         from shared.nn.statefiles import module_to_bytes
@@ -303,8 +305,13 @@ class Learner:
             self.say(f"learner: snapshot not written: {exc}")
             return
         if isinstance(reply, SnapshotSaved):
-            self.say(f"learner: pool candidate snapshot {reply.snapshot_id} at {self.env_steps:,} env steps")
-            self._admit_candidate(reply.snapshot_id)
+            if candidate:
+                self.say(f"learner: pool candidate snapshot {reply.snapshot_id} at {self.env_steps:,} env steps")
+                self._admit_candidate(reply.snapshot_id)
+            if strength:
+                request_strength(self.ladder, self.cfg.run_name, reply.snapshot_id, iteration=self.iteration,
+                                 env_steps=self.env_steps, timesteps=self.timesteps,
+                                 timeout_s=self.cfg.services.ladder_status_timeout_s, say=self.say)
         else:
             self.say(f"learner: the checkpoint service refused the snapshot: {getattr(reply, 'reason', reply)}")
 
@@ -633,8 +640,9 @@ class Learner:
         every = cfg.ladder.pool.candidate_every_env_steps
         crossed = (self.env_steps + stats.env_steps) // every > self.env_steps // every
         self.env_steps += stats.env_steps
-        if crossed and n_train:
-            self._snapshot_actor()
+        measure = strength_due(cfg.evaluation.strength.every_iterations, it)
+        if (crossed or measure) and n_train:
+            self._snapshot_actor(candidate=crossed, strength=measure)
         learner_eps = [e for e in stats.episodes if e.player == "learner"]
         self.episodes += len(learner_eps)
         lost_cells = _lost_cells(rect, T)
