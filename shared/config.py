@@ -259,6 +259,9 @@ class PoolConfig(_Cfg):
     """The frozen pool and who the learner meets from it."""
 
     candidate_every_env_steps: PosInt = 4_000_000
+    """Env steps (battle decisions) between two pool candidate snapshots (the learner writes one
+    when run/env_steps crosses a multiple). 4,000,000 is the reference's, for GPU profiles; the
+    cpu profile uses 100,000 (CPU_CANDIDATE_EVERY). In the run identity (ladder)."""
     max_resident_opponents: PosInt = 2
     """Distinct pool snapshots the learner's pool battles meet at a time (the resident set,
     drawn by PFSP and redrawn when the pool changes: services/ladder/resident.py)."""
@@ -452,11 +455,19 @@ class RunConfig(_Cfg):
 # ----------------------------------------------------------------------------- profiles
 
 
+CPU_CANDIDATE_EVERY = 100_000
+"""The cpu profile's ``ladder.pool.candidate_every_env_steps``: a default cpu run averaged 55
+env steps/s (93,024 env steps by iteration 34, 28 minutes), so 4,000,000 would give its first
+snapshot after about 20 hours; 100,000 gives it after about 30 minutes."""
+
+
 def cpu() -> RunConfig:
     """A 2-core CPU machine, no GPU (this project's development machine): the default when
     torch sees no GPU. Sized so an iteration finishes in about a minute (measured in
-    docs/throughput.md): a 32-channel one-block trunk, 4,096 timesteps per iteration."""
-    return RunConfig(profile="cpu")
+    docs/throughput.md): a 32-channel one-block trunk, 4,096 timesteps per iteration. A pool
+    candidate every 100,000 env steps (about 30 minutes at the ~55 env steps/s measured here),
+    so the pool, its opponents and the gate engage within the first hour (docs/ladder.md)."""
+    return RunConfig(profile="cpu", ladder=LadderConfig(pool=PoolConfig(candidate_every_env_steps=CPU_CANDIDATE_EVERY)))
 
 
 def laptop() -> RunConfig:

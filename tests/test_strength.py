@@ -167,3 +167,33 @@ def test_the_config_refuses_a_strength_set_the_seed_set_cannot_hold_or_without_n
     with pytest.raises(ConfigError, match=r"evaluation.strength.anchors: \['scripted:push'\] lacks scripted:noop"):
         load_config({"profile": "tiny", "evaluation": {"strength": {"every_iterations": 5,
                                                                     "anchors": ["scripted:push"]}}})
+
+
+def test_royalefleet_strength_and_status_read_the_measurement_from_the_run_folder(tmp_path, capsys):
+    from royalefleet.cli import main
+
+    said: list[str] = []
+    svc = service(tmp_path, said)
+    (tmp_path / "t").mkdir(exist_ok=True)
+    (tmp_path / "t" / "config.json").write_bytes(__import__("msgspec").json.encode(config()))
+    assert main(["strength", "t", "--runs-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "no strength snapshot measured yet (0 pending)\n"
+    measure(svc, S1, 5)
+    play(svc)
+    measure(svc, S2, 10)  # planned, not played: pending, never a partial score
+    svc.close()
+    s = svc.strength.summary
+    assert main(["strength", "t", "--runs-dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["iteration", "env_steps", "rating", "(Elo)", "noop", "random_legal", "first-affordable"]
+    lo, hi = wilson(3, 6)
+    assert lines[2].split() == ["5", "500", f"{s.rating:.0f}", "+-", f"{s.rating_se:.0f}", "1.00",
+                                f"[{wilson(6, 6)[0]:.2f},", "1.00]", "0.50", f"[{lo:.2f},", f"{hi:.2f}]",
+                                "0.50", f"[{lo:.2f},", f"{hi:.2f}]"]
+    assert lines[3].startswith("1 snapshot(s) measured, 1 pending; games per anchor: 6;")
+    from royalefleet.cmd_status import status_lines
+
+    config_of_run = load_config({**__import__("msgspec").to_builtins(config()), "runs_dir": str(tmp_path)})
+    text = "\n".join(status_lines(config_of_run)[0])
+    assert (f"strength   iteration 5: rating {s.rating:.0f} +- {s.rating_se:.0f} Elo (noop = 0); noop 1.00 "
+            f"[{wilson(6, 6)[0]:.2f}, 1.00], random_legal 0.50 [{lo:.2f}, {hi:.2f}]") in text
