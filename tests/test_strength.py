@@ -197,3 +197,41 @@ def test_royalefleet_strength_and_status_read_the_measurement_from_the_run_folde
     text = "\n".join(status_lines(config_of_run)[0])
     assert (f"strength   iteration 5: rating {s.rating:.0f} +- {s.rating_se:.0f} Elo (noop = 0); noop 1.00 "
             f"[{wilson(6, 6)[0]:.2f}, 1.00], random_legal 0.50 [{lo:.2f}, {hi:.2f}]") in text
+
+
+@pytest.mark.slow
+def test_a_real_stack_measures_the_learners_strength_into_its_row(tmp_path):
+    """learner -> snapshot store -> ladder -> evaluator -> result log -> ladder status -> row:
+    a tiny stack measuring every 2 iterations against noop and first-affordable."""
+    import json
+    import time
+
+    from tests.stack import Up, read_rows, tiny_config
+
+    cfg = tiny_config(tmp_path, run_name="s", evaluation={
+        "strength": {"every_iterations": 2, "games_per_anchor": 2, "anchors": [NOOP, FA]}})
+    up = Up(cfg)
+    try:
+        up.wait_for(lambda line: "learner: strength snapshot snap:" in line, 120, "a strength snapshot")
+        run = tmp_path / "s"
+        deadline = time.monotonic() + 150
+        while not any("strength/rating" in r for r in read_rows(run)):
+            assert time.monotonic() < deadline, up.tail()
+            time.sleep(0.5)
+    finally:
+        up.interrupt()
+        up.wait_exit(120)
+    rows = read_rows(run)
+    first = next(i for i, r in enumerate(rows) if "strength/rating" in r)
+    assert first >= 2 and not any(k.startswith("strength/") for r in rows[:2] for k in r)  # absent, never 0
+    r = rows[first]
+    assert r["strength/iteration"] % 2 == 0 and r["strength/iteration"] <= r["run/iteration"]
+    assert r["strength/games/" + NOOP] == 2 and r["strength/games/" + FA] == 2
+    for anchor in (NOOP, FA):
+        assert r["strength/score_lo/" + anchor] <= r["strength/score/" + anchor] <= r["strength/score_hi/" + anchor]
+        assert r["strength/score/" + anchor] in (0.0, 0.25, 0.5, 0.75, 1.0)
+    assert r["strength/rating_se"] > 0
+    plan = json.loads((run / "ladder" / "strength.json").read_text())
+    snap = plan["entries"][0]["snapshot"]
+    assert (run / "snapshots" / snap.removeprefix("snap:")).is_dir()  # the learner wrote it to the store
+    assert any("learner: strength snapshot" in line for line in up.lines)
