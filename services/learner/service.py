@@ -32,6 +32,7 @@ from services.learner.battle_states import BattleStateBook
 from services.learner.episode_courier import EpisodeCourier
 from services.learner.halt import HALTED_FILE, mark_halted, read_halt_mark
 from services.learner.fleet import Fleet
+from services.learner.curves import TensorBoardCurves
 from services.learner.strength_hook import request_strength, strength_due
 from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots
 from services.learner.ladder_status import LadderStatusPoller
@@ -217,6 +218,7 @@ class Learner:
         self.failed_saves = 0
         """Checkpoint saves failed in a row (``_save``); ``checkpoint.max_failed_saves`` halts."""
         self.snapshot: checkpointing.Snapshot | None = None
+        self.curves = TensorBoardCurves(self.run_dir, self.say)
         self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
         say(f"learner: run id {self.run_id}; listening for rollouts on {bind}; run folder {self.run_dir}")
 
@@ -751,6 +753,7 @@ class Learner:
             self.say(f"learner: metric row of iteration {row['run/iteration']} NOT written to {self.metrics_path} "
                      f"({exc}); it is kept with this iteration's checkpoint, which a resume restores it from")
         self.metrics.export(row)
+        self.curves.write(row)  # TensorBoard's view of the same row (services/learner/curves.py)
         self.say(progress_line(row))
         return line, written
 
