@@ -92,7 +92,8 @@ def strength_figure(measured, axis: str):
     for anchor in [a.anchor for a in measured[0].anchors]:
         points = [(x, a) for x, m in zip(xs, measured) for a in m.anchors if a.anchor == anchor]
         score_ax.errorbar([p[0] for p in points], [p[1].score for p in points],
-                          yerr=[[p[1].score - p[1].lo for p in points], [p[1].hi - p[1].score for p in points]],
+                          yerr=[[max(0.0, p[1].score - p[1].lo) for p in points],  # rounding: never below 0
+                                [max(0.0, p[1].hi - p[1].score) for p in points]],
                           marker="o", ms=3, capsize=2, label=anchor.removeprefix("scripted:"))
     score_ax.set_ylim(-0.02, 1.02)
     score_ax.set_ylabel("score (draw = 1/2), Wilson 95 %")
@@ -188,6 +189,13 @@ timesteps; {len(measured)} strength snapshot(s) measured, {pending} pending. Wri
 {strength_table_html(measured)}
 <h2>Training</h2>
 {images[2]}
+<script>
+// Says on the page which plots the browser decoded (tests/test_report.py reads it back).
+window.addEventListener("load", () => {{
+  document.body.dataset.rendered = Array.from(document.images)
+    .map(i => i.id + ":" + i.naturalWidth + "x" + i.naturalHeight).join(" ");
+}});
+</script>
 </body></html>
 """
     (out / "index.html").write_text(page)

@@ -16,6 +16,7 @@ the learner says so once and trains on.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +48,10 @@ class TensorBoardCurves:
             if self.writer is None:
                 from tensorboardX import SummaryWriter
 
-                self.writer = SummaryWriter(logdir=str(self.dir), purge_step=step, flush_secs=3600)
+                # The file name holds whole seconds and the host only: two writers in one second
+                # (a quick restart) would share it; the nanosecond suffix keeps them apart, in order.
+                self.writer = SummaryWriter(logdir=str(self.dir), purge_step=step, flush_secs=3600,
+                                            filename_suffix=f".{time.time_ns()}.{os.getpid()}")
                 self.say(f"learner: TensorBoard curves in {self.dir} (see them with `tensorboard --logdir "
                          f"{self.dir.parent.parent}`); steps are iterations, from {step} in this process")
             wall = time.time()
