@@ -202,14 +202,14 @@ def test_royalefleet_strength_and_status_read_the_measurement_from_the_run_folde
 @pytest.mark.slow
 def test_a_real_stack_measures_the_learners_strength_into_its_row(tmp_path):
     """learner -> snapshot store -> ladder -> evaluator -> result log -> ladder status -> row:
-    a tiny stack measuring every 2 iterations against noop and first-affordable."""
+    a tiny stack measuring every iteration against noop and first-affordable."""
     import json
     import time
 
     from tests.stack import Up, read_rows, tiny_config
 
     cfg = tiny_config(tmp_path, run_name="s", evaluation={
-        "strength": {"every_iterations": 2, "games_per_anchor": 2, "anchors": [NOOP, FA]}})
+        "strength": {"every_iterations": 1, "games_per_anchor": 2, "anchors": [NOOP, FA]}})
     up = Up(cfg)
     try:
         up.wait_for(lambda line: "learner: strength snapshot snap:" in line, 120, "a strength snapshot")
@@ -223,9 +223,10 @@ def test_a_real_stack_measures_the_learners_strength_into_its_row(tmp_path):
         up.wait_exit(120)
     rows = read_rows(run)
     first = next(i for i, r in enumerate(rows) if "strength/rating" in r)
-    assert first >= 2 and not any(k.startswith("strength/") for r in rows[:2] for k in r)  # absent, never 0
+    # absent, never 0, before: the first row is written long before an evaluator can have played
+    assert first >= 1 and not any(k.startswith("strength/") for r in rows[:first] for k in r)
     r = rows[first]
-    assert r["strength/iteration"] % 2 == 0 and r["strength/iteration"] <= r["run/iteration"]
+    assert 1 <= r["strength/iteration"] <= r["run/iteration"]
     assert r["strength/games/" + NOOP] == 2 and r["strength/games/" + FA] == 2
     for anchor in (NOOP, FA):
         assert r["strength/score_lo/" + anchor] <= r["strength/score/" + anchor] <= r["strength/score_hi/" + anchor]
