@@ -100,7 +100,7 @@ def strength_figure(measured, axis: str):
     score_ax.set_title("strength against each scripted anchor")
     score_ax.legend(fontsize=7, ncol=2)
     rating_ax.errorbar(xs, [m.rating for m in measured], yerr=[m.rating_se for m in measured], marker="o", ms=3,
-                       capsize=2, color="C3")
+                       capsize=2, color="black")
     rating_ax.axhline(0.0, color="0.6", lw=0.8)
     rating_ax.set_ylabel("Elo (scripted:noop = 0), +- 1 SE")
     rating_ax.set_title("Bradley-Terry-Davidson rating")
