@@ -215,7 +215,7 @@ def test_a_real_stack_measures_the_learners_strength_into_its_row(tmp_path):
         up.wait_for(lambda line: "learner: strength snapshot snap:" in line, 120, "a strength snapshot")
         run = tmp_path / "s"
         deadline = time.monotonic() + 150
-        while not any("strength/rating" in r for r in read_rows(run)):
+        while not (run / "metrics.jsonl").exists() or not any("strength/rating" in r for r in read_rows(run)):
             assert time.monotonic() < deadline, up.tail()
             time.sleep(0.5)
     finally:
