@@ -53,7 +53,8 @@ class Seat:
     """A player as a RoyaleGym ``Opponent`` (``act(obs, mask, rng)``), for ``play_one``."""
 
     def __init__(self, player):
-        self.player = player
+        # one seat of one game: under frame stacking its own history (services/evaluator/players.py)
+        self.player = getattr(player, "for_game", lambda: player)()
         self.id = player.id
 
     def act(self, obs, mask, rng) -> int:

@@ -89,6 +89,25 @@ class EnvConfig(_Cfg):
     episode, shuffled independently: a fixed-deck curriculum, like the reference's SeatDecks
     with one deck for both sides. Names are checked against the engine's catalogue when the
     first battle is built."""
+    ability_buttons: bool = False
+    """Give the action parser the engine's ability buttons (RoyaleGym
+    ``TileActionParser(ability_buttons=True)``): the action space grows by the engine's
+    ``n_buttons`` (3 on RoyaleSim), action ``n_grid_actions + k`` pressing button k (a hero's
+    or a champion's ability), scored by the actor's button head. Off (the default), a champion
+    plays as a plain troop and its ability is never offered. In the run identity through the
+    action digest (which records ``n_buttons``), not the env digest, so a run without buttons
+    keeps the identity it had before this field existed."""
+
+
+class ObsConfig(_Cfg):
+    """What the policy sees beyond the environment's own observation."""
+
+    frame_stack: Annotated[int, Meta(ge=1, le=16)] = 1
+    """Decisions the trunk sees at once, 1 to 16: 1 (the default) is the current observation
+    only; k > 1 widens the trunk's input with the spatial planes and the per-slot mask planes
+    of the seat's previous k - 1 decisions (shared/nn/frame_stack.py), gathered from the rows
+    already stored, never stored k times. History before the episode's first decision is
+    zeros. In the run identity (``frame_stack`` and the arch digest)."""
 
 
 class RolloutConfig(_Cfg):
@@ -584,6 +603,7 @@ class RunConfig(_Cfg):
     matchmaking, PFSP draws, the evaluation seed set, weight init). Another seed is another
     experiment."""
     env: EnvConfig = msgspec.field(default_factory=EnvConfig)
+    obs: ObsConfig = msgspec.field(default_factory=ObsConfig)
     rollout: RolloutConfig = msgspec.field(default_factory=RolloutConfig)
     local: LocalConfig = msgspec.field(default_factory=LocalConfig)
     net: NetConfig = msgspec.field(default_factory=NetConfig)

@@ -19,13 +19,17 @@ from shared.config import EnvConfig
 from shared.messages import EngineBuild, EpisodeRecord
 
 
-class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True):
+class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
     """The observation and action layout of one environment build, as declared by it.
 
     ``spatial`` is (len(plane_names), height, width) float32 per seat; ``vector`` is
-    (vector_size,) float32; the action space is Discrete(n_actions) with action 0 the no-op and
-    ``1 + slot * height * width + y * width + x`` a play of hand slot ``slot`` at tile (x, y).
+    (vector_size,) float32; the action space is Discrete(n_actions) with action 0 the no-op,
+    ``1 + slot * height * width + y * width + x`` a play of hand slot ``slot`` at tile (x, y)
+    (the grid: ``n_grid_actions`` actions in all), and ``n_grid_actions + k`` a press of ability
+    button k for k < ``n_buttons`` (the parser's, read from it; 0 without buttons).
     ``vector_fields`` maps each declared vector field name to its [start, stop) offsets.
+    ``n_buttons`` is encoded only when not 0, so a spec without buttons keeps the digest it had
+    before buttons existed.
     """
 
     plane_names: tuple[str, ...]
@@ -37,6 +41,22 @@ class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True):
     n_actions: int
     hand_slots: int
     decision_ms: int
+    n_buttons: int = 0
+    frame_stack: int = 1
+    """Decisions the trunk sees at once (``obs.frame_stack``): the one fact here that is the
+    run's, not the environment's, set by ``shared.preflight.run_preflight`` so that every
+    network built from the spec (learner, frozen seats, evaluators, replay) has the run's
+    input width. Encoded only when not 1."""
+
+    @property
+    def n_grid_actions(self) -> int:
+        """The no-op plus one action per (hand slot, tile): the part of the action space the
+        pointer head lays out as a grid, all of it without buttons."""
+        return 1 + self.hand_slots * self.height * self.width
+
+    def is_button(self, action):
+        """Whether ``action`` (an int or an integer array) presses an ability button."""
+        return action >= self.n_grid_actions
 
     def field(self, name: str) -> slice:
         """The slice of the vector holding ``name``. A missing name raises KeyError listing the
@@ -113,7 +133,7 @@ def build_env(cfg: EnvConfig, *, gamma: float | None = None):
     return ClashParallelEnv(
         RustEngine(),
         obs_builder=SpatialObsBuilder(),
-        action_parser=TileActionParser(),
+        action_parser=TileActionParser(ability_buttons=cfg.ability_buttons),
         reward_fn=reward_fn,
         termination_cond=GameOverCondition(),
         truncation_cond=StepLimitCondition(max_steps=cfg.max_steps) if cfg.max_steps else None,
@@ -132,10 +152,11 @@ def obs_spec(env) -> ObsSpec:
         raise RuntimeError(f"spatial_layout() declares {len(names)} planes, the space has {c}")
     mask_planes = space["mask_planes"].shape
     n_actions = int(env.action_space("blue").n)
-    if n_actions != 1 + mask_planes[0] * h * w:
+    n_buttons = int(getattr(env.action_parser, "n_buttons", 0))
+    if n_actions != 1 + mask_planes[0] * h * w + n_buttons:
         raise RuntimeError(
-            f"action space of {n_actions} is not 1 + {mask_planes[0]} hand slots x {h}x{w} tiles; "
-            "ability buttons and other parsers are not supported yet"
+            f"action space of {n_actions} is not 1 + {mask_planes[0]} hand slots x {h}x{w} tiles + "
+            f"{n_buttons} ability buttons; only the tile grid parser (TileActionParser) is supported"
         )
     offsets = env.obs_builder.vector_offsets()
     return ObsSpec(
@@ -148,6 +169,7 @@ def obs_spec(env) -> ObsSpec:
         n_actions=n_actions,
         hand_slots=int(mask_planes[0]),
         decision_ms=int(env.config()["decision_ms"]),
+        n_buttons=n_buttons,
     )
 
 

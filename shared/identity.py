@@ -17,11 +17,12 @@ torch_version
 engine                 the game itself: engine class, calibration and build digests, the
                        compiled binary's sha256, the card catalogue digest
 env_spec_digest        the env config by value (decision clock, truncation, reward and its
-                       weights)
-obs_digest,            what the policy sees and can do (read off the built env)
-action_digest
-frame_stack            the trunk's input width
-arch_digest            the network (NetConfig without the device and the autocast setting)
+                       weights, deck); ``env.ability_buttons`` is in action_digest instead
+obs_digest,            what the policy sees and can do (read off the built env; the
+action_digest          action digest holds the ability buttons' count, ``n_buttons``)
+frame_stack            the trunk's input width (``obs.frame_stack``)
+arch_digest            the network (NetConfig without the device and the autocast setting,
+                       with obs.frame_stack when it is not 1)
 codec_version,         how a row is stored (the table) and sent (``services.wire_codec``: 1
 codec_table_digest     packed rows, 2 zstd frames; shared/codec.py). Codec 2 is lossless, so
                        it cannot change a number; it is in the identity all the same so that
@@ -87,8 +88,13 @@ def _without(struct, *names: str) -> dict:
 def config_digests(cfg: RunConfig) -> dict[str, str]:
     """The identity digests that depend on the config alone."""
     return {
-        "env_spec_digest": digest(cfg.env),
-        "arch_digest": digest(_without(cfg.net, "device", "autocast")),
+        # ability_buttons is recorded by the action digest (n_buttons), where it changes what
+        # the policy can do; left out here so a run without buttons keeps its old identity
+        "env_spec_digest": digest(_without(cfg.env, "ability_buttons")),
+        # frame_stack widens the trunk's input; recorded only when stacking, so a run without
+        # it keeps the arch digest it had before the field existed
+        "arch_digest": digest(_without(cfg.net, "device", "autocast")
+                              | ({"frame_stack": cfg.obs.frame_stack} if cfg.obs.frame_stack != 1 else {})),
         "algo_digest": digest({"ppo": cfg.ppo, "advantage": cfg.advantage, "autocast": cfg.net.autocast}),
         "rollout_digest": digest({"battles": cfg.rollout.battles, "shards": cfg.rollout.shards,
                                   "local_rollouts": cfg.local.rollouts,
@@ -104,7 +110,7 @@ def config_identity(cfg: RunConfig) -> dict[str, Any]:
     moves."""
     return {"master_seed": cfg.master_seed, "determinism_tier": cfg.determinism.tier,
             "torch_threads": cfg.determinism.torch_threads, "codec_version": cfg.services.wire_codec,
-            **config_digests(cfg)}
+            "frame_stack": cfg.obs.frame_stack, **config_digests(cfg)}
 
 
 def describe_device(device: str) -> str:
@@ -130,7 +136,6 @@ def compute_identity(cfg: RunConfig, *, engine: EngineBuild, obs_digest: str, ac
         engine=engine,
         obs_digest=obs_digest,
         action_digest=action_digest,
-        frame_stack=1,
         codec_table_digest=codec_table_digest,
         **config_identity(cfg),
     )
@@ -157,6 +162,11 @@ def identity_differences(a: RunIdentity, b: RunIdentity) -> dict[str, tuple[Any,
 
 
 def action_digest_of(spec) -> str:
-    """What the policy can do: the action space's size and layout and the decision clock."""
-    return digest({"n_actions": spec.n_actions, "hand_slots": spec.hand_slots, "height": spec.height,
-                   "width": spec.width, "decision_ms": spec.decision_ms, "parser": "TileActionParser"})
+    """What the policy can do: the action space's size and layout, the decision clock, and the
+    ability buttons after the grid (``n_buttons``, recorded only when not 0 so a run without
+    buttons keeps the digest it had before they existed)."""
+    value = {"n_actions": spec.n_actions, "hand_slots": spec.hand_slots, "height": spec.height,
+             "width": spec.width, "decision_ms": spec.decision_ms, "parser": "TileActionParser"}
+    if getattr(spec, "n_buttons", 0):
+        value["n_buttons"] = spec.n_buttons
+    return digest(value)

@@ -89,6 +89,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "policy/legal_actions_p95": ("actions", "95th percentile of legal actions (no-op included) over the learner's trainable rows"),
     "policy/noop_rate": ("fraction", "share of the learner's choice rows (more than one legal action) on which it waited"),
     "policy/cards_played": ("cards", "cards the learner played this iteration"),
+    "policy/button_presses": ("presses", "ability-button presses the learner chose this iteration (env.ability_buttons; absent without buttons)"),
+    "policy/button_presses_accepted": ("presses", "the learner's ability-button presses the engine accepted (deploy_status 0) this iteration"),
     "policy/cards_per_match": ("cards", "cards the learner played per episode (the no-op collapse metric)"),
     # ppo
     "ppo/kl": ("nats", "choice-row KL (Schulman k3), last epoch"),

@@ -134,7 +134,7 @@ def test_every_field_problem_is_listed_at_once_each_naming_its_field():
 
 def test_an_unknown_field_with_no_close_name_lists_the_struct_fields():
     problems = refusal({"profile": "tiny", "env": {"zzzz": 1}})
-    assert problems == ["env.zzzz: unknown field; EnvConfig has max_steps, decision_ms, reward, reward_weights, deck"]
+    assert problems == ["env.zzzz: unknown field; EnvConfig has max_steps, decision_ms, reward, reward_weights, deck, ability_buttons"]
 
 
 @pytest.mark.parametrize("doc, expected", [

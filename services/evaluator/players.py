@@ -77,6 +77,36 @@ class SnapshotPlayer:
         actions, _ = self.policy.act(rows, np.array([n_legal]), u)
         return int(actions[0])
 
+    def for_game(self):
+        """The player of one seat of one game: itself, or under frame stacking
+        (``obs.frame_stack`` > 1) a ``StackedSeat`` holding that seat's history from the game's
+        first decision (services/evaluator/games.py seats these)."""
+        return self if self.policy.frame_stack == 1 else StackedSeat(self)
+
+
+class StackedSeat:
+    """A snapshot playing one seat of one game with frame stacking: every decision's packed row
+    (forced ones too) goes into the seat's history (``shared.nn.frame_stack.SeatHistory``), the
+    first decision's history is all missing (zeros), as in training."""
+
+    def __init__(self, player: SnapshotPlayer):
+        from shared.nn.frame_stack import SeatHistory
+
+        self.id, self.scripted_seat = player.id, False
+        self.policy, self.codec = player.policy, player.codec
+        self.history = SeatHistory(player.policy.frame_stack, player.codec.row_bytes)
+
+    def act(self, obs: dict, rng: np.random.Generator) -> int:
+        u = rng.random(1, dtype=np.float32)  # drawn at every decision, as SnapshotPlayer
+        n_legal = int(np.count_nonzero(obs["action_mask"]))
+        rows, _, _ = self.codec.pack_many([obs])
+        action = 0
+        if n_legal > 1:
+            actions, _ = self.policy.act(rows, np.array([n_legal]), u, self.history.history())
+            action = int(actions[0])
+        self.history.push(rows[0])
+        return action
+
 
 @dataclass
 class RunFacts:
@@ -104,7 +134,7 @@ def run_facts(cfg: RunConfig) -> RunFacts:
     from shared.identity import config_digests
     from shared.preflight import run_preflight
 
-    pf = run_preflight(cfg.env, cfg.master_seed)
+    pf = run_preflight(cfg.env, cfg.master_seed, frame_stack=cfg.obs.frame_stack)
     return RunFacts(spec=pf.spec, codec=pf.codec, arch_digest=config_digests(cfg)["arch_digest"],
                     obs_digest=pf.spec.digest(), codec_table_digest=table_digest(pf.table))
 

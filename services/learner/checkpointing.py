@@ -18,6 +18,11 @@ battle_states       ``battle_states/{states.msgpack,index.json}``   every battle
                                                                     optional: a checkpoint
                                                                     without it resumes with
                                                                     every episode afresh
+frame_history       ``frame_history/carry.msgpack``                 each seat's last k - 1 rows
+                                                                    at the boundary (obs.
+                                                                    frame_stack; services/
+                                                                    learner/frame_history.py);
+                                                                    optional
 codec               ``codec/table.json``                            the codec table
 config              ``config/config.json``                          the resolved config
 identity            ``identity/identity.json``                      the RunIdentity
@@ -48,7 +53,7 @@ import hashlib
 
 import msgspec
 
-from services.learner import battle_states
+from services.learner import battle_states, frame_history
 from shared.nn.statefiles import (
     bytes_to_module, bytes_to_optimizer, module_to_bytes, optimizer_to_bytes, set_torch_rng_state,
     torch_rng_state,
@@ -162,6 +167,8 @@ COMPONENTS = (
               _load_ordinals),
     Component("battle_states", battle_states.FILES, lambda L: L.battle_states.files(),
               lambda L, f: L.battle_states.load(f), optional=True),
+    Component("frame_history", frame_history.FILES, lambda L: L.frame_history.files(),
+              lambda L, f: L.frame_history.load(f), optional=True),
     Component("codec", ("codec/table.json",), lambda L: {"codec/table.json": _json(L.pf.table)}, _load_codec),
     # Read by people and, through the manifest's meta, by the resume's identity check; a load
     # keeps the run's own config and identity, so these two load nothing.

@@ -89,6 +89,8 @@ class Collector:
         """(member, BattleStates | StatesSet) -> None: services/learner/battle_states.py."""
         self.provenance = ProvenanceTracker()
         """Stamps finished episodes with where their decisions were taken (royalefleet replay)."""
+        self.frame_history = None
+        """obs.frame_stack > 1: services/learner/frame_history.py (each cell's previous rows)."""
 
     # ------------------------------------------------------------------ messages
 
@@ -191,6 +193,9 @@ class Collector:
         T = rect.T
         stats = CollectStats()
         self.provenance.begin(iteration, policy.model.actor)
+        fh = self.frame_history
+        if fh is not None:
+            fh.begin(rect, slot_map.battle_ids)
         self.refused_count = 0
         expected: dict[tuple[str, int], int] = {}
         deadline: dict[tuple[str, int], float] = {}
@@ -246,6 +251,8 @@ class Collector:
                     arrays = decompress_round(arrays, self.decompressor if member.wire_codec == WIRE_ZSTD else None)
                     stats.wire_decode_seconds += time.thread_time() - t0
                 learner, frozen_slots, frozen_rows = rect.store_obs(c, slots, group, arrays["tick"], arrays["rows"])
+                if fh is not None:
+                    fh.file(c, slots, group, arrays["ordinal"], frozen_slots, frozen_rows)
                 if c > 0:
                     fs = arrays["final_slots"]
                     if len(fs) and (fs.min() < 0 or fs.max() >= len(slots)):
@@ -283,7 +290,8 @@ class Collector:
                 return
             t0 = time.perf_counter()
             rows = rect.rows[c, learner]
-            actions, log_probs = policy.act(rows, rect.n_legal[c, learner], u_for(c)[learner])
+            actions, log_probs = policy.act(rows, rect.n_legal[c, learner], u_for(c)[learner],
+                                            None if fh is None else fh.at(c, learner))
             stats.inference_seconds += time.perf_counter() - t0
             rect.actions[c, learner] = actions
             rect.log_probs[c, learner] = log_probs
@@ -296,7 +304,8 @@ class Collector:
                 frozen_legal = rect.legal_counts(frozen_rows)
                 out[local], snapshot_ids = self._play_frozen(
                     frozen, stats.frozen, slot_map.battle_ids[frozen_slots // 2], arrays["ordinal"][local],
-                    frozen_rows, frozen_legal, frozen_u_for(c)[frozen_slots])
+                    frozen_rows, frozen_legal, frozen_u_for(c)[frozen_slots],
+                    None if fh is None else fh.at(c, frozen_slots))
                 inferred.append((frozen_slots, frozen_legal, out[local], snapshot_ids))
             self.provenance.observe(c, slot_map.battle_ids, slots, arrays["ordinal"], member.fresh and c == 0, inferred)
             if not self._send(member.identity, Step(iteration=iteration, cycle=c, shard=body.shard), {"actions": out}):
@@ -326,6 +335,8 @@ class Collector:
                     self.fleet.mark_lost(m)
                 if m.lost and m.instance not in stats.lost:
                     stats.lost.append(m.instance)
+        if fh is not None:
+            fh.end()
         stats.refused = self.refused_count
         # Canonical order, never arrival order: the row's means are float sums, and the result
         # log is a record; both must not depend on which rollout answered first.
@@ -334,7 +345,7 @@ class Collector:
 
 
     def _play_frozen(self, frozen, fstats: FrozenStats, battles: np.ndarray, ordinals: np.ndarray, rows: np.ndarray,
-                     n_legal: np.ndarray, uniforms: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
+                     n_legal: np.ndarray, uniforms: np.ndarray, history=None) -> tuple[np.ndarray, list[str | None]]:
         """Actions (B,) of frozen seats: each by the snapshot of its battle's assignment at its
         ordinal; the no-op (counted by reason, its episode tainted) when that cannot play.
         Returns the actions and each seat's snapshot id (None: no assignment)."""
@@ -346,7 +357,8 @@ class Collector:
         if frozen is None:
             actions, reasons = np.zeros(len(rows), np.int64), ["no_actors"] * len(rows)
         else:
-            actions, reasons = frozen.play(ids, rows, n_legal, uniforms)
+            extra = () if history is None else (history,)  # frame stacking only
+            actions, reasons = frozen.play(ids, rows, n_legal, uniforms, *extra)
         for b, o, reason in zip(battles, ordinals, reasons):
             if reason is not None:
                 fstats.noop(reason, int(b), int(o))

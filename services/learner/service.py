@@ -29,11 +29,13 @@ import numpy as np
 from services.learner import checkpointing, metric_log
 from services.learner.admission import HelloLimits, plan_size
 from services.learner.battle_states import BattleStateBook
+from services.learner.buttons import button_metrics
 from services.learner.episode_courier import EpisodeCourier
 from services.learner.halt import HALTED_FILE, mark_halted, read_halt_mark
 from services.learner.fleet import Fleet
 from services.learner.curves import TensorBoardCurves
 from services.learner.strength_hook import request_strength, strength_due
+from services.learner.frame_history import after_cells, make_frame_history, of_cells
 from services.learner.frozen import FrozenActors, checkpoint_fetcher, frozen_metrics, plan_snapshots
 from services.learner.ladder_status import LadderStatusPoller
 from services.learner.rectangle import Rectangle
@@ -145,7 +147,7 @@ class Learner:
         self.run_dir = os.path.join(runs_dir, cfg.run_name)
         os.makedirs(self.run_dir, exist_ok=True)
 
-        self.pf = run_preflight(cfg.env, cfg.master_seed)
+        self.pf = run_preflight(cfg.env, cfg.master_seed, frame_stack=cfg.obs.frame_stack)
         say(f"learner: {describe_table(self.pf.table)}; {self.pf.codec.row_bytes} B a row (preflight {self.pf.seconds:.1f} s); "
             f"wire codec {cfg.services.wire_codec} served to rollouts that speak it")
         say(f"learner: engine {self.pf.engine.describe()}")
@@ -208,6 +210,8 @@ class Learner:
                                    self.metrics.refused, HelloLimits.at_start(cfg, self.pf.codec.row_bytes),
                                    wire_codec=cfg.services.wire_codec,
                                    decompressor=RowDecompressor(self.pf.codec.row_bytes, cfg.services.max_message_mb << 20))
+        self.frame_history = make_frame_history(cfg.obs.frame_stack, self.pf.codec.row_bytes)  # obs.frame_stack
+        self.collector.frame_history = self.frame_history if cfg.obs.frame_stack > 1 else None
         self.battle_states = BattleStateBook(self.pf.engine, say)  # exact battles in the checkpoint
         self.collector.on_states = self.battle_states.on_message
         self.iteration = 0
@@ -582,13 +586,14 @@ class Learner:
         t0 = time.perf_counter()
         cells = rect.learner_cells()
         values = np.zeros((T + 1, rect.R), np.float32)
-        values[cells] = self.policy.values(rect.rows[cells])
+        values[cells] = self.policy.values(rect.rows[cells], history=of_cells(self.frame_history, *np.nonzero(cells)))
         final_values = np.zeros((T, rect.R), np.float32)
         if rect.final_rows:
             # (cycle, slot) order, never arrival order: a CPU forward can round a row differently
             # depending on its place in the batch, so the batch itself must be reproducible.
             keys = sorted(rect.final_rows)
-            fv = self.policy.values(np.stack([rect.final_rows[k] for k in keys]))
+            fv = self.policy.values(np.stack([rect.final_rows[k] for k in keys]),
+                                    history=after_cells(self.frame_history, *np.array(keys).T))
             for (t, r), v in zip(keys, fv):
                 final_values[t, r] = v
         t_critic = time.perf_counter() - t0
@@ -612,7 +617,8 @@ class Learner:
         t0 = time.perf_counter()
         if n_train:
             # CUDA: the trainable rows go to the device once, here; CPU: numpy per minibatch.
-            batch_of = self.policy.fetcher(rect.rows.reshape(-1, rect.row_bytes), t_idx * rect.R + r_idx)
+            stacked = None if cfg.obs.frame_stack == 1 else (lambda c: of_cells(self.frame_history, t_idx[c], r_idx[c]))
+            batch_of = self.policy.fetcher(rect.rows.reshape(-1, rect.row_bytes), t_idx * rect.R + r_idx, stacked)
 
             def fetch(idx):
                 # Called once per minibatch: the point where a stop request abandons the
@@ -878,12 +884,14 @@ def choice_metrics(rect: Rectangle, trainable: np.ndarray) -> dict:
 def play_metrics(rect: Rectangle, pf, T: int) -> dict:
     """Where the learner plays: ``policy/tile_top1_share`` (share of its card plays on its most
     used tile: tile spam) and ``policy/card_tile_top10_share`` (share on its ten most used
-    (card, tile) pairs: an exploited artefact). Absent when it played no card."""
-    acted = rect.acted & (rect.actions > 0)
+    (card, tile) pairs: an exploited artefact). Absent when it played no card. With ability
+    buttons, ``policy/button_presses`` counts its presses (services/learner/buttons.py)."""
+    spec = pf.spec
+    out = button_metrics(rect, spec)
+    acted = rect.acted & (rect.actions > 0) & ~spec.is_button(rect.actions)
     t_idx, r_idx = np.nonzero(acted)
     if not len(t_idx):
-        return {}
-    spec = pf.spec
+        return out
     tiles_per_slot = spec.height * spec.width
     a = rect.actions[t_idx, r_idx] - 1
     hand_slot, tile = a // tiles_per_slot, a % tiles_per_slot
@@ -893,7 +901,7 @@ def play_metrics(rect: Rectangle, pf, T: int) -> dict:
     card = hand[np.arange(len(a)), hand_slot].argmax(axis=1)
     _, tile_counts = np.unique(tile, return_counts=True)
     _, pair_counts = np.unique(card * tiles_per_slot + tile, return_counts=True)
-    return {
+    return out | {
         "policy/tile_top1_share": float(tile_counts.max() / len(a)),
         "policy/card_tile_top10_share": float(np.sort(pair_counts)[::-1][:10].sum() / len(a)),
         "policy/cards_played": int(len(a)),

@@ -153,6 +153,8 @@ class Shard:
         illegal = 0
         t0 = time.perf_counter()
         for i, battle in enumerate(self.battles):
+            # actions from here on press ability buttons (RoyaleGym's parser; none without them)
+            n_grid = getattr(getattr(battle.env, "action_parser", None), "n_tile_actions", 1 << 30)
             chosen = {}
             for seat in (0, 1):
                 name, obs = SEATS[seat], battle.obs[SEATS[seat]]
@@ -176,7 +178,8 @@ class Shard:
                 truncated[slot] = bool(trunc[name]) and not bool(term[name])
                 deploy[slot] = int(info[name].get("deploy_status", -1))
                 battle.returns[seat] += float(rew[name])
-                if chosen[name] != 0 and deploy[slot] == 0:
+                # an ability-button press (env.ability_buttons) is not a card played
+                if chosen[name] != 0 and deploy[slot] == 0 and chosen[name] < n_grid:
                     battle.cards_played[seat] += 1
             battle.obs = obs
             if ended:
