@@ -253,9 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     ck.set_defaults(func=cmd_checkpoints)
 
     from royalefleet import chaos, cmd_doctor, cmd_eval, cmd_gate, cmd_keys, cmd_play, cmd_rate, cmd_replay, cmd_status
+    from royalefleet import cmd_report, cmd_strength
 
     cmd_doctor.add_parser(sub)
     cmd_status.add_parser(sub)
+    cmd_strength.add_parser(sub)
+    cmd_report.add_parser(sub)
     cmd_rate.add_parser(sub)
     cmd_eval.add_parser(sub)
     cmd_gate.add_parser(sub)

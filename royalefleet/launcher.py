@@ -382,6 +382,9 @@ class Stack:
             n_eval = sum(n.startswith("evaluator-") for n in self.children)
             self.say(f"started checkpoint, ladder, learner, {self.n_rollouts} rollout(s) and {n_eval} evaluator(s); "
                      "Ctrl-C stops them cleanly")
+            self.say(f"curves: tensorboard --logdir {self.cfg.runs_dir}   (event files in "
+                     f"{self.cfg.runs_dir}/{self.cfg.run_name}/tensorboard; or `royalefleet report "
+                     f"{self.cfg.run_name}` writes an HTML page with the plots)")
             return self._watch()
         finally:
             self._stop_all()

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
+from shared.scripted import SCRIPTED_PLAYERS
 from shared.schedules import GeometricSpec, LinearSpec, Schedule, schedule_problems
 
 FORMAT_VERSION = 1
@@ -39,6 +40,10 @@ PosFloat = Annotated[float, Meta(gt=0.0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
 Fraction01 = Annotated[float, Meta(ge=0.0, le=1.0)]
 Port = Annotated[int, Meta(ge=0, le=65535)]
+
+
+ScriptedId = Literal[SCRIPTED_PLAYERS]
+"""A scripted player id (shared/scripted.py); another string is refused naming the known ones."""
 
 
 class _Cfg(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -358,7 +363,9 @@ class PoolConfig(_Cfg):
 
     candidate_every_env_steps: PosInt = 4_000_000
     """The learner sends a snapshot of its actor to the ladder as a pool candidate, which the
-    gate then judges, every this many env steps (the run's env-step count)."""
+    gate then judges, every this many env steps (the run's env-step count: battle decisions).
+    4,000,000 is the reference's, for GPU profiles; the cpu profile uses 100,000
+    (CPU_CANDIDATE_EVERY: about 30 minutes there). In the run identity (ladder)."""
     max_resident_opponents: PosInt = 2
     """Distinct pool snapshots the learner's pool battles meet at a time (the resident set,
     drawn by PFSP and redrawn when the pool changes: services/ladder/resident.py)."""
@@ -460,12 +467,14 @@ class LadderConfig(_Cfg):
     """Shares of battles that are (mirror, pool, scripted): a COUNT of battles, rounded by
     ``shared.matchmaking.role_counts``. Until the pool holds a snapshot, pool battles play a
     scripted opponent."""
-    scripted_opponents: list[Literal["scripted:noop", "scripted:random_legal"]] = msgspec.field(
+    scripted_opponents: list[ScriptedId] = msgspec.field(
         default_factory=lambda: ["scripted:noop", "scripted:random_legal"]
     )
     """The scripted players a ``scripted`` battle draws its opponent from, uniformly
-    (shared/matchmaking.py); they are also the gate's anchors. Must not be empty while ``mix``
-    gives scripted battles a share."""
+    (shared/matchmaking.py): any of ``shared.scripted.SCRIPTED_PLAYERS`` (the run's two and
+    RoyaleGym's ladder rungs ``scripted:random``, ``scripted:first-affordable``,
+    ``scripted:defend``, ``scripted:push``, ``scripted:patient``). Must not be empty while
+    ``mix`` gives scripted battles a share. In the run identity."""
     random_legal_noop_prob: Fraction01 = 0.9
     """The no-op probability of ``scripted:random_legal`` (the reference's anchor)."""
     pool: PoolConfig = msgspec.field(default_factory=PoolConfig)
@@ -474,6 +483,26 @@ class LadderConfig(_Cfg):
     """The promotion gate's conditions and game counts (``GateConfig``)."""
     rater: RaterConfig = msgspec.field(default_factory=RaterConfig)
     """The Bradley-Terry-Davidson rating fit (``RaterConfig``)."""
+
+
+class StrengthConfig(_Cfg):
+    """The standing strength measurement (docs/ladder.md, "Strength"): every
+    ``every_iterations`` iterations the learner writes its actor of that iteration to the
+    snapshot store and the ladder hands the evaluators its games against each anchor on the
+    first ``games_per_anchor / 2`` seeds of the fixed evaluation seed set, both sides each.
+    Operational (not in the run identity): it changes no training number, and the learner
+    never waits for it."""
+
+    every_iterations: NonNegInt = 10
+    """Iterations between two strength snapshots (iterations divisible by it are measured);
+    0 turns the measurement off. 10 on a cpu run is about 9 minutes of training per
+    measurement of 140 games (docs/ladder.md has the measurement)."""
+    games_per_anchor: PosInt = 20
+    """Games of the snapshot against each anchor (ceil(n / 2) seeds, both sides). Range
+    1 .. 2 x ladder.pool.eval_seed_count. 20 gives a Wilson 95 % half-width of at most 0.21."""
+    anchors: list[ScriptedId] = msgspec.field(default_factory=lambda: list(SCRIPTED_PLAYERS))
+    """The scripted anchors measured against (shared/scripted.py ids); ``scripted:noop``
+    must be one of them: the rating pins it at 0."""
 
 
 class EvaluationConfig(_Cfg):
@@ -495,6 +524,8 @@ class EvaluationConfig(_Cfg):
     replays_per_strength_job: NonNegInt = 1
     """Games recorded from each strength job (a champion's games against the scripted anchors
     that make its anchor record): the job's first games. 0: none."""
+    strength: StrengthConfig = msgspec.field(default_factory=StrengthConfig)
+    """The standing strength measurement against the scripted anchors (StrengthConfig)."""
     replays_keep: PosInt = 100
     """Recorded games kept in ``<run>/replays/``; the oldest beyond it are deleted."""
     replay_every_tick: bool = False
@@ -614,11 +645,19 @@ class RunConfig(_Cfg):
 # ----------------------------------------------------------------------------- profiles
 
 
+CPU_CANDIDATE_EVERY = 100_000
+"""The cpu profile's ``ladder.pool.candidate_every_env_steps``: a default cpu run averaged 55
+env steps/s (93,024 env steps by iteration 34, 28 minutes), so 4,000,000 would give its first
+snapshot after about 20 hours; 100,000 gives it after about 30 minutes."""
+
+
 def cpu() -> RunConfig:
     """A 2-core CPU machine, no GPU (this project's development machine): the default when
     torch sees no GPU. Sized so an iteration finishes in about a minute (measured in
-    docs/throughput.md): a 32-channel one-block trunk, 4,096 timesteps per iteration."""
-    return RunConfig(profile="cpu")
+    docs/throughput.md): a 32-channel one-block trunk, 4,096 timesteps per iteration. A pool
+    candidate every 100,000 env steps (about 30 minutes at the ~55 env steps/s measured here),
+    so the pool, its opponents and the gate engage within the first hour (docs/ladder.md)."""
+    return RunConfig(profile="cpu", ladder=LadderConfig(pool=PoolConfig(candidate_every_env_steps=CPU_CANDIDATE_EVERY)))
 
 
 def laptop() -> RunConfig:
@@ -667,6 +706,8 @@ def tiny() -> RunConfig:
         ppo=PPOConfig(timesteps_per_iteration=192, batch_size=64, minibatch_size=32, n_epochs=2),
         checkpoint=CheckpointConfig(every_iterations=1, keep=3),
         determinism=DeterminismConfig(torch_threads=1),
+        # Off in the test suite's size (a test turns it on): its games would compete with the gates'.
+        evaluation=EvaluationConfig(strength=StrengthConfig(every_iterations=0, games_per_anchor=2)),
     )
 
 
@@ -732,8 +773,24 @@ def _overlay(base: dict, doc: Any, struct: type[Struct], path: str, problems: li
             converted = msgspec.convert(value, fields[key].type, strict=True)
             out[key] = msgspec.to_builtins(converted)
         except msgspec.ValidationError as exc:
-            problems.append(f"{where}: {exc} (got {value!r})".replace(" - at `$`", ""))
+            known = _literal_values(fields[key].type) if "Invalid enum value" in str(exc) else ()
+            problems.append(f"{where}: {exc} (got {value!r})".replace(" - at `$`", "")
+                            + (f"; known: {', '.join(map(str, known))}" if known else ""))
     return out
+
+
+def _literal_values(tp: Any) -> tuple:
+    """The values of the first ``Literal`` inside ``tp`` (list[Literal[...]] included), for a
+    refusal that names the known ones; () when there is none."""
+    import typing
+
+    if typing.get_origin(tp) is Literal:
+        return typing.get_args(tp)
+    for arg in typing.get_args(tp):
+        found = _literal_values(arg)
+        if found:
+            return found
+    return ()
 
 
 def check_consistency(cfg: RunConfig) -> list[str]:
@@ -794,6 +851,17 @@ def check_consistency(cfg: RunConfig) -> list[str]:
                 f"ladder.gate.{name}: {games} paired battles need {(games + 1) // 2} evaluation seeds, but "
                 f"ladder.pool.eval_seed_count is {seeds}; lower the games or raise the seed count"
             )
+    strength = cfg.evaluation.strength
+    if strength.every_iterations and (strength.games_per_anchor + 1) // 2 > seeds:
+        problems.append(
+            f"evaluation.strength.games_per_anchor: {strength.games_per_anchor} paired battles need "
+            f"{(strength.games_per_anchor + 1) // 2} evaluation seeds, but ladder.pool.eval_seed_count is {seeds}; "
+            "lower the games or raise the seed count")
+    if strength.every_iterations and "scripted:noop" not in strength.anchors:
+        problems.append(f"evaluation.strength.anchors: {list(strength.anchors)} lacks scripted:noop, which the "
+                        "strength rating pins at 0; add it (or set evaluation.strength.every_iterations to 0)")
+    if len(set(strength.anchors)) != len(strength.anchors):
+        problems.append(f"evaluation.strength.anchors: {list(strength.anchors)} names an anchor twice")
     problems += seed_snapshot_problems(cfg.ladder.pool.seed_snapshots)
     if cfg.net.channels % cfg.net.norm_groups:
         problems.append(

@@ -218,16 +218,24 @@ def episode_record(info, *, truncated: bool, **fields) -> EpisodeRecord:
 
 
 def make_scripted(opponent: str, random_legal_noop_prob: float):
-    """A scripted player by its ladder id: None for ``scripted:noop`` (always the no-op, no
-    object needed), RoyaleGym's ``RandomLegalOpponent(random_legal_noop_prob)`` for
-    ``scripted:random_legal`` (its ``act(obs, mask, rng)`` draws from the caller's generator).
-    The rollout's scripted seats and the evaluator's anchors are built here, so an anchor is
-    exactly the training opponent. Raises ValueError for an unknown id."""
+    """A scripted player by its id (``shared.scripted.SCRIPTED_PLAYERS``): None for
+    ``scripted:noop`` (always the no-op, no object needed), RoyaleGym's
+    ``RandomLegalOpponent(random_legal_noop_prob)`` for ``scripted:random_legal``, and a fresh
+    bot of ``royalegym.opponents.ladder()`` for ``scripted:<rung>`` (a new object per call: a
+    shared instance across battles is what RoyaleGym refuses). Each answers
+    ``act(obs, mask, rng)`` and reads only the mask planes. The rollout's scripted seats and the
+    evaluator's anchors are built here, so an anchor is exactly the training opponent. Raises
+    ValueError naming the id and every known one."""
     from royalegym import RandomLegalOpponent
-    from royalegym.opponents import NOOP  # noqa: F401  (imported to fail loudly if it moves)
+    from royalegym.opponents import NOOP, ladder  # noqa: F401  (NOOP imported to fail loudly if it moves)
+
+    from shared.scripted import SCRIPTED_PLAYERS, SCRIPTED_PREFIX, unknown_scripted
 
     if opponent == "scripted:noop":
         return None
     if opponent == "scripted:random_legal":
         return RandomLegalOpponent(random_legal_noop_prob)
-    raise ValueError(f"unknown scripted opponent {opponent!r}; known: scripted:noop, scripted:random_legal")
+    if opponent in SCRIPTED_PLAYERS:
+        bots = dict(ladder())
+        return bots[opponent[len(SCRIPTED_PREFIX):]]
+    raise ValueError(unknown_scripted(opponent))

@@ -189,6 +189,18 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "ladder/pfsp_effective": ("flag", "1 when every PFSP prediction of the resident set came from the fit, 0 when some fell back to an even 0.5; absent while the pool is empty"),
     "ladder/rating/{member}": ("Elo", "fitted rating of one pool member (at most ladder.pool.pool_working_size members)"),
     "ladder/rating_se/{member}": ("Elo", "standard error of one pool member's rating"),
+    # the standing strength measurement (services/ladder/strength.py), through the ladder's status:
+    # every key absent (never 0 or 0.5) until a strength snapshot's games are all played.
+    "strength/iteration": ("count", "learner iteration of the newest measured strength snapshot (evaluation.strength.every_iterations)"),
+    "strength/env_steps": ("decisions", "run/env_steps when the newest measured strength snapshot was taken"),
+    "strength/rating": ("Elo", "that snapshot's Bradley-Terry-Davidson rating against the scripted anchors, scripted:noop = 0"),
+    "strength/rating_se": ("Elo", "standard error of strength/rating"),
+    "strength/measured": ("count", "strength snapshots measured so far in the run"),
+    "strength/pending": ("count", "strength snapshots waiting for (or in) play"),
+    "strength/score/{anchor}": ("fraction", "that snapshot's score against one scripted anchor (a draw counts half)"),
+    "strength/score_lo/{anchor}": ("fraction", "Wilson 95 % lower bound of strength/score"),
+    "strength/score_hi/{anchor}": ("fraction", "Wilson 95 % upper bound of strength/score"),
+    "strength/games/{anchor}": ("games", "games behind strength/score (both sides of each seed)"),
     "ladder/gate_score_lower_bound": ("fraction", "the last gate's Wilson 95 % lower bound of the candidate's score against the champion (passes at ladder.gate.champion_lower_bound); absent before a gate"),
 }
 

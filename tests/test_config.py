@@ -57,6 +57,8 @@ def test_profiles_differ_only_in_numbers_they_declare():
         "ppo.timesteps_per_iteration": (4096, 32768),
         "ppo.batch_size": (1024, 4096),
         "determinism.torch_threads": (2, 4),
+        # the cpu profile's own: a candidate within the first hour at ~55 env steps/s (docs/ladder.md)
+        "ladder.pool.candidate_every_env_steps": (100_000, 4_000_000),
     }
 
 

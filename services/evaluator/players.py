@@ -5,7 +5,8 @@ RoyaleGym's seat observation and ``rng`` is the seat's own generator of the game
 ``eval/act/job/{job}/seed/{seed}/side/{side}/seat/{seat}``).
 
 * ``ScriptedPlayer``: ``shared.envs.make_scripted``, exactly the training
-  opponents (``scripted:random_legal`` draws from ``rng``; ``scripted:noop`` always waits).
+  opponents (``scripted:random_legal`` draws from ``rng``; ``scripted:noop`` always waits;
+  ``scripted:<rung>`` is RoyaleGym's ladder bot of that name).
 * ``SnapshotPlayer``: the snapshot's fp16 actor (``actor.safetensors`` from the snapshot store)
   cast to float32, on the CPU. The observation is packed by ``shared.codec`` exactly as a
   rollout packs it and unpacked as the learner does (so the snapshot sees what it was trained
@@ -28,7 +29,7 @@ import numpy as np
 
 from shared.config import RunConfig
 from shared.envs import make_scripted
-from shared.evaluation import ANCHORS
+from shared.scripted import SCRIPTED_PLAYERS, unknown_scripted
 from shared.messages import snapshot_of
 
 EVAL_TORCH_THREADS = 1
@@ -41,11 +42,13 @@ class SnapshotRefused(ValueError):
 
 
 class ScriptedPlayer:
-    """A scripted anchor by its ladder id. Raises ValueError for another id."""
+    """A scripted player by its id (``shared.scripted.SCRIPTED_PLAYERS``: the run's anchors and
+    RoyaleGym's ladder bots). Its seat is ``mask_only``: it reads the mask planes alone. Raises
+    ValueError naming the id and the known ones for another id."""
 
     def __init__(self, player_id: str, random_legal_noop_prob: float):
-        if player_id not in ANCHORS:
-            raise ValueError(f"unknown scripted player {player_id!r}; known: {', '.join(ANCHORS)}")
+        if player_id not in SCRIPTED_PLAYERS:
+            raise ValueError(unknown_scripted(player_id))
         self.id = player_id
         self.scripted_seat = True
         self._bot = make_scripted(player_id, random_legal_noop_prob)

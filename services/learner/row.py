@@ -100,6 +100,7 @@ def write_row(learner, row: dict) -> tuple[bytes, bool]:
         learner.say(f"learner: metric row of iteration {row['run/iteration']} NOT written to {learner.metrics_path} "
                     f"({exc}); it is kept with this iteration's checkpoint, which a resume restores it from")
     learner.metrics.export(row)
+    learner.curves.write(row)  # TensorBoard's view of the same row (services/learner/curves.py)
     learner.say(progress_line(row))
     return line, written
 

@@ -33,7 +33,9 @@ from services.learner.boundary import JOIN_WAIT_S, STARTUP_WAIT_S, wait_for_roll
 from services.learner.collection import Collected, collect_iteration
 from services.learner.determinism import DeterminismError, apply_determinism
 from services.learner.halt import HALTED_FILE, mark_halted
+from services.learner.curves import TensorBoardCurves
 from services.learner.fleet import Fleet
+from services.learner.strength_hook import strength_due
 from services.learner.frame_history import make_frame_history
 from services.learner.fleet_idle import IdleMeter
 from services.learner.frozen import FrozenActors, checkpoint_fetcher
@@ -173,6 +175,7 @@ class Learner:
         """Checkpoint saves failed in a row (``resume.save_checkpoint``); ``checkpoint.max_failed_saves`` halts."""
         self.snapshot: checkpointing.Snapshot | None = None
         self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
+        self.curves = TensorBoardCurves(self.run_dir, self.say)
         say(f"learner: run id {self.run_id}; listening for rollouts on {bind}; run folder {self.run_dir}")
 
     # ------------------------------------------------------------------ helpers
@@ -288,9 +291,11 @@ class Learner:
         every = cfg.ladder.pool.candidate_every_env_steps
         crossed = (self.env_steps + c.stats.env_steps) // every > self.env_steps // every
         self.env_steps += c.stats.env_steps
-        if crossed and upd.n_train:
+        measure = strength_due(cfg.evaluation.strength.every_iterations, it)
+        if (crossed or measure) and upd.n_train:
             self.pool.snapshot_actor(self.model.actor, run_id=self.run_id, identity=self.identity,
-                                     iteration=self.iteration, env_steps=self.env_steps)
+                                     iteration=self.iteration, env_steps=self.env_steps, timesteps=self.timesteps,
+                                     candidate=crossed, strength=measure)
         learner_eps = [e for e in c.stats.episodes if e.player == "learner"]
         self.episodes += len(learner_eps)
         row, reported = assemble_row(self, c, adv, upd, learner_eps)
