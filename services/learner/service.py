@@ -206,6 +206,7 @@ class Learner:
                                    self.metrics.refused, HelloLimits.at_start(cfg, self.pf.codec.row_bytes),
                                    wire_codec=cfg.services.wire_codec,
                                    decompressor=RowDecompressor(self.pf.codec.row_bytes, cfg.services.max_message_mb << 20))
+        self.collector.user_code = self.identity.user_code  # a Hello with other user code is refused
         self.battle_states = BattleStateBook(self.pf.engine, say)  # exact battles in the checkpoint
         self.collector.on_states = self.battle_states.on_message
         self.iteration = 0
@@ -748,6 +749,16 @@ class Learner:
 
     # ------------------------------------------------------------------ main loop
 
+    def _timestep_limit_reached(self) -> bool:
+        """``timestep_limit`` (``--timesteps N``): a total of the run's learner timesteps, checked
+        at each iteration boundary, so the run stops at the first one at or past it."""
+        limit = self.cfg.timestep_limit
+        if 0 < limit <= self.timesteps:
+            self.say(f"learner: {self.timesteps:,} learner timesteps at iteration {self.iteration} reach "
+                     f"timestep_limit {limit:,} (a total of the run): stopping")
+            return True
+        return False
+
     def run(self) -> int:
         if not self._halt_cleared():
             self.closed = True  # nothing trained, nothing to checkpoint
@@ -763,6 +774,8 @@ class Learner:
                      "is the run's total: nothing to train (pass a larger total to go on)")
         try:
             while not self.stopping and (self.iterations_limit <= 0 or self.iteration < self.iterations_limit):
+                if self._timestep_limit_reached():
+                    break
                 self.run_iteration()
             # An operator halt that lands between two iterations ends the loop without a
             # StopRequested; it is a halt all the same.
