@@ -6,7 +6,8 @@ A package declares a section in its metadata::
     mybot_curiosity = "mybot.config:CuriositySection"
 
 The entry point's NAME is the section's key, and what it loads is a msgspec ``Struct`` class
-(its fields the section's settings, with their defaults). A config document then has one more
+(its fields the section's settings, every one with a default, so ``Schema()`` is the section
+at its defaults). A config document then has one more
 top-level key, ``"mybot_curiosity": {...}``; ``load_config`` validates it against that class and
 keeps it under ``RunConfig.extensions`` (and ``dump_config`` writes it there, so a stored config
 reloads as it was). A top-level key that neither RoyaleFleet nor any installed package owns is
@@ -101,11 +102,20 @@ def split_sections(doc: dict, own: list[str]) -> tuple[dict, dict[str, Any], lis
         try:
             provider = provider_for(key)
             schema = _schema(provider)
-            sections[key] = msgspec.to_builtins(msgspec.convert(value, schema, strict=True))
-        except msgspec.ValidationError as exc:
-            problems.append(f"{key}: {exc} (section provided by {installed[key][0].distribution})".replace(" - at `$", " at `$"))
+            base = msgspec.to_builtins(schema())
         except (ValueError, TypeError, ImportError, AttributeError) as exc:
             problems.append(f"{key}: {exc}")
+            continue
+        from shared.config import _overlay  # every leaf checked on its own, as RoyaleFleet's sections are
+
+        found: list[str] = []
+        merged = _overlay(base, value, schema, key, found)
+        if not found:
+            try:
+                sections[key] = msgspec.to_builtins(msgspec.convert(merged, schema))
+            except msgspec.ValidationError as exc:
+                found.append(f"{key}: {exc}")
+        problems += [f"{p} (section provided by {provider.distribution} {provider.version})" for p in found]
     return rest, sections, problems
 
 
