@@ -57,7 +57,11 @@ class ComponentSpec(_Cfg):
     in the run identity (``env_spec_digest``); the user package's source is too (``user_code``)."""
 
     cls: str
+    """``package.module.Name`` of a class or function; refused at load if its module is not
+    allowed, does not import or does not define the name."""
     kwargs: dict[str, Any] = {}
+    """Keyword arguments it is called with (JSON values); refused at load if they do not bind to
+    its signature or its ``config_problems`` names a problem."""
 
 
 SEAT_DECKS_RESERVED = ("deck", "p", "mirror_p", "seat", "pool", "shuffle")

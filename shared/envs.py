@@ -65,13 +65,27 @@ def build_reward(cfg: EnvConfig):
     from shared.rewards import default_potential_reward
 
     if cfg.reward_fn is not None:
-        return components.build(cfg.reward_fn, cfg.extra_component_modules, "env.reward_fn")
+        from royalegym.reward import RewardFunction
+
+        return _of_kind(components.build(cfg.reward_fn, cfg.extra_component_modules, "env.reward_fn"),
+                        RewardFunction, "env.reward_fn")
     if cfg.reward == "potential":
         w = cfg.reward_weights
         return default_potential_reward(crown=w.crown, tower_hp=w.tower_hp, elixir=w.elixir)
     if cfg.reward == "royalegym_default":
         return default_reward()
     raise ValueError(f"env.reward: unknown reward {cfg.reward!r}; choose potential or royalegym_default")
+
+
+def _of_kind(obj, kind: type, field: str):
+    """``obj`` if it is a ``kind``; ComponentError naming ``field`` otherwise (a component that
+    builds something else would fail inside a battle, on another host, much later)."""
+    from shared.components import ComponentError
+
+    if not isinstance(obj, kind):
+        raise ComponentError(f"{field}: built a {type(obj).__module__}.{type(obj).__qualname__}, not a RoyaleGym "
+                             f"{kind.__name__}; subclass royalegym.{kind.__name__}")
+    return obj
 
 
 def _checked_deck(deck: tuple[str, ...], where: str = "env.deck") -> tuple[str, ...]:
@@ -106,7 +120,7 @@ def build_env(cfg: EnvConfig, *, gamma: float | None = None):
     the rollout must call ``set_gamma(env.reward_fn, gamma)`` again whenever the schedule moves.
     """
     from royalegym import (
-        ClashParallelEnv, DefaultStateMutator, GameOverCondition, RustEngine, SpatialObsBuilder,
+        ActionParser, ClashParallelEnv, DefaultStateMutator, ObsBuilder, GameOverCondition, RustEngine, SpatialObsBuilder,
         StepLimitCondition, TileActionParser,
     )
 
@@ -131,10 +145,10 @@ def build_env(cfg: EnvConfig, *, gamma: float | None = None):
         mutator = DefaultStateMutator()
     return ClashParallelEnv(
         RustEngine(),
-        obs_builder=(components.build(cfg.obs_builder, extra, "env.obs_builder") if cfg.obs_builder
-                     else SpatialObsBuilder()),
-        action_parser=(components.build(cfg.action_parser, extra, "env.action_parser") if cfg.action_parser
-                       else TileActionParser()),
+        obs_builder=(_of_kind(components.build(cfg.obs_builder, extra, "env.obs_builder"), ObsBuilder,
+                              "env.obs_builder") if cfg.obs_builder else SpatialObsBuilder()),
+        action_parser=(_of_kind(components.build(cfg.action_parser, extra, "env.action_parser"), ActionParser,
+                                "env.action_parser") if cfg.action_parser else TileActionParser()),
         reward_fn=reward_fn,
         termination_cond=GameOverCondition(),
         truncation_cond=StepLimitCondition(max_steps=cfg.max_steps) if cfg.max_steps else None,

@@ -196,3 +196,16 @@ def test_a_rollout_digests_the_packages_the_launcher_names(user_pkg):
     cfg = load_config({"profile": "tiny", "env": reward_doc(name)})
     envs = service_environments(cfg, "/tmp/c.json", "/tmp/runs")
     assert envs["rollout-0"][components.USER_PACKAGES_ENV] == name
+
+
+def test_a_component_that_builds_something_else_is_refused_at_build_naming_the_field(user_pkg):
+    from shared.envs import build_env
+
+    name, folder = user_pkg
+    (folder / "notareward.py").write_text("def make(scale=1.0):\n    return {'scale': scale}\n")
+    cfg = load_config({"profile": "tiny", "env": {"extra_component_modules": [name],
+                                                  "reward_fn": {"cls": f"{name}.notareward.make"}}})
+    with pytest.raises(components.ComponentError) as err:
+        build_env(cfg.env)
+    assert str(err.value) == ("env.reward_fn: built a builtins.dict, not a RoyaleGym RewardFunction; subclass "
+                              "royalegym.RewardFunction")
