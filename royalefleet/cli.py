@@ -39,6 +39,8 @@ def _load(args) -> object:
         overrides.setdefault("local", {})["rollouts"] = args.rollouts
     if getattr(args, "battles", None) is not None:
         overrides.setdefault("rollout", {})["battles"] = args.battles
+    if getattr(args, "timesteps", None) is not None:
+        overrides["timestep_limit"] = args.timesteps
     return load_config(args.config, profile_name=args.profile, overrides=overrides or None)
 
 
@@ -49,7 +51,9 @@ def cmd_up(args) -> int:
     print(f"royalefleet up: profile {cfg.profile}, run {cfg.run_name!r}, "
           f"{cfg.local.rollouts} rollout(s) x {cfg.rollout.battles} battles, "
           f"{cfg.ppo.timesteps_per_iteration:,} timesteps an iteration"
-          + (f", stopping at iteration {args.iterations} (a total)" if args.iterations else ""), flush=True)
+          + (f", stopping at iteration {args.iterations} (a total)" if args.iterations else "")
+          + (f", stopping at {cfg.timestep_limit:,} learner timesteps (a total)" if cfg.timestep_limit else ""),
+          flush=True)
     if getattr(args, "require_checkpoint", False):
         from services.checkpoint.store import CheckpointStore
 
@@ -187,6 +191,9 @@ def stack_options(sp) -> None:
                     help="stop cleanly once the run has reached iteration N, a total over every start: a run "
                     "resumed at iteration 4 with --iterations 10 trains 6 more, and a learner restarted after a "
                     "crash stops at the same row (default 0: until Ctrl-C)")
+    sp.add_argument("--timesteps", type=int, metavar="N",
+                    help="stop cleanly at the first iteration boundary at or past N learner timesteps, a total over "
+                    "every start (sets timestep_limit; not in the run identity; 0: no limit)")
     sp.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
     sp.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
     sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")

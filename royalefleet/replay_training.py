@@ -197,7 +197,7 @@ def replay(cfg, lines, rec, root: Path, recorder, device_name: str = "cpu") -> l
     import torch
 
     from services.learner.rectangle import POPCOUNT
-    from shared.envs import build_env, episode_record, make_scripted
+    from shared.envs import build_env, episode_record, make_scripted, seat_deal
     from shared.nn.frame_stack import History, SeatHistory
     from shared.identity import describe_device
     from shared.messages import snapshot_of
@@ -247,6 +247,9 @@ def replay(cfg, lines, rec, root: Path, recorder, device_name: str = "cpu") -> l
     seed = derive_int(cfg.master_seed, stream_path("env/battle/{battle}/ordinal/{ordinal}", battle=b, ordinal=k))
     mask_only = [SEATS[i] for i in scripted] if cfg.rollout.mask_only_scripted else []
     env = build_env(cfg.env)
+    if cfg.env.seat_decks is not None:  # the deal the rollout made: the learner's deck where it sat
+        held = [i for i, name in enumerate(SEATS) if seats[name].player == "learner"]
+        env.state_mutator.inner = seat_deal(cfg.env, held[0] if len(held) == 1 else -1)
     env.recorder = recorder
     problems: list[str] = []
     stacked = pf.spec.frame_stack > 1  # each seat's history from the episode's start (shared/nn/frame_stack.py)

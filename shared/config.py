@@ -67,6 +67,48 @@ class RewardWeights(_Cfg):
     own minus enemy; shared/rewards.py), dimensionless."""
 
 
+class ComponentSpec(_Cfg):
+    """An environment component named by dotted path (shared/components.py): ``cls`` is
+    ``package.module.Name``, a class or function in ``royalegym``, ``shared`` or a module listed
+    in ``env.extra_component_modules``; ``kwargs`` are passed to it. The path and the kwargs are
+    in the run identity (``env_spec_digest``); the user package's source is too (``user_code``)."""
+
+    cls: str
+    """``package.module.Name`` of a class or function; refused at load if its module is not
+    allowed, does not import or does not define the name."""
+    kwargs: dict[str, Any] = {}
+    """Keyword arguments it is called with (JSON values); refused at load if they do not bind to
+    its signature or its ``config_problems`` names a problem."""
+
+
+SEAT_DECKS_RESERVED = ("deck", "p", "mirror_p", "seat", "pool", "shuffle")
+"""Keywords the deal itself decides; ``env.seat_decks.kwargs`` may not name them."""
+
+
+class SeatDecks(_Cfg):
+    """A deck curriculum: the learner's ``deck`` dealt where the learner sits, against a field.
+
+    A mirror battle deals ``deck`` to both seats (``ShuffleMode.MIRRORED``). A pool or scripted
+    battle deals ``deck`` to the learner's seat and a deck drawn from ``field`` to the other:
+    uniformly (list a deck twice to weight it), or, with ``field`` None, a random deck of eight
+    different cards. Every battle's deal is a pure function of (master seed, battle, ordinal):
+    the curriculum draws from the episode's reset generator, which that triple seeds. In the run
+    identity (``env_spec_digest``; a user ``cls`` also in ``user_code``)."""
+
+    deck: tuple[str, ...]
+    """The learner's 8 card NAMES (checked against the engine's catalogue at the first reset)."""
+    field: list[tuple[str, ...]] | None = None
+    """The opponents' decks, 8 card names each, drawn uniformly; None: random decks."""
+    shuffle: Annotated[int, Meta(ge=0, le=1)] = 1
+    """RoyaleGym's ShuffleMode for a non-mirror deal: 0 none, 1 independent (the default)."""
+    cls: str = "royalegym.state_mutator.DeckCurriculumStateMutator"
+    """The curriculum class: RoyaleGym's by default, or a subclass taking its keywords, resolved
+    like any component (its module listed in ``env.extra_component_modules``)."""
+    kwargs: dict[str, Any] = {}
+    """The class's own extra keywords, merged into the deal's; may not name
+    ``SEAT_DECKS_RESERVED``."""
+
+
 class EnvConfig(_Cfg):
     """How every battle is built (RoyaleGym ``ClashParallelEnv`` on ``RustEngine``)."""
 
@@ -88,7 +130,26 @@ class EnvConfig(_Cfg):
     Archer, Giant, Minions, Fireball, Zap, Cannon, Musketeer``) dealt to both seats every
     episode, shuffled independently: a fixed-deck curriculum, like the reference's SeatDecks
     with one deck for both sides. Names are checked against the engine's catalogue when the
-    first battle is built."""
+    first battle is built. Superseded by ``seat_decks`` (setting both is refused)."""
+    reward_fn: ComponentSpec | None = None
+    """A reward by dotted path (``{"cls": "mybot.rewards.MyReward", "kwargs": {...}}``); None
+    (the default) builds ``reward``. It must be a RoyaleGym ``RewardFunction``; its kwargs are
+    checked at load (``shared.components.problems``). In the identity, with its code
+    (``user_code``)."""
+    obs_builder: ComponentSpec | None = None
+    """The observation builder by dotted path; None is RoyaleGym's ``SpatialObsBuilder()``. It
+    must declare ``spatial_layout()`` and ``vector_offsets()`` as that one does. In the identity
+    (and what it builds is, as ``obs_digest``)."""
+    action_parser: ComponentSpec | None = None
+    """The action parser by dotted path; None is RoyaleGym's ``TileActionParser()``. Its space
+    must be 1 + hand slots x tiles (the pointer head's layout). In the identity
+    (``action_digest`` names it)."""
+    extra_component_modules: list[str] = []
+    """The allow-list: modules (each covering its submodules) a component's ``cls`` may come
+    from besides ``royalegym`` and ``shared``, e.g. ``["mybot"]``. NOT in the identity: listing
+    a module cannot move a number; using one can, and ``user_code`` records that."""
+    seat_decks: SeatDecks | None = None
+    """A deck curriculum (``SeatDecks``); None: ``deck`` as above. In the identity."""
     ability_buttons: bool = False
     """Give the action parser the engine's ability buttons (RoyaleGym
     ``TileActionParser(ability_buttons=True)``): the action space grows by the engine's
@@ -640,6 +701,15 @@ class RunConfig(_Cfg):
     determinism: DeterminismConfig = msgspec.field(default_factory=DeterminismConfig)
     alarms: AlarmConfig = msgspec.field(default_factory=AlarmConfig)
     evaluation: EvaluationConfig = msgspec.field(default_factory=EvaluationConfig)
+    timestep_limit: NonNegInt = 0
+    """Stop the run cleanly at the first iteration boundary at or past this many learner
+    timesteps (a total of the run, like ``--iterations``; ``--timesteps N`` overrides it);
+    0 = no limit. NOT in the identity: where a run stops cannot change a number it wrote."""
+    extensions: dict[str, Any] = {}
+    """Extension sections by name (shared/extensions.py). Written as top-level keys of a config
+    document; each must be provided by an installed package's ``royalefleet.extensions`` entry
+    point, which validates it. In the identity, each with its provider's distribution and
+    version (``RunIdentity.extensions``)."""
 
 
 # ----------------------------------------------------------------------------- profiles
@@ -831,6 +901,7 @@ def check_consistency(cfg: RunConfig) -> list[str]:
     deck = cfg.env.deck
     if deck and (len(deck) != 8 or len(set(deck)) != 8):
         problems.append(f"env.deck: {list(deck)} must be 8 different card names (or empty for random decks)")
+    problems += env_component_problems(cfg.env)
     for name in ("crown", "tower_hp", "elixir"):
         w = getattr(cfg.env.reward_weights, name)
         if not math.isfinite(w):
@@ -879,6 +950,47 @@ def check_consistency(cfg: RunConfig) -> list[str]:
         if port and port in seen:
             problems.append(f"services.{name}: port {port} is also services.{seen[port]}")
         seen[port] = name
+    return problems
+
+
+def _deck_problem(where: str, deck) -> str | None:
+    if len(deck) != 8 or len(set(deck)) != 8:
+        return f"{where}: {list(deck)} must be 8 different card names"
+    return None
+
+
+def env_component_problems(env: EnvConfig) -> list[str]:
+    """Everything wrong with the env's components and deck curriculum, each naming its field:
+    what ``shared.components.problems`` finds (a module not listed in
+    ``env.extra_component_modules``, a class that does not exist, kwargs the component refuses),
+    and a ``seat_decks`` whose decks are not 8 different names, whose field is empty, whose
+    kwargs name what the deal decides, or that is set together with ``env.deck``."""
+    from shared import components
+
+    problems = []
+    extra = env.extra_component_modules
+    for name in ("reward_fn", "obs_builder", "action_parser"):
+        spec = getattr(env, name)
+        if spec is not None:
+            problems += components.problems(spec, extra, f"env.{name}")
+    sd = env.seat_decks
+    if sd is not None:
+        if env.deck:
+            problems.append("env.seat_decks: set together with env.deck; the curriculum deals the learner's deck, "
+                            "so leave env.deck empty")
+        problems += [p for p in [_deck_problem("env.seat_decks.deck", sd.deck)] if p]
+        if sd.field is not None:
+            if not sd.field:
+                problems.append("env.seat_decks.field: an empty list; give at least one deck, or null for random decks")
+            problems += [p for i, d in enumerate(sd.field) if (p := _deck_problem(f"env.seat_decks.field[{i}]", d))]
+        reserved = sorted(set(sd.kwargs) & set(SEAT_DECKS_RESERVED))
+        if reserved:
+            problems.append(f"env.seat_decks.kwargs: {reserved} are decided by the deal itself; remove them "
+                            "(set deck, field and shuffle on env.seat_decks)")
+        try:
+            components.resolve(sd.cls, extra, "env.seat_decks")
+        except components.ComponentError as exc:
+            problems.append(str(exc))
     return problems
 
 
@@ -946,7 +1058,13 @@ def load_config(source: str | os.PathLike | dict | None = None, *, profile_name:
     name = doc["profile"] if "profile" in doc else (profile_name or default_profile_name())
     if not isinstance(name, str) or name not in PROFILES:
         raise ConfigError([f"profile: unknown profile {name!r}; choose one of {', '.join(PROFILES)}"])
+    from shared.extensions import split_sections
+
+    doc, sections, section_problems = split_sections(doc, [f.encode_name for f in msgspec.structs.fields(RunConfig)])
+    problems += section_problems
     merged = _overlay(msgspec.to_builtins(PROFILES[name]()), doc, RunConfig, "", problems)
+    if sections:
+        merged["extensions"] = sections
     if overrides:
         merged = _overlay(merged, overrides, RunConfig, "", problems)
     if problems:

@@ -188,6 +188,9 @@ class EpisodeRecord(Struct, forbid_unknown_fields=True, kw_only=True):
     """Signed episode sum of each reward term (weighted), from the final info."""
     reward_terms_abs: dict[str, float] = {}
     """Episode sum of |F_t| of each reward term (weighted): how loud each term was."""
+    deck: list[str] = []
+    """The card names dealt to this seat at the episode's reset (shared/envs.py dealt_deck);
+    empty in logs written before it existed."""
     provenance: EpisodeProvenance | None = None
     """Set by the learner for a training episode whose every decision it saw (None in logs
     written before it existed, and for evaluation games): see ``EpisodeProvenance``."""
@@ -209,6 +212,10 @@ class Hello(_Msg, tag="hello"):
     codecs: list[int] = msgspec.field(default_factory=lambda: [1])
     """The wire codecs this rollout speaks (shared/codec.py ``WIRE_CODECS``). A rollout built
     before codec 2 sends no such field and speaks codec 1 only."""
+    user_code: dict[str, str] = {}
+    """{user package: sha256 of its source} for the packages ``ROYALEFLEET_USER_PACKAGES``
+    names (shared/components.py ``hello_user_code``); the learner refuses a rollout whose digests
+    differ from its identity's ``user_code``, naming both."""
 
 
 class Round(_Msg, tag="round"):

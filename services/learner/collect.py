@@ -32,6 +32,7 @@ from services.learner.frozen import FrozenStats
 from services.learner.provenance import ProvenanceTracker
 from services.learner.rectangle import Rectangle
 from shared import transport
+from shared.components import user_code_refusal
 from shared.codec import WIRE_CODECS, WIRE_RAW, WIRE_ZSTD, RowDecompressor, WireError, decompress_round
 from shared.messages import (
     GROUP_LEARNER, BattleStates, Failure, Heartbeat, Hello, ProtocolError, Refused, Rejoin, Round, StatesSet, Step,
@@ -86,6 +87,8 @@ class Collector:
         self.hello_limits = hello_limits
         """What a Hello may claim (services/learner/admission.py); None checks only the shape."""
         self.refusal_log = RefusalLog(say)
+        self.user_code: dict[str, str] | None = None
+        """The identity's ``user_code``; a Hello whose digests differ is refused (both named)."""
         self.stop_requested = False
         self.refused_count = 0
         self.on_states = None
@@ -161,6 +164,11 @@ class Collector:
             reason = (f"engine build differs: the rollout runs {msg.engine.describe()}, "
                       f"the learner runs {self.engine.describe()}; install the same royalegym/royalesim on both")
             self._refused("hello", f"refused rollout {msg.instance}@{msg.host}: {reason}")
+            self._send(identity, Refused(reason=reason))
+            return
+        reason = user_code_refusal(self.user_code, msg.user_code)
+        if reason:
+            self._refused("hello", f"refused rollout {printable(msg.instance, 40)}@{printable(msg.host, 80)}: {reason}")
             self._send(identity, Refused(reason=reason))
             return
         fleet_battles = sum(m.battles for m in self.fleet.members.values() if not m.lost and m.instance != msg.instance)

@@ -164,6 +164,7 @@ class Learner:
         self.frame_history = make_frame_history(cfg.obs.frame_stack, self.pf.codec.row_bytes)  # obs.frame_stack
         self.collector.frame_history = self.frame_history if cfg.obs.frame_stack > 1 else None
         self.idle_meter = IdleMeter()  # throughput/rollout_idle_frac
+        self.collector.user_code = self.identity.user_code  # a Hello with other user code is refused
         self.battle_states = BattleStateBook(self.pf.engine, say)  # exact battles in the checkpoint
         self.collector.on_states = self.battle_states.on_message
         self.iteration = 0
@@ -259,6 +260,9 @@ class Learner:
         further iteration is wanted."""
         if not self.cfg.rollout.overlap or (0 < self.iterations_limit <= c.iteration):
             return None
+        limit = self.cfg.timestep_limit
+        if 0 < limit <= self.timesteps + int(np.count_nonzero(c.rect.trainable())):
+            return None  # this update reaches timestep_limit: no further iteration is wanted
         from services.learner.overlap import BehaviourPolicy, OverlappedCollection, behaviour_snapshot
         from shared.nn.policy import Policy
 
@@ -361,6 +365,16 @@ class Learner:
 
     # ------------------------------------------------------------------ main loop
 
+    def _timestep_limit_reached(self) -> bool:
+        """``timestep_limit`` (``--timesteps N``): a total of the run's learner timesteps, checked
+        at each iteration boundary, so the run stops at the first one at or past it."""
+        limit = self.cfg.timestep_limit
+        if 0 < limit <= self.timesteps:
+            self.say(f"learner: {self.timesteps:,} learner timesteps at iteration {self.iteration} reach "
+                     f"timestep_limit {limit:,} (a total of the run): stopping")
+            return True
+        return False
+
     def run(self) -> int:
         if not resume.halt_cleared(self):
             self.closed = True  # nothing trained, nothing to checkpoint
@@ -376,6 +390,8 @@ class Learner:
                      "is the run's total: nothing to train (pass a larger total to go on)")
         try:
             while not self.stopping and (self.iterations_limit <= 0 or self.iteration < self.iterations_limit):
+                if self._timestep_limit_reached():
+                    break
                 self.run_iteration()
             # An operator halt that lands between two iterations ends the loop without a
             # StopRequested; it is a halt all the same.

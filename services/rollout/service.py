@@ -27,6 +27,7 @@ from services.rollout.battles import AssignmentMissing, Shard
 from services.rollout.metrics import IdleWindow, RolloutMetrics
 from shared import transport
 from shared.codec import WIRE_CODECS, WIRE_ZSTD, Codec, RowCompressor, compress_round
+from shared.components import hello_user_code
 from shared.envs import build_env, engine_build, make_scripted
 from shared.log_guard import RefusalLog
 from shared.messages import (
@@ -54,6 +55,8 @@ class RolloutService:
         self.welcome: Welcome | None = None
         self.shards: list[Shard] = []
         self.engine = None
+        self.user_code = hello_user_code()
+        """Digests of the user packages ROYALEFLEET_USER_PACKAGES names, sent in every Hello."""
         self.compressor: RowCompressor | None = None
         """Set when the learner's Welcome names wire codec 2."""
         self.last_sent = self.last_heard = time.monotonic()
@@ -74,7 +77,7 @@ class RolloutService:
             self.engine = engine_build(self._probe_env)
         self._send(Hello(instance=self.instance, host=socket.gethostname(), pid=os.getpid(),
                          battles=self.n_battles, shards=self.n_shards, engine=self.engine,
-                         codecs=list(WIRE_CODECS)))
+                         codecs=list(WIRE_CODECS), user_code=self.user_code))
         self.say(f"rollout {self.instance}: hello to {self.learner} ({self.n_battles} battles in {self.n_shards} shards)")
 
     def request_stop(self, *_):
