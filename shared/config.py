@@ -964,7 +964,8 @@ def env_component_problems(env: EnvConfig) -> list[str]:
     what ``shared.components.problems`` finds (a module not listed in
     ``env.extra_component_modules``, a class that does not exist, kwargs the component refuses),
     and a ``seat_decks`` whose decks are not 8 different names, whose field is empty, whose
-    kwargs name what the deal decides, or that is set together with ``env.deck``."""
+    kwargs name what the deal decides, or that is set together with ``env.deck``; and
+    ``ability_buttons`` set together with an ``action_parser`` of the user's."""
     from shared import components
 
     problems = []
@@ -973,6 +974,9 @@ def env_component_problems(env: EnvConfig) -> list[str]:
         spec = getattr(env, name)
         if spec is not None:
             problems += components.problems(spec, extra, f"env.{name}")
+    if env.ability_buttons and env.action_parser is not None:
+        problems.append("env.ability_buttons: applies to the default TileActionParser only; with env.action_parser "
+                        "set, give your parser its buttons in env.action_parser.kwargs and leave ability_buttons false")
     sd = env.seat_decks
     if sd is not None:
         if env.deck:

@@ -243,3 +243,12 @@ def test_an_ability_card_run_with_frame_stacking_trains_plays_the_pool_and_repla
              if line.record.opponent.startswith("snap:") and line.record.player == "learner")
     argv = ["replay", "default", str(n), "--config", str(cfg), "--per-decision", "--out", str(tmp_path / "out")]
     assert main(argv) == 0
+
+
+def test_ability_buttons_with_a_user_action_parser_is_refused_naming_both_fields():
+    from shared.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as exc:
+        load_config({"profile": "tiny", "env": {"ability_buttons": True,
+                                                "action_parser": {"cls": "royalegym.TileActionParser"}}})
+    assert "env.ability_buttons: applies to the default TileActionParser only; with env.action_parser set" in str(exc.value)

@@ -25,6 +25,8 @@ import signal
 import sys
 import time
 
+import numpy as np
+
 from services.learner import checkpointing, resume
 from services.learner.admission import HelloLimits
 from services.learner.advantages import values_and_advantages
