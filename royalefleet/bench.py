@@ -27,6 +27,7 @@ import time
 import msgspec
 
 from shared.config import RunConfig
+from shared.run_dir import RunDir
 
 
 def _bare_worker(env_cfg_json: bytes, battles: int, seconds: float, seed: int, out) -> None:
@@ -78,7 +79,7 @@ def stack_speed(cfg: RunConfig, iterations: int, say) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="royalefleet-bench-") as tmp:
         run_cfg = msgspec.structs.replace(cfg, runs_dir=tmp, run_name="bench", services=services)
         code = Stack(run_cfg, iterations=iterations, say=lambda s: say("  " + s) if s.startswith("it ") else None).run()
-        path = os.path.join(tmp, "bench", "metrics.jsonl")
+        path = str(RunDir(os.path.join(tmp, "bench")).metrics)
         rows = [json.loads(x) for x in open(path)] if os.path.exists(path) else []
     if code != 0:
         raise SystemExit(f"bench: the stack exited with code {code}")

@@ -31,10 +31,11 @@ from pathlib import Path
 def measure(checkpoint: Path, repeats: int = 9, scratch: str | None = None) -> dict:
     import msgspec
 
-    from services.checkpoint.store import CheckpointStore
+    from services.checkpoint.store import MANIFEST, CheckpointStore
+    from shared.run_dir import RunDir
     from services.learner.battle_states import INDEX_FILE, STATES_FILE, BattleStateBook, StateIndex
 
-    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    manifest = json.loads((checkpoint / MANIFEST).read_text())
     files = {name: (checkpoint / name).read_bytes() for name in manifest["files"]}
     if STATES_FILE not in files:
         raise SystemExit(f"{checkpoint} has no {STATES_FILE}: take a checkpoint written with battle states")
@@ -44,7 +45,7 @@ def measure(checkpoint: Path, repeats: int = 9, scratch: str | None = None) -> d
     states = {int(k): v for k, v in msgspec.msgpack.decode(files[STATES_FILE], type=dict[str, bytes]).items()}
     times: dict[str, list[float]] = {"without": [], "with": []}
     with tempfile.TemporaryDirectory(prefix="royalefleet-bench-ckpt-", dir=scratch) as tmp:
-        store = CheckpointStore(Path(tmp) / "checkpoints", say=lambda s: None)
+        store = CheckpointStore(RunDir(tmp).checkpoints, say=lambda s: None)
         for i in range(repeats):
             t0 = time.perf_counter()
             store.write(2 * i, dict(base), meta)

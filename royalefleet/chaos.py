@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 from royalefleet.procfs import children_of
+from shared.run_dir import RunDir
 
 KINDS = ("checkpoint", "ladder", "learner", "rollout", "evaluator")
 ROLLOUTS = 2
@@ -157,7 +158,7 @@ class Chaos:
                    (("checkpoint", 1), ("ladder", 1), ("learner", 1), ("rollout", ROLLOUTS), ("evaluator", EVALUATORS)))
 
     def rows(self) -> list[dict]:
-        path = self.run_dir / "metrics.jsonl"
+        path = RunDir(self.run_dir).metrics
         if not path.exists():
             return []
         out = []
@@ -346,7 +347,7 @@ def _stop_learner_then(chaos: Chaos, action: Callable[[], None]) -> None:
 
 def torn_tail(chaos: Chaos) -> None:
     """A crash in the middle of writing a row: half a row of the next iteration at the end."""
-    path = chaos.run_dir / "metrics.jsonl"
+    path = RunDir(chaos.run_dir).metrics
 
     def tear():
         with open(path, "ab") as fh:
@@ -360,8 +361,8 @@ def corrupt_newest_checkpoint(chaos: Chaos) -> None:
     back to the one before (and says why), and trains the iterations since again."""
 
     def damage():
-        index = json.loads((chaos.run_dir / "checkpoints" / "index.json").read_text())
-        newest = chaos.run_dir / "checkpoints" / index["entries"][-1]["name"] / "actor" / "model.safetensors"
+        index = json.loads((RunDir(chaos.run_dir).checkpoint_index).read_text())
+        newest = RunDir(chaos.run_dir).checkpoints / index["entries"][-1]["name"] / "actor" / "model.safetensors"
         data = bytearray(newest.read_bytes())
         data[-16:] = bytes(16)
         newest.write_bytes(bytes(data))
@@ -476,7 +477,7 @@ def unauthenticated_save(chaos: Chaos) -> None:
     if isinstance(reply, Saved) or reply is None:
         chaos.problems.append(f"unauthenticated_save: the checkpoint service answered {type(reply).__name__} to a "
                               "save from a stranger")
-    elif _newest_checkpoint(chaos) == 10**6 or (chaos.run_dir / "checkpoints" / f"{10**6:08d}").exists():
+    elif _newest_checkpoint(chaos) == 10**6 or (RunDir(chaos.run_dir).checkpoint(10**6)).exists():
         chaos.problems.append("unauthenticated_save: the stranger's checkpoint was written")
 
 
@@ -519,14 +520,14 @@ def halt_junk(chaos: Chaos) -> None:
     for s in idle:
         s.close()
     chaos.wait_rows(1)
-    if chaos.pids("learner") != pid or (chaos.run_dir / "halted.json").exists():
+    if chaos.pids("learner") != pid or (RunDir(chaos.run_dir).halted).exists():
         chaos.problems.append("halt_junk: the learner halted or died on malformed halt requests")
 
 
 def torn_checkpointed_row(chaos: Chaos) -> None:
     """The last row cut in half by a crash after its checkpoint was written (issue 12 item 7):
     the resume restores that iteration's row from the checkpoint."""
-    path = chaos.run_dir / "metrics.jsonl"
+    path = RunDir(chaos.run_dir).metrics
 
     def tear():
         data = path.read_bytes()
@@ -539,7 +540,7 @@ def torn_checkpointed_row(chaos: Chaos) -> None:
 
 def _newest_checkpoint(chaos: Chaos) -> int:
     try:
-        return json.loads((chaos.run_dir / "checkpoints" / "index.json").read_text())["entries"][-1]["iteration"]
+        return json.loads((RunDir(chaos.run_dir).checkpoint_index).read_text())["entries"][-1]["iteration"]
     except (OSError, ValueError, IndexError, KeyError):
         return -1
 
@@ -658,7 +659,7 @@ def check_run(chaos: Chaos) -> None:
     f.restarts = sum("restarting it" in line for line in lines)
     if f.restarts < f.kills:
         problems.append(f"{f.kills} kills but {f.restarts} restarts announced by the launcher")
-    raw = (chaos.run_dir / "metrics.jsonl").read_bytes() if (chaos.run_dir / "metrics.jsonl").exists() else b""
+    raw = (RunDir(chaos.run_dir).metrics).read_bytes() if (RunDir(chaos.run_dir).metrics).exists() else b""
     if raw and not raw.endswith(b"\n"):
         problems.append("metrics.jsonl ends in a torn line")
     rows = chaos.rows()
@@ -675,13 +676,13 @@ def check_run(chaos: Chaos) -> None:
             resumed = int(line.split()[3])
             f.retrained += max(0, last - resumed)
             last = resumed
-    entries = CheckpointStore(chaos.run_dir / "checkpoints", say=lambda s: None).list_entries()
+    entries = CheckpointStore(RunDir(chaos.run_dir).checkpoints, say=lambda s: None).list_entries()
     if not entries:
         problems.append("no checkpoint kept")
     for e in entries:
         if not e.ok:
             problems.append(f"checkpoint {e.name} (iteration {e.iteration}) does not verify: {e.problem}")
-    results = chaos.run_dir / "ladder" / "results.jsonl"
+    results = RunDir(chaos.run_dir).results
     data = results.read_bytes() if results.exists() else b""
     if not data:
         problems.append("the ladder's result log is empty")

@@ -27,6 +27,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 from shared.config import PROFILES, ConfigError, default_profile_name, dump_config, load_config  # noqa: E402
+from shared.run_dir import RunDir  # noqa: E402
 
 
 def _load(args) -> object:
@@ -57,7 +58,7 @@ def cmd_up(args) -> int:
     if getattr(args, "require_checkpoint", False):
         from services.checkpoint.store import CheckpointStore
 
-        store = CheckpointStore(os.path.join(cfg.runs_dir, cfg.run_name, "checkpoints"))
+        store = CheckpointStore(RunDir.of(cfg.runs_dir, cfg.run_name).checkpoints)
         if not os.path.exists(store.root) or not store.index().entries:
             print(f"royalefleet resume: run {cfg.run_name!r} has no checkpoint under {store.root}; "
                   "start it with `royalefleet up`", file=sys.stderr)
@@ -170,7 +171,7 @@ def cmd_checkpoints(args) -> int:
     from services.checkpoint.store import CheckpointStore
 
     cfg = _load(args)
-    root = os.path.join(cfg.runs_dir, cfg.run_name, "checkpoints")
+    root = str(RunDir.of(cfg.runs_dir, cfg.run_name).checkpoints)
     if not os.path.isdir(root):
         print(f"run {cfg.run_name!r} has no checkpoints under {root}")
         return 1

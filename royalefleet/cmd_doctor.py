@@ -51,6 +51,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.run_dir import RunDir
+
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 DOCTOR_DECISIONS = 200
 """Decisions stepped by the battle check (two battles' openings and a card phase: the opening
@@ -149,7 +151,7 @@ def engine_moved(cfg) -> str | None:
     from shared.envs import build_env, engine_build
     from shared.identity import RunIdentity
 
-    root = Path(cfg.runs_dir) / cfg.run_name / "checkpoints"
+    root = RunDir.of(cfg.runs_dir, cfg.run_name).checkpoints
     if not root.is_dir():
         return None
     entries = [e for e in CheckpointStore(root).list_entries() if e.ok]
@@ -353,7 +355,7 @@ def check_vram(cfg, measured: Measured, free: int | None = None) -> Check | None
 def checkpoint_bytes(cfg, spec=None) -> tuple[int, str]:
     """(bytes of one checkpoint, where the figure comes from): the run's newest checkpoint when
     it has one, else the network's parameters x 3 (weights and two Adam moments) x 4 bytes."""
-    root = Path(cfg.runs_dir) / cfg.run_name / "checkpoints"
+    root = RunDir.of(cfg.runs_dir, cfg.run_name).checkpoints
     if root.is_dir():
         try:
             from services.checkpoint.store import CheckpointStore

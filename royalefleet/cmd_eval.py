@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from royalefleet.run_options import add_run_options, run_config
 from shared.messages import SNAPSHOT_PREFIX
 from shared.scripted import SCRIPTED_PLAYERS
+from shared.run_dir import RunDir
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -68,7 +68,7 @@ class LocalPlayers:
         if sid is None:
             p = ScriptedPlayer(player, self.cfg.ladder.random_legal_noop_prob)
         else:
-            store = SnapshotStore(Path(self.cfg.runs_dir) / self.cfg.run_name / "snapshots")
+            store = SnapshotStore(RunDir.of(self.cfg.runs_dir, self.cfg.run_name).snapshots)
             actor, spec = store.read(sid)
             if self._facts is None:
                 self._facts = run_facts(self.cfg)

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from royalefleet.run_options import add_run_options, run_config
+from shared.run_dir import RunDir
 
 LATEST, CHAMPION = "latest", "champion"
 
@@ -72,19 +73,19 @@ def resolve(player: str, cfg) -> str:
 
         champion = PoolState.for_run(cfg.runs_dir, cfg.run_name, cfg.ladder).champion
         if champion is None:
-            raise ValueError(f"run {cfg.run_name!r} has no champion yet ({root}/ladder/pool.json names none): "
+            raise ValueError(f"run {cfg.run_name!r} has no champion yet ({RunDir(root).pool} names none): "
                              "a run has one after its first snapshot")
         return champion
     if player == LATEST:
         import msgspec
 
-        from services.checkpoint.snapshots import SnapshotStore
+        from services.checkpoint.snapshots import SPEC, SnapshotStore
 
-        store = SnapshotStore(root / "snapshots")
+        store = SnapshotStore(RunDir(root).snapshots)
         best = None
         for sid in store.ids():
             try:
-                spec = msgspec.json.decode((store.root / sid / "spec.json").read_bytes())
+                spec = msgspec.json.decode((store.root / sid / SPEC).read_bytes())
             except (OSError, msgspec.DecodeError):
                 continue
             key = (int(spec.get("iteration", -1)), int(spec.get("env_steps", -1)), sid)

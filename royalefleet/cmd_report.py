@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from royalefleet.run_options import add_run_options, run_config
+from shared.run_dir import RunDir
 
 TRAINING_PANELS = (
     ("win rate vs scripted", "env/win_rate_vs/", "fraction"),
@@ -164,7 +165,7 @@ def write_report(cfg, out: Path) -> Path:
     from royalefleet.cmd_strength import strength_of_run
 
     run = Path(cfg.runs_dir) / cfg.run_name
-    rows = read_rows(run / "metrics.jsonl")
+    rows = read_rows(RunDir(run).metrics)
     measured, pending = strength_of_run(cfg)
     out.mkdir(parents=True, exist_ok=True)
     figures = {"strength_timesteps.png": strength_figure(measured, "timesteps"),

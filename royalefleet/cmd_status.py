@@ -14,17 +14,12 @@ rows and the newest recorded games (``replays/index.json``, with the path of eac
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from pathlib import Path
 
 from royalefleet.run_options import add_run_options, run_config
-
-TAIL_BYTES = 1 << 20
-"""The last row is looked for in the file's last MiB (a row is a few KB; the file grows by one
-row an iteration and is never read whole)."""
-
+from shared import run_dir as layout
+from shared.run_dir import RunDir, last_metric_row
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``status`` on an argparse subparsers object; the handler is ``args.func``."""
@@ -40,22 +35,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return sp
 
 
-def last_row(path: Path) -> dict | None:
-    """The last whole metric row of ``path`` (a torn last line is skipped), None if it has none.
-    Raises OSError for an unreadable file."""
-    with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        fh.seek(max(0, size - TAIL_BYTES))
-        lines = fh.read().splitlines()
-    for line in reversed(lines):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and "run/iteration" in row:
-            return row
-    return None
+last_row = last_metric_row
+"""The last whole metric row of a file (``shared.run_dir.last_metric_row``)."""
 
 
 def ago(seconds: float) -> str:
@@ -76,7 +57,7 @@ def _fmt(row: dict, key: str, spec: str = ".3f") -> str | None:
 
 def progress_lines(run: Path, row: dict | None, now: float) -> list[str]:
     """``row``: the last whole row of ``run``'s metrics.jsonl (``last_row``), None without one."""
-    path = run / "metrics.jsonl"
+    path = RunDir(run).metrics
     if not path.exists():
         return ["progress   no metric row yet (the first one is written when iteration 1 ends)"]
     if row is None:
@@ -107,8 +88,8 @@ def checkpoint_line(run: Path, now: float, last: dict | None = None) -> str:
     """The newest checkpoint; with ``last`` (the last metric row), the iterations past it."""
     from services.checkpoint.store import CheckpointStore
 
-    root = run / "checkpoints"
-    entries = CheckpointStore(root).index().entries if (root / "index.json").exists() else []
+    rd = RunDir(run)
+    entries = CheckpointStore(rd.checkpoints).index().entries if rd.checkpoint_index.exists() else []
     if not entries:
         return "checkpoint none yet (written every checkpoint.every_iterations and at a clean stop)"
     newest = entries[-1]
@@ -124,9 +105,7 @@ def checkpoint_line(run: Path, now: float, last: dict | None = None) -> str:
 
 
 def halt_line(run: Path) -> str:
-    from services.learner.halt import read_halt_mark
-
-    what = read_halt_mark(run)
+    what = RunDir(run).read_halt_mark()
     if what is None:
         return "halt       none"
     return (f"halt       HALTED {what}; every start refuses until `royalefleet resume --clear-halt` (read the "
@@ -134,17 +113,18 @@ def halt_line(run: Path) -> str:
 
 
 def ladder_lines(cfg, run: Path) -> list[str]:
-    from services.ladder.gate_runner import GateInFlight, in_flight_path
-    from services.ladder.pool import PoolState, pool_path
+    from services.ladder.gate_runner import GateInFlight
+    from services.ladder.pool import PoolState
 
-    if not pool_path(cfg.runs_dir, cfg.run_name).exists():
+    rd = RunDir(run)
+    if not rd.pool.exists():
         return ["ladder     no pool yet (the first snapshot comes at ladder.pool.candidate_every_env_steps, "
                 f"{cfg.ladder.pool.candidate_every_env_steps:,} env steps)"]
     pool = PoolState.for_run(cfg.runs_dir, cfg.run_name, cfg.ladder)
     lines = [f"ladder     pool {len(pool.members)} member(s), champion {pool.champion or 'none'} "
              f"({len(pool.champions)} so far), {len(pool.pending)} candidate(s) pending; gates {pool.gates_run} run, "
              f"{pool.gates_passed} passed, {pool.consecutive_gate_failures} failed in a row"]
-    path = in_flight_path(cfg.runs_dir, cfg.run_name)
+    path = rd.gate_in_flight
     if path.exists():
         import msgspec
 
@@ -171,15 +151,7 @@ def strength_lines(cfg) -> list[str]:
 
 
 def alarm_lines(run: Path) -> list[str]:
-    path = run / "alarms.jsonl"
-    if not path.exists():
-        return ["alarms     none fired"]
-    fired = []
-    for line in path.read_bytes().splitlines():
-        try:
-            fired.append(json.loads(line))
-        except ValueError:
-            continue
+    fired = RunDir(run).read_alarms()
     if not fired:
         return ["alarms     none fired"]
     last = fired[-1]
@@ -189,13 +161,10 @@ def alarm_lines(run: Path) -> list[str]:
 
 
 def purged_line(run: Path) -> str | None:
-    from services.learner.metric_log import PURGED_NAME
-
-    path = run / PURGED_NAME
-    if not path.exists():
+    n = RunDir(run).purged_rows()
+    if n is None:
         return None
-    n = sum(1 for line in path.read_bytes().splitlines() if line.strip())
-    return f"purged     {n} row(s) a resume moved out of metrics.jsonl ({PURGED_NAME})"
+    return f"purged     {n} row(s) a resume moved out of {layout.METRICS} ({layout.PURGED})"
 
 
 NEWEST_REPLAYS = 3
@@ -205,9 +174,9 @@ NEWEST_REPLAYS = 3
 def replay_lines(run: Path) -> list[str]:
     """The newest recorded games of ``<run>/replays/index.json`` (shared/replays.py), with the
     path of each page."""
-    from shared.replays import REPLAYS_DIR, read_index
+    from shared.replays import read_index
 
-    folder = run / REPLAYS_DIR
+    folder = RunDir(run).replays
     entries = read_index(folder).entries
     if not entries:
         return ["replays    no recorded game yet (the evaluators record evaluation.replays_per_gate games of each "
@@ -224,24 +193,26 @@ def status_lines(cfg, now: float | None = None) -> tuple[list[str], bool]:
     on its own, so one unreadable file costs only its line."""
     now = time.time() if now is None else now
     run = Path(cfg.runs_dir) / cfg.run_name
+    rd = RunDir(run)
     lines, ok = [f"run {cfg.run_name!r} in {run}"], True
-    metrics = run / "metrics.jsonl"
+    metrics = RunDir(run).metrics
     try:
         row = last_row(metrics) if metrics.exists() else None
     except OSError as exc:
         row, ok = None, False
-        lines.append(f"  cannot read metrics.jsonl: {type(exc).__name__}: {exc}")
+        lines.append(f"  cannot read {layout.METRICS}: {type(exc).__name__}: {exc}")
     subjects = [
-        ("metrics.jsonl", lambda: progress_lines(run, row, now) if ok else []),
-        ("checkpoints/index.json", lambda: checkpoint_line(run, now, row).split("\n")),
-        ("halted.json", lambda: [halt_line(run)]),
-        ("ladder/pool.json", lambda: ladder_lines(cfg, run)),
-        ("ladder/strength.json", lambda: strength_lines(cfg)),
-        ("alarms.jsonl", lambda: alarm_lines(run)),
-        ("metrics.purged.jsonl", lambda: [x for x in [purged_line(run)] if x]),
-        ("replays/index.json", lambda: replay_lines(run)),
+        (rd.metrics, lambda: progress_lines(run, row, now) if ok else []),
+        (rd.checkpoint_index, lambda: checkpoint_line(run, now, row).split("\n")),
+        (rd.halted, lambda: [halt_line(run)]),
+        (rd.pool, lambda: ladder_lines(cfg, run)),
+        (rd.strength, lambda: strength_lines(cfg)),
+        (rd.alarms, lambda: alarm_lines(run)),
+        (rd.purged, lambda: [x for x in [purged_line(run)] if x]),
+        (rd.replays_index, lambda: replay_lines(run)),
     ]
-    for name, read in subjects:
+    for path, read in subjects:
+        name = path.relative_to(run).as_posix()
         try:
             lines += ["  " + x for x in read()]
         except Exception as exc:  # noqa: BLE001 - any unreadable file is reported on its own line

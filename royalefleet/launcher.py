@@ -38,6 +38,7 @@ from shared.components import USER_PACKAGES_ENV, user_packages
 from shared.config import RunConfig, config_differences, dump_config
 from shared.transport import tcp
 from shared.writer_token import TOKEN_ENV
+from shared.run_dir import RunDir
 
 SERVICE_ORDER = ("checkpoint", "ladder", "learner")
 LEARNER_STOP_GRACE_S = 180.0
@@ -320,9 +321,9 @@ class Stack:
         self.cfg = cfg
         self.say = lambda text: _say_safely(say, text)
         self.run_dir = os.path.join(cfg.runs_dir, cfg.run_name)
-        self.log_dir = os.path.join(self.run_dir, "logs")
+        self.log_dir = str(RunDir(self.run_dir).logs)
         os.makedirs(self.log_dir, exist_ok=True)
-        self.config_path = os.path.abspath(os.path.join(self.run_dir, "config.json"))
+        self.config_path = os.path.abspath(RunDir(self.run_dir).config)
         self.n_rollouts = cfg.local.rollouts if rollouts is None else rollouts
         self._write_config()
         envs = service_environments(cfg, self.config_path, os.path.abspath(cfg.runs_dir), iterations, self.n_rollouts)

@@ -30,6 +30,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from shared.run_dir import RunDir
+
 COMPARED = ("outcome", "episode_steps", "episode_ticks", "own_crowns", "enemy_crowns", "cards_played")
 SEATS = ("blue", "red")
 
@@ -57,9 +59,7 @@ def siblings(lines, rec) -> dict[str, object]:
 
 def _purged_iterations(root: Path) -> set[int]:
     """Iterations whose metric rows a resume moved out (their weights are not kept)."""
-    from services.learner.metric_log import PURGED_NAME
-
-    path = root / PURGED_NAME
+    path = RunDir(root).purged
     out: set[int] = set()
     if not path.exists():
         return out
@@ -82,7 +82,7 @@ class Weights:
         from services.checkpoint.store import CheckpointStore
 
         self.cfg, self.root, self.pf = cfg, root, pf
-        self.store = CheckpointStore(root / "checkpoints")
+        self.store = CheckpointStore(RunDir(root).checkpoints)
         try:
             self.have = {e.iteration for e in self.store.list_entries() if e.ok}
         except (OSError, ValueError):
@@ -233,7 +233,7 @@ def replay(cfg, lines, rec, root: Path, recorder, device_name: str = "cpu") -> l
             from shared.nn.snapshot import ActorOnly, actor_builder, load_frozen_actor
 
             try:
-                actor_bytes, _ = SnapshotStore(root / "snapshots").read(sid)
+                actor_bytes, _ = SnapshotStore(RunDir(root).snapshots).read(sid)
             except (OSError, ValueError) as exc:
                 raise NotReplayable(f"cannot reproduce {s} ({seat.player}): its snapshot cannot be read: {exc}")
             actors[sid] = Policy(ActorOnly(load_frozen_actor(sid, actor_bytes, actor_builder(pf.spec, cfg.net), device)),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shared.config import PROFILES, load_config
+from shared.run_dir import RunDir
 
 
 def add_run_options(sp, run_help: str = "the run to read (overrides the config)") -> None:
@@ -29,7 +30,7 @@ def run_config(args, run_name: str | None = None):
     source = args.config
     if source is None:
         base = load_config(None, profile_name=args.profile or "cpu", overrides=overrides or None)
-        saved = Path(base.runs_dir) / base.run_name / "config.json"
+        saved = RunDir(Path(base.runs_dir) / base.run_name).config
         if not saved.exists():
             return base
         source = str(saved)

@@ -23,6 +23,7 @@ import tempfile
 import msgspec
 
 from shared.config import RunConfig
+from shared.run_dir import RunDir
 
 TIMING_FIELDS = ("time/", "throughput/", "run/wall_seconds")
 """Row keys excluded from the comparison: wall-clock measurements, different on every run."""
@@ -82,8 +83,8 @@ def verify_resume(cfg: RunConfig, *, iterations: int, split: int, rollouts: int 
     say(f"verify-resume: {split} iteration(s), stop, resume in a fresh learner, {iterations - split} more ...")
     run("split", split)
     run("split", iterations, {"ROYALEFLEET_PERTURB_RESUME": perturb} if perturb else None)
-    straight = _rows(os.path.join(tmp, "straight", "metrics.jsonl"))
-    split_rows = _rows(os.path.join(tmp, "split", "metrics.jsonl"))
+    straight = _rows(RunDir(os.path.join(tmp, "straight")).metrics)
+    split_rows = _rows(RunDir(os.path.join(tmp, "split")).metrics)
     problems = _compare(straight, split_rows, 1)
     if len(straight) != iterations:
         problems.insert(0, f"the straight run wrote {len(straight)} rows, expected {iterations}")

@@ -29,9 +29,10 @@ from pathlib import Path
 import msgspec
 
 from shared.durable import replace_file
+from shared.run_dir import REPLAYS, REPLAYS_INDEX, RunDir
 
-REPLAYS_DIR = "replays"
-INDEX_FILE = "index.json"
+REPLAYS_DIR = REPLAYS
+INDEX_FILE = REPLAYS_INDEX
 WINNERS = {0: "blue", 1: "red", 2: "draw"}
 """``royalegym.protocol.Winner`` (the engine's winner code) as the index names it."""
 
@@ -79,7 +80,7 @@ class ReplayIndex(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 def replays_dir(runs_dir: str | os.PathLike, run_name: str) -> Path:
     """``<runs_dir>/<run_name>/replays``."""
-    return Path(runs_dir) / run_name / REPLAYS_DIR
+    return RunDir(Path(runs_dir) / run_name).replays
 
 
 def read_index(folder: str | os.PathLike) -> ReplayIndex:

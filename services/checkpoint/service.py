@@ -28,7 +28,6 @@ poll interval, 0.2 s). Run: ``python -m services.checkpoint --help``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
@@ -36,6 +35,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -72,6 +72,9 @@ from shared.messages import (
 )
 from shared.transport import bind_router, curve_server_keys, recv_frames, send
 from shared.writer_token import TOKEN_ENV, checkpoint_token, token_matches
+from shared import service_settings
+from shared.run_dir import RunDir
+from shared.service_settings import option, port, positive
 
 MIB = 1 << 20
 POLL_MS = 200
@@ -211,7 +214,7 @@ class CheckpointService:
             check_folder_name(run_name, "run_name")
         except ValueError as exc:
             raise Refusal("run_name", str(exc)) from None
-        return CheckpointStore(self.runs_dir / run_name / "checkpoints", say=self.out)
+        return CheckpointStore(RunDir(self.runs_dir / run_name).checkpoints, say=self.out)
 
     def _count_housekeeping(self, store: CheckpointStore) -> None:
         if store.housekeeping_failures:
@@ -308,7 +311,7 @@ class CheckpointService:
             check_folder_name(run_name, "run_name")
         except ValueError as exc:
             raise Refusal("run_name", str(exc)) from None
-        return SnapshotStore(self.runs_dir / run_name / "snapshots")
+        return SnapshotStore(RunDir(self.runs_dir / run_name).snapshots)
 
     def save_snapshot(self, msg: SaveSnapshot, arrays: Mapping[str, np.ndarray]):
         self._check_writer(msg)
@@ -343,89 +346,30 @@ class CheckpointService:
 # ----------------------------------------------------------------------------- settings
 
 
-class Settings(msgspec.Struct, kw_only=True):
-    bind: str = "tcp://127.0.0.1:5557"
-    runs_dir: str = "runs"
-    keep: int = 10
-    max_message_mb: int = 64
-    metrics_port: int = 9102
-    metrics_host: str = "127.0.0.1"
+@dataclass(frozen=True)
+class Settings:
+    """The checkpoint service's settings (``shared.service_settings``: flag, else variable, else default)."""
 
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError("not a whole number") from None
-
-
-def _positive(text: str) -> int:
-    value = _int(text)
-    if value < 1:
-        raise ValueError(f"{value} is not >= 1")
-    return value
-
-
-def _port(text: str) -> int:
-    value = _int(text)
-    if not 0 <= value <= 65535:
-        raise ValueError(f"{value} is not a port (0..65535)")
-    return value
-
-
-# setting -> (flag, environment variable, parse, help)
-_OPTIONS: dict[str, tuple[str, str, Callable[[str], object], str]] = {
-    "bind": ("--bind", "ROYALEFLEET_CHECKPOINT_BIND", str, "ZeroMQ address the ROUTER binds"),
-    "runs_dir": ("--runs-dir", "ROYALEFLEET_RUNS_DIR", str,
-                 "folder of runs; checkpoints go to <runs-dir>/<run_name>/checkpoints"),
-    "keep": ("--keep", "ROYALEFLEET_CHECKPOINT_KEEP", _positive, "checkpoints kept per run; older ones are pruned"),
-    "max_message_mb": ("--max-message-mb", "ROYALEFLEET_MAX_MESSAGE_MB", _positive,
-                       "largest request accepted, in MiB (bigger ones are dropped unanswered)"),
-    "metrics_port": ("--metrics-port", "ROYALEFLEET_METRICS_PORT", _port, "port of the Prometheus /metrics page; 0 = off"),
-    "metrics_host": ("--metrics-host", "ROYALEFLEET_METRICS_HOST", str, "address the /metrics page listens on"),
-}
+    bind: str = option("tcp://127.0.0.1:5557", env="ROYALEFLEET_CHECKPOINT_BIND", help="ZeroMQ address the ROUTER binds")
+    runs_dir: str = option("runs", env="ROYALEFLEET_RUNS_DIR",
+                           help="folder of runs; checkpoints go to <runs-dir>/<run_name>/checkpoints")
+    keep: int = option(10, env="ROYALEFLEET_CHECKPOINT_KEEP", parse=positive,
+                       help="checkpoints kept per run; older ones are pruned")
+    max_message_mb: int = option(64, env="ROYALEFLEET_MAX_MESSAGE_MB", parse=positive,
+                                 help="largest request accepted, in MiB (bigger ones are dropped unanswered)")
+    metrics_port: int = option(9102, env="ROYALEFLEET_METRICS_PORT", parse=port,
+                               help="port of the Prometheus /metrics page; 0 = off")
+    metrics_host: str = option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help="address the /metrics page listens on")
 
 
 def parse_settings(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Settings from flags, else environment variables, else defaults. A bad value exits
     with argparse's usage error naming the flag or the variable."""
-    environ = os.environ if environ is None else environ
-    defaults = Settings()
-    parser = argparse.ArgumentParser(
-        prog="python -m services.checkpoint",
+    return service_settings.parse_settings(
+        Settings, argv, environ, prog="python -m services.checkpoint",
         description="royalefleet checkpoint service: writes the learner's checkpoints atomically, "
         "verifies them on load, prunes old ones. Every setting is a flag or an environment "
-        "variable; the flag wins.",
-    )
-    for field, (flag, env, parse, text) in _OPTIONS.items():
-        parser.add_argument(
-            flag, dest=field, default=None,
-            type=_argtype(parse, flag),
-            help=f"{text} (env {env}; default {getattr(defaults, field)})",
-        )
-    args = parser.parse_args(argv)
-    values = {}
-    for field, (flag, env, parse, _) in _OPTIONS.items():
-        value = getattr(args, field)
-        if value is None and env in environ:
-            try:
-                value = parse(environ[env])
-            except ValueError as exc:
-                parser.error(f"environment variable {env}={environ[env]!r}: {exc}")
-        if value is not None:
-            values[field] = value
-    return Settings(**values)
-
-
-def _argtype(parse: Callable[[str], object], flag: str) -> Callable[[str], object]:
-    def convert(text: str):
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
-
-    convert.__name__ = flag
-    return convert
+        "variable; the flag wins.")
 
 
 # ----------------------------------------------------------------------------- main

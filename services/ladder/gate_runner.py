@@ -62,9 +62,10 @@ from services.ladder.gate import (
 from services.ladder.pfsp import draw_stratified
 from services.ladder.pool import PoolState, current_ratings
 from services.ladder.results import RecordRefused, ResultLog, check_records, result_log_path
+from shared.run_dir import GATE_IN_FLIGHT, GATES, RunDir
 
-GATES_DIR = "gates"
-IN_FLIGHT_FILE = "gate_in_flight.json"
+GATES_DIR = GATES
+IN_FLIGHT_FILE = GATE_IN_FLIGHT
 PHASES = ("champion", "anchors", "stratified")
 SETTLED_REASON = "not played: the verdict was settled by an earlier condition (royalelearn-facts 6.4 early stop)"
 
@@ -132,18 +133,18 @@ class GateInFlight(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 def in_flight_path(runs_dir: str | os.PathLike, run_name: str) -> Path:
     """``<runs_dir>/<run_name>/ladder/gate_in_flight.json``."""
-    return result_log_path(runs_dir, run_name).parent / IN_FLIGHT_FILE
+    return RunDir.of(runs_dir, run_name).gate_in_flight
 
 
 def gates_dir(runs_dir: str | os.PathLike, run_name: str) -> Path:
     """``<runs_dir>/<run_name>/ladder/gates``."""
-    return result_log_path(runs_dir, run_name).parent / GATES_DIR
+    return RunDir.of(runs_dir, run_name).gates
 
 
 def gate_record_path(runs_dir: str | os.PathLike, run_name: str, candidate: str) -> Path:
     """``<runs_dir>/<run_name>/ladder/gates/<candidate>.json`` (``snap:`` written ``snap_``, a
     colon being no portable file name character)."""
-    return gates_dir(runs_dir, run_name) / f"{candidate.replace(':', '_')}.json"
+    return RunDir.of(runs_dir, run_name).gate_record(candidate)
 
 
 def write_gate_record(path: Path, rec: GateRecord) -> None:

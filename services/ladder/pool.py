@@ -48,8 +48,9 @@ from services.ladder.results import check_run_name, result_log_path
 from services.ladder.standings import Standings
 from shared.durable import replace_file
 from shared.messages import SNAPSHOT_PREFIX
+from shared.run_dir import POOL, RESULTS, RunDir
 
-POOL_FILE = "pool.json"
+POOL_FILE = POOL
 POOL_FORMAT = 1
 SNAPSHOT_ID = re.compile(r"[0-9a-f]{16}")
 """A snapshot's content id: the first 16 hex of the sha256 of its actor.safetensors."""
@@ -110,10 +111,7 @@ def member_id(snapshot_id: str) -> str:
 
 def pool_path(runs_dir: str | os.PathLike, run_name: str) -> Path:
     """``<runs_dir>/<run_name>/ladder/pool.json``. Raises ValueError for an unusable run_name."""
-    problem = check_run_name(run_name)
-    if problem:
-        raise ValueError(problem)
-    return Path(runs_dir) / run_name / "ladder" / POOL_FILE
+    return RunDir.of(runs_dir, run_name).pool
 
 
 def current_ratings(runs_dir: str | os.PathLike, run_name: str, rater) -> RatingTable | None:
@@ -321,7 +319,7 @@ class PoolState:
         if len(self.members) <= self.working_size:
             return []
         if ratings is None and self.rater is not None:
-            ratings = Standings(self.path.parent / "results.jsonl", self.rater).table()
+            ratings = Standings(self.path.parent / RESULTS, self.rater).table()
         pool = [PoolMember(id=m, cycle=m in self.cycle) for m in self.members]
         gone = select_for_eviction(pool, ratings, self.working_size, self.protected())
         if gone:

@@ -30,8 +30,9 @@ from services.ladder.rating import RatingTable
 from shared.seeding import stream
 from shared.durable import replace_file
 from shared.messages import SNAPSHOT_PREFIX
+from shared.run_dir import RESIDENT
 
-RESIDENT_FILE = "resident.json"
+RESIDENT_FILE = RESIDENT
 
 
 class ResidentSet(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -25,8 +25,9 @@ import msgspec
 
 from shared.messages import EpisodeRecord
 from shared.durable import fsync_dir
+from shared.run_dir import RESULTS, RunDir, check_run_name  # noqa: F401 - check_run_name: re-exported
 
-RESULTS_FILE = "results.jsonl"
+RESULTS_FILE = RESULTS
 
 
 class ResultLine(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -55,21 +56,9 @@ class LogRead:
         return len(self.set_aside)
 
 
-def check_run_name(run_name: str) -> str | None:
-    """Why ``run_name`` cannot name a run folder (None when it can): it is one path component,
-    so no slash, backslash or NUL, and not empty, ``.`` or ``..`` (the rule of
-    ``shared.config.check_consistency``)."""
-    if not run_name or run_name in (".", "..") or any(c in run_name for c in "/\\\0"):
-        return f"run_name {run_name!r} is not a usable folder name (one path component, no slash)"
-    return None
-
-
 def result_log_path(runs_dir: str | os.PathLike, run_name: str) -> Path:
     """``<runs_dir>/<run_name>/ladder/results.jsonl``. Raises ValueError for an unusable run_name."""
-    problem = check_run_name(run_name)
-    if problem:
-        raise ValueError(problem)
-    return Path(runs_dir) / run_name / "ladder" / RESULTS_FILE
+    return RunDir.of(runs_dir, run_name).results
 
 
 _encoder = msgspec.json.Encoder()

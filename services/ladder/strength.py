@@ -42,8 +42,9 @@ from shared.stats import wilson_interval
 from services.ladder.gate_runner import JobSpec, ReportRefused, check_report, split_seeds
 from services.ladder.rating import games_from_results, fit_with
 from services.ladder.results import ResultLog, result_log_path
+from shared.run_dir import STRENGTH, RunDir
 
-STRENGTH_FILE = "strength.json"
+STRENGTH_FILE = STRENGTH
 CONDITION_PREFIX = "strength:"
 
 
@@ -90,7 +91,7 @@ class SnapshotStrength(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
 
 def plan_path(runs_dir: str | os.PathLike, run_name: str) -> Path:
     """``<runs_dir>/<run_name>/ladder/strength.json``."""
-    return result_log_path(runs_dir, run_name).parent / STRENGTH_FILE
+    return RunDir.of(runs_dir, run_name).strength
 
 
 def read_plan(path: str | os.PathLike) -> StrengthPlan:

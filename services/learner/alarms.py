@@ -30,6 +30,8 @@ from prometheus_client import CollectorRegistry, Gauge
 from services.learner.metric_log import plain_row
 from shared.alarms import ALARMS, BY_NAME, AlarmResult, AlarmState, check_overrides, describe, effective, evaluate
 from shared.config import AlarmConfig
+from shared.run_dir import ALARMS as ALARMS_FILE
+from shared.run_dir import BUNDLE_HALT, CONFIG, METRICS, RunDir
 
 RECENT_ROWS = 50
 """Metric rows a bundle holds (the reference's 50)."""
@@ -88,7 +90,7 @@ class AlarmMonitor:
 
     @property
     def alarms_path(self) -> str | None:
-        return os.path.join(self.run_dir, "alarms.jsonl") if self.run_dir else None
+        return str(RunDir(self.run_dir).alarms) if self.run_dir else None
 
     def observe(self, row: dict) -> AlarmVerdict:
         """Evaluate the whole table on ``row``, update the gauges, log and append every fired
@@ -130,7 +132,7 @@ def write_bundle(run_dir: str, iteration: int, rows, fired: list[AlarmResult], c
     - ``halt.json``: the alarms that fired (name, severity, condition, thresholds, patience, the
       last five values of each key read), the checkpoint path when known, and the resume command.
     """
-    bundle = os.path.join(run_dir, "bundles", str(iteration))
+    bundle = str(RunDir(run_dir).bundle(iteration))
     os.makedirs(bundle, exist_ok=True)
     # Plain numbers only: a numpy scalar would raise TypeError here, in the middle of a halt.
     rows = [plain_row(r) for r in list(rows)[-RECENT_ROWS:]]
@@ -143,15 +145,15 @@ def write_bundle(run_dir: str, iteration: int, rows, fired: list[AlarmResult], c
             os.fsync(fh.fileno())
         os.replace(tmp, os.path.join(bundle, name))
 
-    write("metrics.jsonl", b"".join(msgspec.json.encode(r) + b"\n" for r in rows))
-    run_alarms = os.path.join(run_dir, "alarms.jsonl")
+    write(METRICS, b"".join(msgspec.json.encode(r) + b"\n" for r in rows))
+    run_alarms = RunDir(run_dir).alarms
     if os.path.exists(run_alarms):
         with open(run_alarms, "rb") as fh:
-            write("alarms.jsonl", fh.read())
+            write(ALARMS_FILE, fh.read())
     else:
-        write("alarms.jsonl", b"".join(msgspec.json.encode(alarm_record(r, iteration)) + b"\n" for r in fired))
-    write("config.json", config_json.encode() if isinstance(config_json, str) else bytes(config_json))
-    config_path = os.path.join(bundle, "config.json")
+        write(ALARMS_FILE, b"".join(msgspec.json.encode(alarm_record(r, iteration)) + b"\n" for r in fired))
+    write(CONFIG, config_json.encode() if isinstance(config_json, str) else bytes(config_json))
+    config_path = os.path.join(bundle, CONFIG)
     halt = {
         "iteration": iteration,
         "halted": any(r.severity == "halt" for r in fired),
@@ -167,5 +169,5 @@ def write_bundle(run_dir: str, iteration: int, rows, fired: list[AlarmResult], c
         "checkpoint": checkpoint_path,
         "resume": resume_command(run_dir, config_path),
     }
-    write("halt.json", json.dumps(halt, indent=2).encode() + b"\n")
+    write(BUNDLE_HALT, json.dumps(halt, indent=2).encode() + b"\n")
     return bundle

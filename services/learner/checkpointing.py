@@ -278,7 +278,7 @@ def described(meta: CheckpointMeta, metrics_path: str) -> tuple[bool, str]:
     only rows of that iteration are ones a resume purged (``metric_log``)."""
     import os
 
-    from services.learner.metric_log import PURGED_NAME
+    from shared.run_dir import PURGED
 
     if meta.iteration == 0 or not os.path.exists(metrics_path):
         return True, "no metric rows to compare the checkpoint with"
@@ -286,7 +286,7 @@ def described(meta: CheckpointMeta, metrics_path: str) -> tuple[bool, str]:
     if not digests:
         # Its rows moved out by an earlier resume that fell back past it (it did not verify
         # then): resuming it now would leave the record with another history's rows before it.
-        purged = os.path.join(os.path.dirname(metrics_path), PURGED_NAME)
+        purged = os.path.join(os.path.dirname(metrics_path), PURGED)
         if meta.state_digest in _digests_of(purged, meta.iteration):
             return False, (f"the metric rows of iteration {meta.iteration} were moved to metrics.purged.jsonl by an "
                            "earlier resume that fell back past this checkpoint, and the run has gone on from an "

@@ -20,8 +20,9 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from shared.run_dir import CURVES
 
-CURVES_DIR = "tensorboard"
+CURVES_DIR = CURVES
 
 
 def scalars(row: dict) -> dict[str, float]:

@@ -18,8 +18,9 @@ import msgspec
 from shared import transport
 from shared.durable import replace_file
 from shared.messages import Ack, EpisodeRecord, ReportEpisodes
+from shared.run_dir import HELD_EPISODES
 
-HELD_EPISODES = "episodes.held.jsonl"
+HELD_EPISODES = HELD_EPISODES
 """``<run>/episodes.held.jsonl``: episode reports the ladder has not acknowledged, one batch a line."""
 
 

@@ -19,36 +19,22 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from shared.durable import replace_file
+from shared.run_dir import HALTED, RunDir
 
 MAX_BODY = 1 << 16
-HALTED_FILE = "halted.json"
+HALTED_FILE = HALTED
 """``<run>/halted.json``, {iteration, reason}: written by a halt; every later start refuses until
 it is cleared (``--clear-halt``)."""
 
 
-def mark_halted(run_dir: str | os.PathLike, iteration: int, reason: str) -> None:
-    """Write ``<run_dir>/halted.json`` ({iteration, reason}) atomically. Raises OSError."""
-    replace_file(os.path.join(run_dir, HALTED_FILE),
-                 json.dumps({"iteration": iteration, "reason": reason}).encode() + b"\n")
+def mark_halted(run: str | os.PathLike, iteration: int, reason: str) -> None:
+    """``RunDir(run).mark_halted``: write ``<run>/halted.json`` atomically. Raises OSError."""
+    RunDir(run).mark_halted(iteration, reason)
 
 
-def read_halt_mark(run_dir: str | os.PathLike) -> str | None:
-    """``at iteration N: <reason>`` when the run is marked halted (a mark that does not decode
-    says so instead), None when it is not."""
-    path = os.path.join(run_dir, HALTED_FILE)
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"({path} is unreadable: {exc})"
-    try:
-        mark = json.loads(data)
-        return f"at iteration {mark['iteration']}: {mark['reason']}"
-    except (ValueError, KeyError, TypeError) as exc:
-        return f"({path} is unreadable: {exc!r})"
+def read_halt_mark(run: str | os.PathLike) -> str | None:
+    """``RunDir(run).read_halt_mark``: ``at iteration N: <reason>``, or None when not halted."""
+    return RunDir(run).read_halt_mark()
 
 
 def reason_from(body: bytes) -> str:

@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from shared.durable import replace_file
+from shared.run_dir import PURGED
 
-PURGED_NAME = "metrics.purged.jsonl"
+PURGED_NAME = PURGED
 
 
 def plain_row(row: dict) -> dict:

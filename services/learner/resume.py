@@ -12,11 +12,12 @@ import msgspec
 import numpy as np
 
 from services.learner import checkpointing, metric_log
-from services.learner.halt import HALTED_FILE, read_halt_mark
+from services.learner.halt import read_halt_mark
 from shared import transport
 from shared.config import config_differences
 from shared.identity import identity_differences
 from shared.messages import Loaded, LoadLatest, NotFound, SaveCheckpoint, Saved
+from shared.run_dir import RunDir
 
 
 def save_checkpoint(learner, snapshot: checkpointing.Snapshot, attempts: int = 3) -> bool:
@@ -100,10 +101,9 @@ def resume_run(learner) -> None:
                 + "\nThese change the numbers the run produces. Start a new run_name, or pass "
                 "--allow-identity-drift to record the drift and continue.")
         learner.resumed_with_drift = True
-        with open(os.path.join(learner.run_dir, "drift.json"), "ab") as fh:
-            fh.write(msgspec.json.encode({"iteration": meta.iteration, "from_run_id": meta.run_id,
-                                          "to_run_id": learner.run_id,
-                                          "fields": {k: [str(a), str(b)] for k, (a, b) in diffs.items()}}) + b"\n")
+        RunDir(learner.run_dir).append_drift(msgspec.json.encode({
+            "iteration": meta.iteration, "from_run_id": meta.run_id, "to_run_id": learner.run_id,
+            "fields": {k: [str(a), str(b)] for k, (a, b) in diffs.items()}}))
         learner.say("learner: resuming across an identity drift (recorded in drift.json):\n" + "\n".join(lines))
     ok, note = checkpointing.described(meta, learner.metrics_path)
     if not ok:
@@ -152,7 +152,7 @@ def halt_cleared(learner) -> bool:
     if what is None:
         return True
     if learner.clear_halt:
-        os.remove(os.path.join(learner.run_dir, HALTED_FILE))
+        RunDir(learner.run_dir).clear_halt()
         learner.say(f"learner: clearing the halt of run {learner.cfg.run_name!r} {what}")
         return True
     learner.say(f"learner: run {learner.cfg.run_name!r} was halted {what}. Read {learner.run_dir}/bundles/ and "

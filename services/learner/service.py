@@ -35,6 +35,7 @@ from services.learner.boundary import JOIN_WAIT_S, STARTUP_WAIT_S, wait_for_roll
 from services.learner.collection import Collected, collect_iteration
 from services.learner.determinism import DeterminismError, apply_determinism
 from services.learner.halt import HALTED_FILE, mark_halted
+from shared.run_dir import OPERATOR_HALT, RunDir
 from services.learner.curves import TensorBoardCurves
 from services.learner.fleet import Fleet
 from services.learner.strength_hook import strength_due
@@ -177,7 +178,7 @@ class Learner:
         self.failed_saves = 0
         """Checkpoint saves failed in a row (``resume.save_checkpoint``); ``checkpoint.max_failed_saves`` halts."""
         self.snapshot: checkpointing.Snapshot | None = None
-        self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
+        self.metrics_path = str(RunDir(self.run_dir).metrics)
         self.curves = TensorBoardCurves(self.run_dir, self.say)
         say(f"learner: run id {self.run_id}; listening for rollouts on {bind}; run folder {self.run_dir}")
 
@@ -427,8 +428,8 @@ class Learner:
         from services.learner.alarms import write_bundle
 
         path = write_bundle(self.run_dir, self.iteration, list(self.alarms.recent_rows), [], dump_config(self.cfg),
-                            checkpoint_path=f"checkpoints/{self.iteration:08d}")
-        with open(os.path.join(path, "operator_halt.txt"), "w") as fh:
+                            checkpoint_path=str(RunDir("").checkpoint(self.iteration)))
+        with open(os.path.join(path, OPERATOR_HALT), "w") as fh:
             fh.write(self.halt_reason + "\n")
         self.say(f"learner: halted by the operator at iteration {self.iteration} ({self.halt_reason}); bundle {path}")
         self.shutdown()
