@@ -6,7 +6,7 @@ battles of the run's env config (``shared.envs.build_env``; one at a time, reset
 are played by both seats with ``RandomLegalOpponent(PLAY_NOOP_PROB)`` and every seat-observation
 is packed with the codec the learner's preflight decides
 (``shared.preflight.run_preflight``); ``n_legal`` comes from the learner's own
-``Rectangle.legal_counts``, actions and log-probs from ``Policy.act`` (choice rows sampled,
+``Codec.legal_counts``, actions and log-probs from ``Policy.act`` (choice rows sampled,
 forced rows the no-op at log-prob 0, as in collection), old values from ``Policy.values``;
 advantages are seeded normal noise and returns ``values + advantages``. The profile's
 ``ActorCritic`` and ``make_optimizers`` are built as the learner builds them, the schedules
@@ -97,10 +97,8 @@ def real_rows(env_cfg, codec, n_rows: int, seed: int = BENCH_SEED, noop_prob: fl
 
 def legal_counts(rows: np.ndarray, codec) -> np.ndarray:
     """(N,) int32 legal actions of packed rows, the no-op included: the learner's own count
-    (``Rectangle.legal_counts``), so a row is forced here exactly when the update calls it so."""
-    from services.learner.rectangle import Rectangle
-
-    return Rectangle(0, 0, codec.row_bytes, codec.omask).legal_counts(rows).astype(np.int32)
+    (``Codec.legal_counts``), so a row is forced here exactly when the update calls it so."""
+    return codec.legal_counts(rows).astype(np.int32)
 
 
 def synthetic_update_data(policy, rows: np.ndarray, n_legal: np.ndarray, seed: int = BENCH_SEED):

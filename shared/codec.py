@@ -138,6 +138,16 @@ def describe_table(table: CodecTable) -> str:
     return f"codec v{table.version}: " + "; ".join(parts) + f"; vector float16 x{table.vector_size}; mask {table.n_actions} bits"
 
 
+POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int32)
+"""Set bits of each byte value 0..255."""
+
+
+def legal_counts(rows: np.ndarray, mask_offset: int) -> np.ndarray:
+    """(B,) int32: legal actions (the no-op included) of packed rows (B, row_bytes) uint8 whose
+    action mask bits start at byte ``mask_offset`` (``Codec.omask``); the pad bits are zero."""
+    return POPCOUNT[rows[:, mask_offset:]].sum(axis=1)
+
+
 class Codec:
     """Packs and unpacks rows for one CodecTable.
 
@@ -208,6 +218,11 @@ class Codec:
         return rows, clipped, rounded
 
     # ------------------------------------------------------------------ unpacking (learner)
+
+    def legal_counts(self, rows: np.ndarray) -> np.ndarray:
+        """(B,) int32: legal actions (the no-op included) of packed rows (B, row_bytes) uint8,
+        from their mask bits; no static planes needed."""
+        return legal_counts(rows, self.omask)
 
     def unpack(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """(B, row_bytes) uint8 -> ``spatial`` (B, C, H, W) float32, ``vector`` (B, V)

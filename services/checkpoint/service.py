@@ -74,10 +74,10 @@ from shared.transport import bind_router, curve_server_keys, recv_frames, send
 from shared.writer_token import TOKEN_ENV, checkpoint_token, token_matches
 from shared import service_settings
 from shared.run_dir import RunDir
+from shared.serve_loop import RequestLoop
 from shared.service_settings import option, port, positive
 
 MIB = 1 << 20
-POLL_MS = 200
 
 REFUSAL_REASONS = (
     # from shared.messages.ProtocolError
@@ -140,7 +140,7 @@ def _request_id_of(frames: list) -> int:
         return -1
 
 
-class CheckpointService:
+class CheckpointService(RequestLoop):
     """Serves one bound ROUTER socket. ``out`` receives one line per event (stdout in
     ``main``); ``runs_dir`` holds one folder per run."""
 
@@ -159,13 +159,9 @@ class CheckpointService:
 
     # ------------------------------------------------------------------ loop
 
-    def serve(self, should_stop: Callable[[], bool], poll_ms: int = POLL_MS) -> None:
-        """Answer requests until ``should_stop()`` is true (checked every ``poll_ms``)."""
-        while not should_stop():
-            if self.sock.poll(poll_ms, zmq.POLLIN):
-                self.handle_one()
+    # serve(stop, poll_ms): shared.serve_loop.RequestLoop
 
-    def handle_one(self) -> None:
+    def serve_one(self) -> None:
         """Receive one message and answer it. Never raises for anything the peer sent or
         the disk did; only a broken socket (ZMQError) escapes."""
         request_id = -1

@@ -180,8 +180,9 @@ class Evaluator:
             return False
         return False
 
-    def step(self) -> float:
-        """Ask for one job and play it. Returns how long to wait before asking again."""
+    def serve_one(self) -> float:
+        """Ask for one job and play it (the evaluator is a client: its loop is ``run``, not
+        ``shared.serve_loop``). Returns how long to wait before asking again."""
         retry = self.cfg.evaluation.no_job_retry_s
         try:
             reply, _ = self.ladder.request(EvalJobRequest(request_id=self.ladder.next_id(), worker=self.worker))
@@ -219,7 +220,7 @@ class Evaluator:
         self.say(f"evaluator {self.worker}: asking {self.ladder.address} for evaluation jobs")
         while not self.stop.is_set():
             try:
-                wait = self.step()
+                wait = self.serve_one()
             except (Stopped, transport.RequestStopped):
                 break
             if wait:

@@ -19,7 +19,6 @@ with: the learner must be started with the same config (PlanRequest carries neit
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +37,7 @@ from shared.messages import AdmitCandidate, Admitted, LadderStatusRequest
 from shared.messages import EvalJobRequest, EvalReport  # evaluator jobs (services/ladder/gate_runner.py)
 from shared.messages import MeasureStrength, NoJob  # strength jobs (services/ladder/strength.py)
 from shared.log_guard import RefusalLog
+from shared.serve_loop import RequestLoop
 from shared.transport import bind_router, curve_server_keys, recv, send
 
 from services.ladder.gate_runner import GateRunner, ReportRefused
@@ -145,7 +145,7 @@ class Metrics:
                 self.strength_score_hi.labels(anchor).set(summary.score_hi[anchor])
 
 
-class LadderService:
+class LadderService(RequestLoop):
     """One ladder: a bound ROUTER and the run config; result logs are per run_name of a report.
 
     ``handle`` maps one decoded request to its reply (no sockets involved);
@@ -284,14 +284,13 @@ class LadderService:
 
     # ----------------------------------------------------------------- loop
 
-    def serve(self, stop: threading.Event, *, poll_ms: int = 200) -> None:
-        """Answer requests until ``stop`` is set (checked at least every ``poll_ms``)."""
-        while not stop.is_set():
-            if self.sock.poll(poll_ms, zmq.POLLIN):
-                self.serve_one()
-            if time.monotonic() - self._synced >= POOL_SYNC_S:
-                self.sync_pool_metrics()
-                self.tick_gates()
+    # serve(stop, poll_ms): shared.serve_loop.RequestLoop
+
+    def tick(self) -> None:
+        """Every ``POOL_SYNC_S``: refresh the pool gauges and let the gate runner work."""
+        if time.monotonic() - self._synced >= POOL_SYNC_S:
+            self.sync_pool_metrics()
+            self.tick_gates()
 
     def tick_gates(self) -> None:
         """Let the gate runner plan and decide; a failure is said once, not raised."""

@@ -53,7 +53,7 @@ def collect_iteration(learner, iteration: int, env_steps: int, policy) -> Collec
     members = wait_for_rollouts(learner)
     slot_map = learner.fleet.slot_map(members)
     T, learner_rows, roles = send_plans(learner, members, slot_map, sched["gamma"], iteration)
-    rect = Rectangle(T, slot_map.n_slots, learner.pf.codec.row_bytes, learner.pf.codec.omask)
+    rect = Rectangle.for_codec(T, slot_map.n_slots, learner.pf.codec)
     policy.model.last_precision.clear()  # this iteration's forwards say what they ran in
     if learner.device.type == "cuda":
         from services.learner.vram import reset_peak

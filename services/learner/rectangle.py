@@ -13,13 +13,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from shared.codec import POPCOUNT, legal_counts  # noqa: F401 - POPCOUNT: re-exported
 from shared.messages import GROUP_LEARNER
-
-POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int32)
 
 
 class Rectangle:
+    @classmethod
+    def for_codec(cls, cycles: int, n_slots: int, codec) -> Rectangle:
+        """A rectangle of ``codec``'s rows (a ``shared.codec.Codec``), whose legal counts it
+        asks the codec for."""
+        return cls(cycles, n_slots, codec.row_bytes, codec.omask)
+
     def __init__(self, cycles: int, n_slots: int, row_bytes: int, mask_offset: int):
+        """``row_bytes`` and ``mask_offset``: the codec's ``row_bytes`` and ``omask`` (where the
+        mask bits start: ``shared.codec.legal_counts`` counts from there)."""
         T, R = cycles, n_slots
         self.T, self.R, self.row_bytes, self.mask_offset = T, R, row_bytes, mask_offset
         self.rows = np.zeros((T + 1, R, row_bytes), np.uint8)
@@ -72,8 +79,8 @@ class Rectangle:
         return learner, frozen, frozen_rows
 
     def legal_counts(self, rows: np.ndarray) -> np.ndarray:
-        """(B,) unsigned int: legal actions (the no-op included) of packed rows, from the mask bits."""
-        return POPCOUNT[rows[:, self.mask_offset :]].sum(axis=1)
+        """(B,) int32: legal actions (the no-op included) of packed rows (``shared.codec.legal_counts``)."""
+        return legal_counts(rows, self.mask_offset)
 
     def store_step(self, t: int, slots: np.ndarray, reward, terminated, truncated, deploy_status,
                    final_slots: np.ndarray, final_rows: np.ndarray) -> None:

@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,7 +36,9 @@ from services.learner.boundary import JOIN_WAIT_S, STARTUP_WAIT_S, wait_for_roll
 from services.learner.collection import Collected, collect_iteration
 from services.learner.determinism import DeterminismError, apply_determinism
 from services.learner.halt import HALTED_FILE, mark_halted
+from shared import service_settings
 from shared.run_dir import OPERATOR_HALT, RunDir
+from shared.service_settings import option, port_or_config
 from services.learner.curves import TensorBoardCurves
 from services.learner.fleet import Fleet
 from services.learner.strength_hook import strength_due
@@ -460,47 +463,54 @@ class Learner:
         self.sock.close(linger=transport.LINGER_MS)
 
 
-def main(argv=None) -> int:
-    import argparse
+@dataclass(frozen=True)
+class Settings:
+    """The learner's settings (``shared.service_settings``: flag, else variable, else default;
+    None and -1 mean "what the config says")."""
 
-    env = os.environ.get
-    p = argparse.ArgumentParser(
-        prog="python -m services.learner",
+    config: str | None = option(None, env="ROYALEFLEET_CONFIG", default_text="the machine's profile",
+                                help="config JSON (a profile plus overrides)")
+    bind: str | None = option(None, env="ROYALEFLEET_LEARNER_BIND", default_text="tcp://<services.host>:<learner_port>",
+                              help="address rollouts connect to")
+    ladder: str | None = option(None, env="ROYALEFLEET_LADDER", default_text="tcp://<services.host>:<ladder_port>",
+                                help="ladder address")
+    checkpoint: str | None = option(None, env="ROYALEFLEET_CHECKPOINT",
+                                    default_text="tcp://<services.host>:<checkpoint_port>",
+                                    help="checkpoint service address")
+    runs_dir: str | None = option(None, env="ROYALEFLEET_RUNS_DIR", default_text="config runs_dir", help="runs folder")
+    metrics_port: int = option(-1, env="ROYALEFLEET_METRICS_PORT", parse=port_or_config,
+                               default_text="services.learner_metrics_port", help="port of /metrics, 0 = off")
+    metrics_host: str = option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help="address /metrics listens on")
+    iterations: int = option(0, env="ROYALEFLEET_ITERATIONS",
+                             help="stop once the run has reached this iteration (a total over every resume and "
+                             "restart), 0 = run until stopped")
+    min_rollouts: int = option(1, env="ROYALEFLEET_MIN_ROLLOUTS", help="rollouts the first iteration waits for (up to 120 s)")
+    halt_port: int = option(-1, env="ROYALEFLEET_HALT_PORT", parse=port_or_config,
+                            default_text="services.learner_halt_port",
+                            help="port of the authenticated POST /halt endpoint (needs ROYALEFLEET_HALT_TOKEN; 0 = off)")
+    allow_identity_drift: bool = option(False, env="ROYALEFLEET_ALLOW_IDENTITY_DRIFT",
+                                        help="resume a checkpoint whose run identity differs, recording the drift "
+                                        "in drift.json")
+    clear_halt: bool = option(False, env="ROYALEFLEET_CLEAR_HALT",
+                              help="continue a run that was halted (an alarm or an operator wrote halted.json in "
+                              "its folder)")
+    start_fresh: bool = option(False, env="ROYALEFLEET_START_FRESH",
+                               help="start the run over when it has checkpoints and none verifies (its metric rows "
+                               "are moved to metrics.purged.jsonl); without it such a start is refused")
+
+
+def parse_settings(argv: list[str] | None = None, environ=None) -> Settings:
+    """The learner's settings from flags, else variables, else defaults; a bad value exits 2
+    naming the flag or the variable."""
+    return service_settings.parse_settings(
+        Settings, argv, environ, prog="python -m services.learner",
         description="The learner: central inference, GAE and PPO over rounds from the rollouts. "
-        "Every flag also reads an environment variable (shown), which is how Compose configures it.",
-    )
-    p.add_argument("--config", default=env("ROYALEFLEET_CONFIG"),
-                   help="config JSON (a profile plus overrides) [ROYALEFLEET_CONFIG]; default: the machine's profile")
-    p.add_argument("--bind", default=env("ROYALEFLEET_LEARNER_BIND"),
-                   help="address rollouts connect to [ROYALEFLEET_LEARNER_BIND] (default tcp://<services.host>:<learner_port>)")
-    p.add_argument("--ladder", default=env("ROYALEFLEET_LADDER"), help="ladder address [ROYALEFLEET_LADDER]")
-    p.add_argument("--checkpoint", default=env("ROYALEFLEET_CHECKPOINT"), help="checkpoint service address [ROYALEFLEET_CHECKPOINT]")
-    p.add_argument("--runs-dir", default=env("ROYALEFLEET_RUNS_DIR"), help="runs folder [ROYALEFLEET_RUNS_DIR] (default: config runs_dir)")
-    p.add_argument("--metrics-port", type=int, default=int(env("ROYALEFLEET_METRICS_PORT", "-1")),
-                   help="port of /metrics, 0 = off [ROYALEFLEET_METRICS_PORT] (default: services.learner_metrics_port)")
-    p.add_argument("--metrics-host", default=env("ROYALEFLEET_METRICS_HOST", "127.0.0.1"),
-                   help="address /metrics listens on [ROYALEFLEET_METRICS_HOST] (default %(default)s)")
-    p.add_argument("--iterations", type=int, default=int(env("ROYALEFLEET_ITERATIONS", "0")),
-                   help="stop once the run has reached this iteration (a total over every resume and restart), "
-                   "0 = run until stopped [ROYALEFLEET_ITERATIONS]")
-    p.add_argument("--min-rollouts", type=int, default=int(env("ROYALEFLEET_MIN_ROLLOUTS", "1")),
-                   help="rollouts the first iteration waits for (up to 120 s) [ROYALEFLEET_MIN_ROLLOUTS] (default %(default)s)")
-    p.add_argument("--halt-port", type=int, default=int(env("ROYALEFLEET_HALT_PORT", "-1")),
-                   help="port of the authenticated POST /halt endpoint (needs ROYALEFLEET_HALT_TOKEN; 0 = off) "
-                   "[ROYALEFLEET_HALT_PORT] (default: services.learner_halt_port)")
-    p.add_argument("--allow-identity-drift", action="store_true",
-                   default=env("ROYALEFLEET_ALLOW_IDENTITY_DRIFT", "") not in ("", "0"),
-                   help="resume a checkpoint whose run identity differs, recording the drift in drift.json "
-                   "[ROYALEFLEET_ALLOW_IDENTITY_DRIFT=1]")
-    p.add_argument("--clear-halt", action="store_true",
-                   default=env("ROYALEFLEET_CLEAR_HALT", "") not in ("", "0"),
-                   help="continue a run that was halted (an alarm or an operator wrote halted.json in its folder) "
-                   "[ROYALEFLEET_CLEAR_HALT=1]")
-    p.add_argument("--start-fresh", action="store_true",
-                   default=env("ROYALEFLEET_START_FRESH", "") not in ("", "0"),
-                   help="start the run over when it has checkpoints and none verifies (its metric rows are moved "
-                   "to metrics.purged.jsonl); without it such a start is refused [ROYALEFLEET_START_FRESH=1]")
-    a = p.parse_args(argv)
+        "Every flag also reads an environment variable (shown), which is how Compose configures it.")
+
+
+def main(argv=None) -> int:
+    env = os.environ.get
+    a = parse_settings(argv)
     # A test hook, not a user option: resume WITHOUT these components, to show that
     # verify-resume catches a resume that lost state (tests/test_verify_resume.py).
     perturb = tuple(x for x in env("ROYALEFLEET_PERTURB_RESUME", "").split(",") if x)
@@ -549,6 +559,3 @@ def make_learner(cfg: RunConfig, a, perturb, say) -> "Learner":
         say=say,
     )
 
-
-if __name__ == "__main__":
-    sys.exit(main())

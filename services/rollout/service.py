@@ -19,17 +19,19 @@ import sys
 import time
 import traceback
 import uuid
+from dataclasses import dataclass
 
 import zmq
 
 from services.rollout import battle_state
 from services.rollout.battles import AssignmentMissing, Shard
 from services.rollout.metrics import IdleWindow, RolloutMetrics
-from shared import transport
+from shared import service_settings, transport
 from shared.codec import WIRE_CODECS, WIRE_ZSTD, Codec, RowCompressor, compress_round
 from shared.components import hello_user_code
 from shared.envs import build_env, engine_build, make_scripted
 from shared.log_guard import RefusalLog
+from shared.service_settings import option, port, positive
 from shared.messages import (
     BattleStates, Close, Decoder, Failure, GetStates, Heartbeat, Hello, Plan, ProtocolError, Refused, Rejoin, Round,
     SetState, StatesSet, Step, ToRollout, Welcome,
@@ -298,30 +300,38 @@ def _default_env():
     return EnvConfig()
 
 
-def main(argv=None) -> int:
-    import argparse
+@dataclass(frozen=True)
+class Settings:
+    """A rollout's settings (``shared.service_settings``: flag, else variable, else default)."""
 
-    env = os.environ.get
-    p = argparse.ArgumentParser(
-        prog="python -m services.rollout",
+    learner: str = option("tcp://127.0.0.1:5555", env="ROYALEFLEET_LEARNER", help="learner address to connect to")
+    battles: int = option(16, env="ROYALEFLEET_BATTLES", parse=positive, help="battles this rollout runs")
+    shards: int = option(2, env="ROYALEFLEET_SHARDS", parse=positive, help="shards the battles are split into")
+    metrics_port: int = option(9110, env="ROYALEFLEET_METRICS_PORT", parse=port, help="port of /metrics, 0 = off")
+    metrics_host: str = option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help="address /metrics listens on")
+    max_message_mb: int = option(64, env="ROYALEFLEET_MAX_MESSAGE_MB", parse=positive,
+                                 help="largest message accepted, in MiB")
+
+
+PROG = "python -m services.rollout"
+
+
+def parse_settings(argv: list[str] | None = None, environ=None) -> Settings:
+    """A rollout's settings from flags, else variables, else defaults; a bad value, or battles
+    that are no multiple of shards, exits 2 naming it."""
+    a = service_settings.parse_settings(
+        Settings, argv, environ, prog=PROG,
         description="A rollout: runs RoyaleGym battles and steps them on the learner's command. "
-        "Every flag also reads an environment variable (shown), which is how Compose configures it.",
-    )
-    p.add_argument("--learner", default=env("ROYALEFLEET_LEARNER", "tcp://127.0.0.1:5555"),
-                   help="learner address to connect to [ROYALEFLEET_LEARNER] (default %(default)s)")
-    p.add_argument("--battles", type=int, default=int(env("ROYALEFLEET_BATTLES", "16")),
-                   help="battles this rollout runs [ROYALEFLEET_BATTLES] (default %(default)s)")
-    p.add_argument("--shards", type=int, default=int(env("ROYALEFLEET_SHARDS", "2")),
-                   help="shards the battles are split into [ROYALEFLEET_SHARDS] (default %(default)s)")
-    p.add_argument("--metrics-port", type=int, default=int(env("ROYALEFLEET_METRICS_PORT", "9110")),
-                   help="port of /metrics, 0 = off [ROYALEFLEET_METRICS_PORT] (default %(default)s)")
-    p.add_argument("--metrics-host", default=env("ROYALEFLEET_METRICS_HOST", "127.0.0.1"),
-                   help="address /metrics listens on [ROYALEFLEET_METRICS_HOST] (default %(default)s)")
-    p.add_argument("--max-message-mb", type=int, default=int(env("ROYALEFLEET_MAX_MESSAGE_MB", "64")),
-                   help="largest message accepted [ROYALEFLEET_MAX_MESSAGE_MB] (default %(default)s)")
-    a = p.parse_args(argv)
-    if a.battles < 1 or a.shards < 1 or a.battles % a.shards:
-        p.error(f"--battles {a.battles} must be a positive multiple of --shards {a.shards}")
+        "Every flag also reads an environment variable (shown), which is how Compose configures it.")
+    if a.battles % a.shards:
+        print(f"{PROG}: error: --battles {a.battles} must be a positive multiple of --shards {a.shards}",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse_settings(argv)
 
     def say(text):
         print(text, flush=True)
@@ -339,6 +349,3 @@ def main(argv=None) -> int:
     finally:
         service.close()
 
-
-if __name__ == "__main__":
-    sys.exit(main())
