@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shared.assignments import AssignmentTable
 from shared.messages import Assignment
 
 
@@ -72,7 +73,7 @@ class Fleet:
         self.lost_total = 0
         self.forgotten_total = 0
         """Members forgotten because they never became ready (``forget_unready``)."""
-        self.assignments: dict[tuple[int, int], Assignment] = {}
+        self.assignments = AssignmentTable()
         """(battle id, ordinal) -> the assignment that battle plays (or will play) at that
         episode, as the rollout holding it applies it: what tells the learner which snapshot
         holds a GROUP_FROZEN slot (see ``record_plan``)."""
@@ -137,8 +138,8 @@ class Fleet:
         return self.active()
 
     def record_plan(self, members: list[Member], assignments: list[Assignment], continued=frozenset()) -> None:
-        """Take the plan just sent to ``members`` into ``assignments``, exactly as a rollout
-        applies it (services/rollout/service.py ``_on_plan``): a fresh member's battles restart
+        """Take the plan just sent to ``members`` into ``assignments`` by the rule a rollout
+        applies it with (``shared.assignments.AssignmentTable.take``): a fresh member's battles restart
         at their ordinal with the NEW assignment; a running battle keeps the assignment of the
         episode in flight (it was applied when the episode began; the ladder may since answer
         differently, e.g. after the pool changed) and takes the new one for later ordinals.
@@ -146,15 +147,9 @@ class Fleet:
         ``continued``: battles of fresh members that continue a recorded episode (a resume,
         services/learner/battle_states.py): in flight, not restarted."""
         restarted = {b for m in members if m.fresh for b in m.battle_ids} - set(continued)
-        for a in assignments:
-            key = (a.battle, a.ordinal)
-            in_flight = a.battle not in restarted and self.ordinal.get(a.battle) == a.ordinal
-            if in_flight and key in self.assignments:
-                continue
-            self.assignments[key] = a
-        live = {b for m in members for b in m.battle_ids}
-        self.assignments = {k: a for k, a in self.assignments.items()
-                            if k[0] in live and k[1] >= self.ordinal.get(k[0], 0)}
+        in_flight = {(b, o) for b, o in self.ordinal.items() if b not in restarted}
+        self.assignments.take(assignments, live={b for m in members for b in m.battle_ids}, floor=self.ordinal,
+                              in_flight=in_flight)
 
     def assignment(self, battle: int, ordinal: int) -> Assignment | None:
         """The assignment episode ``ordinal`` of ``battle`` plays, or None if no plan named it."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shared.assignments import AssignmentTable
 from shared.codec import Codec
 from shared.config import EnvConfig
 from shared.envs import build_env, dealt_deck, episode_record, make_scripted, seat_deal
@@ -92,7 +93,8 @@ class Shard:
         # env.seat_decks: one curriculum mutator per learner seat (-1 mirror, 0 blue, 1 red),
         # swapped into a battle's env before each reset (shared/envs.py seat_deal).
         self.deals = {s: seat_deal(env_cfg, s) for s in (-1, 0, 1)} if env_cfg.seat_decks is not None else {}
-        self.table: dict[tuple[int, int], Assignment] = {}
+        self.table = AssignmentTable()
+        """(battle, ordinal) -> Assignment (shared/assignments.py); an entry is popped when its episode begins."""
 
     @property
     def n_slots(self) -> int:

@@ -123,16 +123,13 @@ class RolloutService:
         for shard in self.shards:
             lo = shard.index * per
             ids = msg.battles[lo : lo + per]
-            mine = set(ids)
-            for a in msg.assignments:
-                if a.battle in mine:
-                    shard.table[(a.battle, a.ordinal)] = a
             current = {b.battle_id: b.ordinal for b in shard.battles}
             # A battle restarted at an ordinal keeps the assignments from that ordinal on, even
             # below where it stands here: a learner resumed from a checkpoint restarts this
             # rollout's battles at the checkpoint's ordinals, which it may have played past.
             floor = {b: r if r >= 0 else current.get(b, -1) for b, r in zip(ids, msg.restart_ordinals[lo : lo + per])}
-            shard.table = {k: v for k, v in shard.table.items() if k[0] in mine and k[1] >= floor.get(k[0], -1)}
+            # No entry is in flight here: a battle pops its episode's entry when it begins it.
+            shard.table.take(msg.assignments, live=set(ids), floor=floor)
             shard.set_gamma(msg.gamma)
             shard.start(ids, msg.restart_ordinals[lo : lo + per])
         if msg.fresh:
