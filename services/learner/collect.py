@@ -40,6 +40,7 @@ from shared.messages import (
 )
 from shared.log_guard import RefusalLog, printable
 from shared.nn.frame_stack import History
+from shared.round_arrays import RoundArrays
 from shared.seeding import stream
 
 
@@ -279,17 +280,18 @@ class Collector:
                     t0 = time.thread_time()  # CPU time, as the rollout's encode time
                     arrays = decompress_round(arrays, self.decompressor if member.wire_codec == WIRE_ZSTD else None)
                     stats.wire_decode_seconds += time.thread_time() - t0
-                learner, frozen_slots, frozen_rows = rect.store_obs(c, slots, group, arrays["tick"], arrays["rows"])
+                ra = RoundArrays.of(arrays, step=c > 0)
+                learner, frozen_slots, frozen_rows = rect.store_obs(c, slots, group, ra.tick, ra.rows)
                 if fh is not None:
-                    fh.file(c, slots, group, arrays["ordinal"], frozen_slots, frozen_rows)
+                    fh.file(c, slots, group, ra.ordinal, frozen_slots, frozen_rows)
                 if c > 0:
-                    fs = arrays["final_slots"]
+                    fs = ra.final_slots
                     if len(fs) and (fs.min() < 0 or fs.max() >= len(slots)):
                         raise ValueError("final_slots out of range")
-                    rect.store_step(c - 1, slots, arrays["reward"], arrays["terminated"], arrays["truncated"],
-                                    arrays["deploy_status"], fs, arrays["final_rows"])
+                    rect.store_step(c - 1, slots, ra.reward, ra.terminated, ra.truncated,
+                                    ra.deploy_status, fs, ra.final_rows)
                     stats.env_steps += len(slots) // 2
-                    stats.illegal += int(np.count_nonzero((arrays["deploy_status"] > 0) & (rect.group[c - 1, slots] == GROUP_LEARNER)))
+                    stats.illegal += int(np.count_nonzero((ra.deploy_status > 0) & (rect.group[c - 1, slots] == GROUP_LEARNER)))
             except WireError as exc:
                 self._refused(exc.reason, f"refused the rows of a round from {member.label()} "
                                           f"(wire codec {member.wire_codec}): {exc}")
@@ -298,7 +300,7 @@ class Collector:
                 self._refused("arrays", f"malformed round from {member.label()}: {exc}")
                 return
             positions = slots[::2] // 2
-            for b, o in zip(slot_map.battle_ids[positions], arrays["ordinal"][::2]):
+            for b, o in zip(slot_map.battle_ids[positions], ra.ordinal[::2]):
                 self.fleet.ordinal[int(b)] = int(o)
             self.provenance.stamp(body.episodes)
             for ep in body.episodes:
@@ -308,16 +310,16 @@ class Collector:
             stats.codec_rounded += body.codec_rounded
             stats.rounds += 1
             if from_wire:
-                n_rows = len(learner) + len(frozen_slots) + len(arrays["final_rows"])
+                n_rows = len(learner) + len(frozen_slots) + len(ra.final_rows)
                 stats.wire_bytes += sent_bytes
                 stats.rows_received += n_rows
                 stats.wire_encode_seconds += body.wire_encode_seconds
             expected[key] = c + 1
             deadline[key] = time.monotonic() + round_timeout_s
             if c == T:
-                member.held[body.shard] = (body, arrays)
+                member.held[body.shard] = (body, ra)
                 return
-            ready.append((member, body, arrays, c, slots, group, learner, frozen_slots, frozen_rows))
+            ready.append((member, body, ra, c, slots, group, learner, frozen_slots, frozen_rows))
 
         def answer(rounds: list) -> None:
             """Infer the filed rounds' learner rows (one forward per round under run_exact, one
@@ -334,7 +336,7 @@ class Collector:
             for r, (actions, log_probs), place in zip(rounds, answers, places):
                 step(*r, actions, log_probs, place)
 
-        def step(member, body, arrays, c, slots, group, learner, frozen_slots, frozen_rows, actions, log_probs,
+        def step(member, body, ra: RoundArrays, c, slots, group, learner, frozen_slots, frozen_rows, actions, log_probs,
                  place) -> None:
             rect.actions[c, learner] = actions
             rect.log_probs[c, learner] = log_probs
@@ -347,11 +349,11 @@ class Collector:
                 local = np.flatnonzero((group >= 0) & (group != GROUP_LEARNER))
                 frozen_legal = rect.legal_counts(frozen_rows)
                 out[local], snapshot_ids = self._play_frozen(
-                    frozen, stats.frozen, slot_map.battle_ids[frozen_slots // 2], arrays["ordinal"][local],
+                    frozen, stats.frozen, slot_map.battle_ids[frozen_slots // 2], ra.ordinal[local],
                     frozen_rows, frozen_legal, frozen_u_for(c)[frozen_slots],
                     None if fh is None else fh.at(c, frozen_slots))
                 inferred.append((frozen_slots, frozen_legal, out[local], snapshot_ids))
-            self.provenance.observe(c, slot_map.battle_ids, slots, arrays["ordinal"], member.fresh and c == 0, inferred)
+            self.provenance.observe(c, slot_map.battle_ids, slots, ra.ordinal, member.fresh and c == 0, inferred)
             if not self._send(member.identity, Step(iteration=iteration, cycle=c, shard=body.shard), {"actions": out}):
                 self.say(f"could not send a step to {member.label()}")
             else:
@@ -361,7 +363,7 @@ class Collector:
         ready: list = []
         for m, body, arrays in held:
             file_round(m, Round(instance=body.instance, iteration=iteration, cycle=0, shard=body.shard),
-                       _cycle0_arrays(arrays), iteration, from_wire=False)
+                       arrays.observation_half().arrays(), iteration, from_wire=False)
         answer(ready)
         ready.clear()
 
@@ -484,10 +486,3 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
         rows_in += len(r[0])
     flush()
     return out
-
-
-def _cycle0_arrays(arrays: dict) -> dict:
-    """A held cycle-T round's observation half, as a cycle-0 round (the step half was filed in
-    the previous iteration)."""
-    return {k: arrays[k] for k in ("group", "tick", "ordinal", "rows")} | {
-        "final_slots": arrays["final_slots"][:0], "final_rows": arrays["final_rows"][:0]}

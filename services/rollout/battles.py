@@ -25,6 +25,7 @@ from shared.assignments import AssignmentTable
 from shared.codec import Codec
 from shared.config import EnvConfig
 from shared.envs import build_env, dealt_deck, episode_record, make_scripted, seat_deal
+from shared.round_arrays import RoundArrays
 from shared.messages import GROUP_FROZEN, GROUP_LEARNER, GROUP_SCRIPTED, SEATS, Assignment, EpisodeRecord, snapshot_of
 from shared.rewards import TermMagnitudes, set_gamma
 from shared.seeding import derive_int, stream, stream_path
@@ -51,32 +52,16 @@ class Battle:
     terms: TermMagnitudes = field(default_factory=TermMagnitudes)
 
 
-@dataclass
-class StepResult:
-    """One shard's arrays for a Round (see shared.messages.Round for which timestep each is)."""
+@dataclass(kw_only=True)
+class StepResult(RoundArrays):
+    """One shard's arrays for a Round (``shared.round_arrays.RoundArrays``; see
+    shared.messages.Round for which timestep each is), with what the shard saw doing it."""
 
-    group: np.ndarray
-    tick: np.ndarray
-    ordinal: np.ndarray
-    rows: np.ndarray
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    deploy_status: np.ndarray
-    final_slots: np.ndarray
-    final_rows: np.ndarray
     episodes: list[EpisodeRecord]
     env_seconds: float
     codec_clipped: int = 0
     codec_rounded: int = 0
     illegal_actions: int = 0
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        return {
-            "group": self.group, "tick": self.tick, "ordinal": self.ordinal, "rows": self.rows,
-            "reward": self.reward, "terminated": self.terminated, "truncated": self.truncated,
-            "deploy_status": self.deploy_status, "final_slots": self.final_slots, "final_rows": self.final_rows,
-        }
 
 
 class Shard:
@@ -228,6 +213,7 @@ class Shard:
         # again before they have left (the next step packs into new memory).
         rows, clipped, rounded = self.codec.pack_many(held_obs)
         frows, c2, r2 = self.codec.pack_many(final_obs)
-        return StepResult(group, tick, ordinal, rows, reward, terminated, truncated, deploy,
-                          np.asarray(final_slots, np.int16), frows, episodes, env_seconds,
-                          clipped + c2, rounded + r2, illegal)
+        return StepResult(group=group, tick=tick, ordinal=ordinal, rows=rows, reward=reward, terminated=terminated,
+                          truncated=truncated, deploy_status=deploy, final_slots=np.asarray(final_slots, np.int16),
+                          final_rows=frows, episodes=episodes, env_seconds=env_seconds,
+                          codec_clipped=clipped + c2, codec_rounded=rounded + r2, illegal_actions=illegal)
