@@ -1,7 +1,8 @@
 # The two commands README promises, from a fresh clone:
 #   make run     train on real RoyaleGym battles, every service local (Ctrl-C stops cleanly;
 #                the next `make run` resumes). `make run ITERATIONS=2` stops at iteration 2 (a total).
-#   make test    the test suite.
+#   make test    the whole test suite (what CI runs: .ci/run).
+#   make test-fast   every test not marked slow (no stack, no real training run): minutes.
 #   make gpu-check   the GPU check (skips with one line without CUDA).
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3 2>/dev/null)
@@ -10,7 +11,7 @@ ITERATIONS ?= 0
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test bench config gpu-check clean-venv
+.PHONY: run test test-fast bench config gpu-check clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "royalefleet needs Python >= 3.12 (RoyaleGym does); found " + sys.version.split()[0] + " at $(PYTHON). Install 3.12 (pyenv install 3.12) or run: make PYTHON=/path/to/python3.12 ...")'
@@ -24,6 +25,9 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/royalefleet bench $(ARGS)

@@ -2,7 +2,7 @@
 # The GPU check (docs/throughput.md, "GPU check"): what only a CUDA device can show, in one run
 # that prints one table at the end.
 #
-#   1. the tests marked `gpu` (tests/test_gpu.py): the device expansion of packed rows, CUDA
+#   1. the tests marked `gpu` (tests/services/learner/test_gpu.py): the device expansion of packed rows, CUDA
 #      forward/backward against the CPU within the precision's tolerance, the ratio check under
 #      bf16 (five iterations, no false halt; stale weights still halt), a checkpoint written on
 #      CUDA loaded on the CPU and back with identical state digests, the start-up memory check,
@@ -38,7 +38,7 @@ echo "gpu-check: $device; logs in $log"
 start=$(date +%s)
 
 echo "gpu-check: 1/2 the gpu tests (at most ${TESTS_S} s) ..."
-timeout "$TESTS_S" "$PY" -m pytest -q -m gpu -s -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$log/tests.txt"
+timeout "$TESTS_S" "$PY" -m pytest -q -m gpu -s -p no:cacheprovider tests/services/learner/test_gpu.py 2>&1 | tee "$log/tests.txt"
 tests_rc=${PIPESTATUS[0]}
 
 echo "gpu-check: 2/2 royalefleet bench --profile laptop (at most ${BENCH_S} s) ..."

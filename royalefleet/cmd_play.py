@@ -15,7 +15,7 @@ The games are ``royalegym.evaluate``'s: ``ceil(N / 2)`` env seeds ``S, S + 1, ..
 then A red on the same seeds, each seat drawing from ``numpy.random.default_rng(2 * seed + seat)``
 (``royalegym.evaluate.play_one``), on the run's evaluation env (its training env with no step
 limit). So ``play`` between two bots gives the result ``royalegym.evaluate`` gives for the same
-seeds (tests/test_watch.py). Each game is recorded (``royalegym.replay.ReplayRecorder``) and
+seeds (tests/royalefleet/test_watch.py). Each game is recorded (``royalegym.replay.ReplayRecorder``) and
 saved with ``royalegym.render``'s page to ``--out`` (default ``<run>/replays/play/``); the run's
 replay index is not touched.
 """

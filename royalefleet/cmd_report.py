@@ -191,7 +191,7 @@ timesteps; {len(measured)} strength snapshot(s) measured, {pending} pending. Wri
 <h2>Training</h2>
 {images[2]}
 <script>
-// Says on the page which plots the browser decoded (tests/test_report.py reads it back).
+// Says on the page which plots the browser decoded (tests/royalefleet/test_report.py reads it back).
 window.addEventListener("load", () => {{
   document.body.dataset.rendered = Array.from(document.images)
     .map(i => i.id + ":" + i.naturalWidth + "x" + i.naturalHeight).join(" ");

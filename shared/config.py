@@ -10,7 +10,7 @@ starts.
 Every field carries its documentation as the string literal on the line below it: its unit,
 what it changes, anything about its range the type cannot say. ``royalefleet config --explain
 [FIELD]`` prints it beside what the code says (type and range, defaults per profile, whether the
-field is in the run identity; shared/config_docs.py), and tests/test_config_docs.py names any
+field is in the run identity; shared/config_docs.py), and tests/shared/test_config_docs.py names any
 field without one.
 
 Defaults follow the reference harness (RoyaleLearn 0.5.20, ``python -m royalelearn config``)

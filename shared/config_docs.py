@@ -13,7 +13,7 @@ The rest is read off the code, so it cannot drift from it: the type and range fr
 annotation (``msgspec.Meta`` bounds, ``Literal`` choices), the default from each profile, and
 whether the field is in the run identity by changing it alone and comparing
 ``shared.identity.config_identity`` before and after. A section (a struct-typed field such as
-``ppo``) is documented by its struct's class docstring. ``tests/test_config_docs.py`` fails
+``ppo``) is documented by its struct's class docstring. ``tests/shared/test_config_docs.py`` fails
 naming any field without a docstring.
 """
 

@@ -8,7 +8,7 @@ scripted seats, the evaluator's anchors and the CLI (``royalefleet eval`` / ``pl
 player from ``scripted:random_legal``. Every one of them reads only the mask planes of its
 observation, so their seats stay ``mask_only`` (cheap observations).
 
-Torch-free and RoyaleGym-free to import: ``tests/test_scripted.py`` checks the table against
+Torch-free and RoyaleGym-free to import: ``tests/shared/test_scripted.py`` checks the table against
 ``royalegym.opponents.ladder()``.
 """
 

@@ -46,7 +46,7 @@ The package, one module per kind of file (paths under ``royalefleet/grafana/``):
 
 Adding a panel: one more ``ts(title, [(promql, legend), ...], unit=..., description=...)`` in
 the list its row's function returns (``learner("group/key")`` names a metric-row key's gauge;
-a service's own metric is written as PromQL; ``tests/test_grafana.py`` refuses a name no service
+a service's own metric is written as PromQL; ``tests/royalefleet/test_grafana.py`` refuses a name no service
 exports and a counter read without ``rate``/``increase``/``resets``). Adding a row: a function
 returning its panels in the dashboard's module and a ``(title, function)`` line in its ``ROWS``
 (at the end, so panel ids before it stay). Then run ``python -m royalefleet.grafana``.

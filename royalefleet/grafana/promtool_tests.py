@@ -1,7 +1,7 @@
 """promtool unit tests of the Prometheus rules (``prometheus/tests/alarms_test.yml``): for every
 alarm a series that fires after its patience, one that stays quiet, one that resets; for every
 service alert one that fires when its ``for`` has passed and one that never does.
-``tests/test_grafana.py`` feeds the same scenarios to the Python evaluator."""
+``tests/royalefleet/test_grafana.py`` feeds the same scenarios to the Python evaluator."""
 
 from __future__ import annotations
 

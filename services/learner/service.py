@@ -512,7 +512,7 @@ def main(argv=None) -> int:
     env = os.environ.get
     a = parse_settings(argv)
     # A test hook, not a user option: resume WITHOUT these components, to show that
-    # verify-resume catches a resume that lost state (tests/test_verify_resume.py).
+    # verify-resume catches a resume that lost state (tests/royalefleet/test_verify_resume.py).
     perturb = tuple(x for x in env("ROYALEFLEET_PERTURB_RESUME", "").split(",") if x)
 
     def say(text):

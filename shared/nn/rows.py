@@ -7,8 +7,8 @@ packed rows are (royalelearn-facts §3: "Unpack happens on the GPU"), and
 ``DeviceRows.upload`` / ``DeviceRows.gather`` bring packed rows there through pinned host
 memory with non-blocking copies.
 
-The expansion is bit-identical to the codec's numpy unpack (tests/test_device_rows.py checks
-it on thousands of real rows on the CPU, tests/test_gpu.py on CUDA), step by step:
+The expansion is bit-identical to the codec's numpy unpack (tests/shared/nn/test_rows.py checks
+it on thousands of real rows on the CPU, tests/services/learner/test_gpu.py on CUDA), step by step:
 
 * uint8 planes: the byte as float32 (exact);
 * uint16 planes: the little-endian pair as an integer, divided by the plane's scale in float64

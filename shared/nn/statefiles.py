@@ -51,7 +51,7 @@ def _load(data: bytes, kind: str) -> dict[str, torch.Tensor]:
     # Each tensor into its own torch allocation (64-byte aligned). A tensor read out of the
     # blob sits wherever the file put it, and CPU kernels (Adam's fused multiply-adds among
     # them) round differently with alignment: a resumed run would drift from the original in
-    # the last bits (measured: tests/test_verify_resume.py).
+    # the last bits (measured: tests/royalefleet/test_verify_resume.py).
     return {k: v.clone() for k, v in loaded.items()}
 
 

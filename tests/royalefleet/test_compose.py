@@ -1,0 +1,439 @@
+"""The Compose files, the images' requirements and the machine-class env files.
+
+* compose.yaml, compose.rollout.yaml and compose.gpu.yaml validate against the Compose
+  Specification's JSON schema (the copy check-jsonschema ships), as written and after Compose's
+  variable interpolation with each machine-class env file.
+* One code path: each training service's command is ``python -m services.<name>``
+  (``launcher.module_of``) and its environment is exactly what ``launcher.service_environments``
+  gives it for the same config (addresses aside: 0.0.0.0 to bind, service names to connect),
+  plus ROYALEFLEET_CURVE_DIR; every command runs.
+* Scaling: no container_name or published port on the rollout.
+* The images: pins agree with pyproject.toml; the rollout's have no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from importlib import resources
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from royalefleet.launcher import module_of, service_environments
+from shared.config import load_config
+from shared.transport import CURVE_DIR_ENV
+
+# check-jsonschema (a dev dependency) brings the Compose schema, jsonschema and ruamel.yaml.
+pytest.importorskip("check_jsonschema", reason="needs check-jsonschema (pip install check-jsonschema==0.39.0)")
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILES = ["compose.yaml", "compose.rollout.yaml", "compose.gpu.yaml"]
+ENV_FILES = sorted(p.name for p in (ROOT / "deploy" / "env").glob("*.env"))
+TRAINING = ("checkpoint", "ladder", "learner", "rollout")
+ROLLOUT_HOST_ENV = {"ROYALEFLEET_LEARNER": "tcp://learner-host.example:5555"}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def load_yaml(path: Path):
+    from ruamel.yaml import YAML  # check-jsonschema's YAML parser
+
+    return YAML(typ="safe", pure=True).load(path.read_text())
+
+
+def compose_schema() -> dict:
+    # check-jsonschema (PyPI) vendors the Compose Specification's schema, compose-spec.json.
+    ref = resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
+    return json.loads(ref.read_text())
+
+
+def schema_errors(doc) -> list[str]:
+    import jsonschema
+
+    schema = compose_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return [f"{'/'.join(map(str, e.absolute_path)) or '<top>'}: {e.message}"
+            for e in sorted(cls(schema).iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))]
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+_VAR = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def interpolate(value, env: dict[str, str]):
+    """Compose's interpolation of every string value: $VAR, ${VAR}, ${VAR:-d}, ${VAR-d},
+    ${VAR:?msg}, ${VAR?msg}, ${VAR:+alt}, ${VAR+alt}, $$ (compose-spec 12-interpolation.md)."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def one(m):
+        if m.group(1):
+            return "$"
+        name = m.group(2) or m.group(5)
+        op, arg = m.group(3), m.group(4) or ""
+        have, val = name in env, env.get(name, "")
+        if op in (":-", "-"):
+            return val if (have and (val or op == "-")) else arg
+        if op in (":?", "?"):
+            if not have or (op == ":?" and not val):
+                raise KeyError(f"required variable {name}: {arg}")
+            return val
+        if op in (":+", "+"):
+            return arg if (have and (val or op == "+")) else ""
+        return val
+
+    return _VAR.sub(one, value)
+
+
+def compose(name: str, env: dict[str, str] | None = None) -> dict:
+    doc = load_yaml(ROOT / name)
+    return doc if env is None else interpolate(doc, env)
+
+
+def env_list(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def launcher_envs(settings: dict[str, str]) -> dict[str, dict[str, str]]:
+    """What ``royalefleet up`` gives each service for the config Compose starts them with."""
+    config_file = settings.get("FLEET_CONFIG", "cpu.json")
+    cfg = load_config(str(ROOT / "deploy" / "config" / config_file))
+    rollouts = int(settings.get("FLEET_ROLLOUTS", "1"))
+    envs = service_environments(cfg, f"/etc/royalefleet/{config_file}", "/data/runs", iterations=0,
+                                rollouts=rollouts)
+    envs["rollout"] = envs["rollout-0"]
+    return envs
+
+
+def host_port(address: str) -> tuple[str, int]:
+    u = urlparse(address)
+    assert u.scheme == "tcp", address
+    return u.hostname, u.port
+
+
+# ----------------------------------------------------------------------------- the schema
+
+
+@pytest.mark.parametrize("name", COMPOSE_FILES)
+def test_the_compose_file_validates_against_the_compose_specification_as_written(name):
+    assert schema_errors(compose(name)) == []
+
+
+@pytest.mark.parametrize("env_file", [None, *ENV_FILES])
+@pytest.mark.parametrize("name", COMPOSE_FILES)
+def test_the_compose_file_validates_after_interpolation(name, env_file):
+    settings = read_env_file(ROOT / "deploy" / "env" / env_file) if env_file else {}
+    doc = compose(name, settings | ROLLOUT_HOST_ENV)
+    assert schema_errors(doc) == []
+
+
+def test_the_schema_check_is_not_vacuous():
+    doc = compose("compose.yaml")
+    doc["services"]["rollout"]["deploy"]["replicas"] = [3]
+    doc["services"]["learner"]["healtcheck"] = {}
+    errors = schema_errors(doc)
+    assert any("replicas" in e for e in errors) and any("healtcheck" in e for e in errors), errors
+
+
+def test_the_rollout_host_file_needs_the_learner_address():
+    with pytest.raises(KeyError, match="ROYALEFLEET_LEARNER"):
+        compose("compose.rollout.yaml", {})
+
+
+def test_docker_compose_config_accepts_the_files_when_compose_is_installed(tmp_path):
+    """`docker compose config` (Compose's own loader) where a compose binary is available."""
+    docker = shutil.which("docker")
+    if docker is None or subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
+        pytest.skip("no `docker compose` here")
+    for files in (["compose.yaml"], ["compose.yaml", "compose.gpu.yaml"], ["compose.rollout.yaml"]):
+        args = [docker, "compose", "--project-directory", str(ROOT)]
+        for f in files:
+            args += ["-f", str(ROOT / f)]
+        out = subprocess.run(args + ["config", "-q"], capture_output=True, text=True, cwd=ROOT,
+                             env=os.environ | ROLLOUT_HOST_ENV, timeout=60)
+        assert out.returncode == 0, (files, out.stderr)
+
+
+# ----------------------------------------------------------------------------- one code path
+
+
+def test_every_training_service_runs_its_module_as_the_launcher_does():
+    for name in ("compose.yaml", "compose.rollout.yaml"):
+        services = compose(name, ROLLOUT_HOST_ENV)["services"]
+        for svc in TRAINING:
+            if svc in services:
+                assert services[svc]["command"] == ["python", "-m", module_of(svc)], (name, svc)
+    assert set(TRAINING) <= set(compose("compose.yaml")["services"])
+
+
+@pytest.mark.parametrize("env_file", [None, *ENV_FILES])
+def test_compose_gives_each_service_the_launchers_environment(env_file):
+    """The same variables with the same values as `royalefleet up` for the same config, except
+    that servers bind 0.0.0.0 and clients name the service; plus the CURVE switch."""
+    settings = read_env_file(ROOT / "deploy" / "env" / env_file) if env_file else {}
+    services = compose("compose.yaml", settings)["services"]
+    expected = launcher_envs(settings)
+    for svc in TRAINING:
+        got = env_list(services[svc])
+        want = expected[svc]
+        # Secrets come from the operator's environment, never from a config: the CURVE key folder,
+        # and the learner's halt-endpoint token (Grafana's contact point carries the same one).
+        secrets = {CURVE_DIR_ENV} | ({"ROYALEFLEET_HALT_TOKEN"} if svc == "learner" else set())
+        # Decisions for one start (royalefleet up's --allow-identity-drift / --clear-halt /
+        # --start-fresh): off unless the operator sets FLEET_ALLOW_IDENTITY_DRIFT /
+        # FLEET_CLEAR_HALT / FLEET_START_FRESH for one `up`.
+        switches = ({"ROYALEFLEET_ALLOW_IDENTITY_DRIFT", "ROYALEFLEET_CLEAR_HALT", "ROYALEFLEET_START_FRESH"}
+                    if svc == "learner" else set())
+        assert all(got[k] == "0" for k in switches), (svc, {k: got[k] for k in switches})
+        assert set(got) - secrets - switches == set(want), (svc, sorted(set(got) ^ set(want)))
+        assert got[CURVE_DIR_ENV] == "/keys"
+        for key, value in want.items():
+            if key.endswith("_BIND"):
+                assert got[key] == "tcp://0.0.0.0:%d" % host_port(value)[1], (svc, key)
+            elif key in ("ROYALEFLEET_LEARNER", "ROYALEFLEET_LADDER", "ROYALEFLEET_CHECKPOINT"):
+                target = key.removeprefix("ROYALEFLEET_").lower()
+                assert host_port(got[key]) == (target, host_port(value)[1]), (svc, key)
+            else:
+                assert got[key] == value, (svc, key, got[key], value)
+    # Each service's address is the one its clients use.
+    for svc, var in (("learner", "ROYALEFLEET_LEARNER_BIND"), ("ladder", "ROYALEFLEET_LADDER_BIND"),
+                     ("checkpoint", "ROYALEFLEET_CHECKPOINT_BIND")):
+        port = host_port(env_list(services[svc])[var])[1]
+        clients = [env_list(services[c]) for c in ("learner", "rollout")]
+        assert any(host_port(c[k]) == (svc, port) for c in clients for k in c if k == "ROYALEFLEET_" + svc.upper())
+
+
+def test_the_rollout_host_file_runs_the_same_rollout():
+    local = env_list(compose("compose.yaml")["services"]["rollout"])
+    remote = env_list(compose("compose.rollout.yaml")["services"]["rollout"])
+    assert set(local) == set(remote)
+    assert {k: v for k, v in remote.items() if k != "ROYALEFLEET_LEARNER"} == \
+        {k: v for k, v in local.items() if k != "ROYALEFLEET_LEARNER"}
+    assert interpolate(remote["ROYALEFLEET_LEARNER"], ROLLOUT_HOST_ENV) == ROLLOUT_HOST_ENV["ROYALEFLEET_LEARNER"]
+
+
+def test_the_env_files_match_their_machine_class():
+    assert ENV_FILES == ["laptop.env", "many_core.env", "workstation.env"]
+    for name in ENV_FILES:
+        settings = read_env_file(ROOT / "deploy" / "env" / name)
+        cfg = load_config(str(ROOT / "deploy" / "config" / settings["FLEET_CONFIG"]))
+        assert cfg.profile == name.removesuffix(".env")
+        assert int(settings["FLEET_ROLLOUTS"]) == cfg.local.rollouts
+        assert int(settings["FLEET_BATTLES"]) == cfg.rollout.battles
+        assert int(settings["FLEET_SHARDS"]) == cfg.rollout.shards
+        assert int(settings["FLEET_LEARNER_THREADS"]) == cfg.determinism.torch_threads
+
+
+def _compose_commands() -> list[tuple[str, str, list[str], dict[str, str]]]:
+    out = []
+    for name in ("compose.yaml", "compose.rollout.yaml"):
+        for svc, spec in compose(name, ROLLOUT_HOST_ENV)["services"].items():
+            cmd = spec.get("command")
+            if cmd and cmd[0] == "python":
+                out.append((name, svc, cmd, env_list(spec)))
+    return out
+
+
+@pytest.mark.parametrize("name,svc,cmd,env", _compose_commands(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_service_command_in_the_compose_files_runs(name, svc, cmd, env, tmp_path):
+    """Each command as Compose runs it, with its environment: the services parse their
+    settings and print their help; the key generator runs for real into a scratch folder."""
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("ROYALEFLEET_")} | env
+    run_env["PYTHONPATH"] = str(ROOT)
+    argv = [sys.executable, *cmd[1:]]
+    if "royalefleet.cmd_keys" in cmd:
+        argv = [str(tmp_path / "keys") if a == "/keys" else a for a in argv]
+    else:
+        argv.append("--help")
+    out = subprocess.run(argv, env=run_env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, (name, svc, out.stdout[-2000:], out.stderr[-2000:])
+    if "royalefleet.cmd_keys" in cmd:
+        assert (tmp_path / "keys" / "server.key_secret").exists()
+    else:
+        assert "usage: python -m " + module_of(svc) in out.stdout
+
+
+# ----------------------------------------------------------------------------- scaling, podman
+
+
+def test_the_rollout_scales():
+    for name in ("compose.yaml", "compose.rollout.yaml"):
+        rollout = compose(name)["services"]["rollout"]
+        assert "container_name" not in rollout and "ports" not in rollout and "hostname" not in rollout
+        assert rollout["deploy"]["mode"] == "replicated"  # podman-compose ignores replicas without it
+        assert rollout["deploy"]["replicas"] == "${FLEET_ROLLOUTS:-1}"
+    services = compose("compose.yaml")["services"]
+    assert services["learner"]["environment"]["ROYALEFLEET_MIN_ROLLOUTS"] == "${FLEET_ROLLOUTS:-1}"
+
+
+def test_the_files_keep_to_what_podman_runs():
+    for name in ("compose.yaml", "compose.rollout.yaml"):
+        for svc, spec in compose(name)["services"].items():
+            assert "ulimits" not in spec, (name, svc)
+            test = (spec.get("healthcheck") or {}).get("test", [])
+            assert all(" " not in arg for arg in test), (name, svc, test)  # podman 4.3 splits on spaces
+            if (spec.get("command") or [""])[0] == "python":
+                assert spec.get("init") is True, (name, svc)  # SIGTERM reaches Python
+    learner = compose("compose.yaml")["services"]["learner"]
+    assert learner["shm_size"] and learner["stop_grace_period"] == "180s"
+
+
+def test_health_and_order():
+    services = compose("compose.yaml")["services"]
+    for svc in TRAINING:
+        assert services[svc]["depends_on"]["keys"]["condition"] == "service_completed_successfully"
+        assert services[svc]["healthcheck"]["test"][0] == "CMD"
+    assert services["learner"]["depends_on"]["ladder"]["condition"] == "service_healthy"
+    assert services["learner"]["depends_on"]["checkpoint"]["condition"] == "service_healthy"
+    assert services["rollout"]["depends_on"]["learner"]["condition"] == "service_healthy"
+    for svc, port in (("learner", "9100"), ("ladder", "9101"), ("checkpoint", "9102"), ("rollout", "9110")):
+        assert services[svc]["environment"]["ROYALEFLEET_METRICS_PORT"] == port
+        assert f"127.0.0.1:{port}/metrics" in services[svc]["healthcheck"]["test"][-1]
+    volumes = compose("compose.yaml")["volumes"]
+    assert {"runs", "checkpoints", "results", "keys"} <= set(volumes)
+
+
+def test_prometheus_scrapes_every_service_on_its_metrics_port():
+    """Each scrape target names a compose.yaml service and the port that service exports on; a
+    scaled service (deploy.replicas) is found by DNS, one target per replica, never statically."""
+    try:
+        from royalefleet import grafana as gen
+    except ImportError:
+        pytest.skip("royalefleet.grafana is not here")
+    services = compose("compose.yaml")["services"]
+    targets = {}
+    for job in gen.prometheus_config()["scrape_configs"]:
+        if "dns_sd_configs" in job:
+            (sd,) = job["dns_sd_configs"]
+            (name,) = sd["names"]
+            assert sd["type"] == "A" and "replicas" in services[name]["deploy"], job
+            targets[name] = str(sd["port"])
+        else:
+            ((host_port,),) = [c["targets"] for c in job["static_configs"]]
+            name, _, port = host_port.partition(":")
+            assert "replicas" not in services[name].get("deploy", {}), job
+            targets[name] = port
+    exporting = {name: svc["environment"]["ROYALEFLEET_METRICS_PORT"] for name, svc in services.items()
+                 if "ROYALEFLEET_METRICS_PORT" in (svc.get("environment") or {})}
+    assert targets == exporting
+    assert targets["evaluator"] == "9200" and targets["rollout"] == "9110"
+
+
+def test_monitoring_mounts_and_grafana_variables():
+    services = compose("compose.yaml")["services"]
+    assert "./prometheus:/etc/prometheus:ro" in services["prometheus"]["volumes"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in services["prometheus"]["command"]
+    grafana = services["grafana"]
+    assert {"./grafana/provisioning:/etc/grafana/provisioning:ro",
+            "./grafana/dashboards:/var/lib/grafana/dashboards:ro"} <= set(grafana["volumes"])
+    try:
+        from royalefleet.grafana import ENV_VARS
+    except ImportError:
+        pytest.skip("royalefleet.grafana is not here")
+    assert set(ENV_VARS) <= set(grafana["environment"])
+    settled = env_list(compose("compose.yaml", {})["services"]["grafana"])
+    assert settled["PROMETHEUS_URL"] == "http://prometheus:9090" and settled["LEARNER_HALT_URL"]
+
+
+# ----------------------------------------------------------------------------- images
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("-r "):
+            pins |= _pins(path.parent / line[3:].strip())
+            continue
+        assert "==" in line, f"{path.name}: {line!r} is not pinned with =="
+        name, version = line.split("==")
+        pins[_norm(name)] = version
+    return pins
+
+
+def _norm(requirement_name: str) -> str:
+    """Distribution name, normalised, with its extras: 'royalegym[sim]' stays distinct."""
+    base, _, extras = requirement_name.partition("[")
+    base = re.sub(r"[-_.]+", "-", base.strip().lower())
+    return base + ("[" + extras if extras else "")
+
+
+def test_the_image_requirements_agree_with_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    declared = {}
+    for dep in project:
+        name, version = dep.split("==")
+        declared[_norm(name)] = version
+    rollout = _pins(ROOT / "docker" / "requirements-rollout.txt")
+    learner = _pins(ROOT / "docker" / "requirements-learner.txt")
+    for name, version in declared.items():
+        assert learner.get(name) == version, f"requirements-learner.txt: {name} should be =={version}"
+        if name in ("torch", "safetensors"):
+            assert name not in rollout
+        else:
+            assert rollout.get(name) == version, f"requirements-rollout.txt: {name} should be =={version}"
+    assert rollout.items() <= learner.items()
+
+
+def test_the_rollout_image_has_no_torch():
+    rollout = _pins(ROOT / "docker" / "requirements-rollout.txt")
+    heavy = {"torch", "triton", "royalelearn", "safetensors"}
+    assert not [n for n in rollout if n.split("[")[0] in heavy or n.startswith("nvidia-")]
+    stage = _dockerfile_stage("rollout")
+    assert "requirements-rollout.txt" in stage and "requirements-learner.txt" not in stage
+    assert "pip install --no-deps" in stage  # the project's own metadata names torch
+    assert "find_spec(\"torch\")" in stage  # and the build checks
+
+
+def _dockerfile_stage(target: str) -> str:
+    text = (ROOT / "Dockerfile").read_text()
+    parts = re.split(r"^FROM ", text, flags=re.M)
+    for part in parts[1:]:
+        if re.match(rf"\S+ AS {target}\s", part):
+            return part
+    raise AssertionError(f"no stage {target}")
+
+
+def test_the_dockerfile_targets():
+    text = (ROOT / "Dockerfile").read_text()
+    m = re.search(r"^ARG BASE_IMAGE=(\S+)", text, flags=re.M)
+    assert m and re.search(r"python:3\.12[.\d]*-slim", m.group(1))
+    for target in ("rollout", "learner"):
+        stage = _dockerfile_stage(target)
+        assert re.search(r"^USER royalefleet$", stage, flags=re.M), target
+    assert "requirements-learner.txt" in _dockerfile_stage("learner")
+    assert "pip check" in _dockerfile_stage("learner")
+    services = compose("compose.yaml")["services"]
+    assert services["rollout"]["build"]["target"] == "rollout"
+    for svc in ("learner", "ladder", "checkpoint"):
+        assert services[svc]["build"]["target"] == "learner"
+        assert services[svc]["image"] == services["learner"]["image"]
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "*" in ignore and "!README.md" in ignore  # the package's readme is in the context
