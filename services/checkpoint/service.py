@@ -360,7 +360,7 @@ class Settings:
 
 def parse_settings(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Settings from flags, else environment variables, else defaults. A bad value exits
-    with argparse's usage error naming the flag or the variable."""
+    with a usage error (status 2) naming the flag or the variable."""
     return service_settings.parse_settings(
         Settings, argv, environ, prog="python -m services.checkpoint",
         description="royalefleet checkpoint service: writes the learner's checkpoints atomically, "

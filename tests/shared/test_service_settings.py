@@ -78,3 +78,14 @@ def test_every_service_declares_its_settings_as_options_with_royalefleet_variabl
     for f in fields(cls):
         assert f.metadata["option"].env.startswith("ROYALEFLEET_"), f.name
         assert f.metadata["option"].help, f.name
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def test_every_main_is_a_few_lines_and_no_service_builds_its_own_argparse():
+    for main in sorted((ROOT / "services").glob("*/__main__.py")):
+        code = [x for x in main.read_text().splitlines() if x.strip() and not x.startswith(('"""', "#"))]
+        assert len(code) <= 4, f"{main.relative_to(ROOT)}: {len(code)} lines of code; put the service in its own module"
+    for path in sorted((ROOT / "services").rglob("*.py")):
+        assert "argparse" not in path.read_text(), f"{path.relative_to(ROOT)}: settings go through shared.service_settings"
