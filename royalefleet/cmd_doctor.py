@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.config import PROFILES
 from shared.run_dir import RunDir
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
@@ -83,7 +84,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "checkpoints kept, free ports, CURVE keys, the observation layout and action encoding on real battles, and "
         "with --compose the Compose files. Exit 0 all ok, 1 warnings, 2 a failure.")
     dp.add_argument("--config", metavar="FILE", help="a JSON config (write one with `royalefleet config`)")
-    dp.add_argument("--profile", help="machine class when the config names none")
+    dp.add_argument("--profile", choices=sorted(PROFILES),
+                    help="machine class when the config names none (default: laptop when torch sees a GPU, else cpu)")
     dp.add_argument("--run-name", help="run folder name under runs_dir (overrides the config)")
     dp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
     dp.add_argument("--compose", action="store_true", help="also check the Compose files with `docker compose config`")
