@@ -26,7 +26,7 @@ import sys
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-from shared.config import PROFILES, ConfigError, default_profile_name, dump_config, load_config  # noqa: E402
+from shared.config import PROFILES, ConfigError, dump_config, load_config  # noqa: E402
 from shared.run_dir import RunDir  # noqa: E402
 
 
@@ -223,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--config", metavar="FILE",
                         help="a JSON config: {\"profile\": ..., overrides...} (write one with `royalefleet config`)")
         sp.add_argument("--profile", choices=sorted(PROFILES),
-                        help=f"machine class when the config names none (default here: {default_profile_name()})")
+                        # Not default_profile_name() here: it imports torch (8 s under load) for every --help.
+                        help="machine class when the config names none (default: laptop when torch sees a GPU, else cpu)")
         sp.add_argument("--run-name", help="run folder name under runs_dir (overrides the config)")
         sp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
 
