@@ -6,7 +6,8 @@
 A player is a snapshot of the run (``snap:<snapshot_id>``, or the bare 16-hex id) read from
 ``<runs_dir>/<run>/snapshots/``, or a scripted player (``shared.scripted.SCRIPTED_PLAYERS``:
 ``scripted:noop``, ``scripted:random_legal`` and RoyaleGym's ladder bots ``scripted:random``,
-``scripted:first-affordable``, ``scripted:defend``, ``scripted:push``, ``scripted:patient``). The games are the evaluators' games
+``scripted:first-affordable``, ``scripted:defend``, ``scripted:push``, ``scripted:patient``); ``latest`` and
+``champion`` name a snapshot as ``royalefleet play`` resolves them. The games are the evaluators' games
 (``services.evaluator.games``): full matches on the first ceil(N / 2) seeds of the run's fixed
 evaluation seed set, each seed with A blue then A red, actions from the streams of job
 ``--job`` (default 0). Prints A's score (a draw counts half) with its Wilson 95 % interval.
@@ -30,7 +31,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "eval", help="play a paired evaluation between two players and print the score",
         description="Play A against B on the run's fixed evaluation seeds, both sides of each seed, full matches, "
         "in this process, and print A's score with a Wilson 95 % interval. Players: snap:<snapshot_id> (a "
-        "snapshot of the run) or a scripted player: " + ", ".join(SCRIPTED_PLAYERS) + ".")
+        "snapshot of the run), latest (its newest snapshot), champion (the pool's champion) or a scripted player: "
+        + ", ".join(SCRIPTED_PLAYERS) + ".")
     ep.add_argument("a", help="player A")
     ep.add_argument("b", help="player B")
     ep.add_argument("--games", type=int, default=20, help="battles to play, both sides of ceil(N/2) seeds (default 20)")
@@ -85,7 +87,13 @@ def cmd_eval(args, out=None) -> int:
 
     out = out or sys.stdout
     cfg = run_config(args)
-    a, b = normalise(args.a), normalise(args.b)
+    from royalefleet.cmd_play import resolve
+
+    try:
+        a, b = resolve(args.a, cfg), resolve(args.b, cfg)
+    except ValueError as exc:
+        print(f"royalefleet eval: {exc}", file=sys.stderr)
+        return 2
     n_seeds = seeds_for_games(args.games) if args.games > 0 else 0
     count = cfg.ladder.pool.eval_seed_count
     if n_seeds < 1 or n_seeds > count:

@@ -339,6 +339,17 @@ def test_play_refuses_unknown_players_and_a_run_without_snapshots(cfg, tmp_path,
     assert "player 'scripted:nobody'" in err and "scripted:first-affordable" in err
 
 
+def test_eval_resolves_latest_and_champion_as_play_does(cfg, tmp_path, capsys):
+    from royalefleet.cli import main
+
+    base = ["--profile", "tiny", "--runs-dir", str(tmp_path)]
+    assert main(["eval", NOOP, "latest", *base]) == 2
+    assert (f"royalefleet eval: run 'default' has no snapshot under {tmp_path}/default/snapshots; `latest` needs one"
+            in capsys.readouterr().err)
+    assert main(["eval", "champion", NOOP, *base]) == 2
+    assert "royalefleet eval: run 'default' has no champion yet" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_play_latest_and_champion_resolve_from_the_run(gated_run):
     from royalefleet.cmd_play import resolve
