@@ -92,6 +92,15 @@ def doctor_refuses(cfg) -> bool:
 
 
 def cmd_config(args) -> int:
+    if args.explain is not None:
+        from shared.config_docs import UnknownField, explain
+
+        try:
+            sys.stdout.write(explain(args.explain))
+        except UnknownField as exc:
+            print(f"royalefleet config --explain: {exc}", file=sys.stderr)
+            return 2
+        return 0
     cfg = _load(args)
     data = dump_config(cfg)
     if args.output in (None, "-"):
@@ -243,6 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "of its profile), every field filled in.")
     common(cf)
     cf.add_argument("-o", "--output", help="file to write (default: standard output)")
+    cf.add_argument("--explain", nargs="?", const="", metavar="FIELD",
+                    help="print what FIELD means (a dotted path such as ppo.clip_range, or a section such as ppo): "
+                    "its type and range, default per profile, whether it is in the run identity, and its "
+                    "documentation; with no FIELD, every field")
     cf.set_defaults(func=cmd_config)
 
     bn = sub.add_parser("bench", help="measure env speed, stack speed, wire bytes per row and update speed",

@@ -7,6 +7,12 @@ document names a profile and overrides what it likes on top (``load_config``). E
 problem in a document is reported at once (``ConfigError.problems``), before any process
 starts.
 
+Every field carries its documentation as the string literal on the line below it: its unit,
+what it changes, anything about its range the type cannot say. ``royalefleet config --explain
+[FIELD]`` prints it beside what the code says (type and range, defaults per profile, whether the
+field is in the run identity; shared/config_docs.py), and tests/test_config_docs.py names any
+field without one.
+
 Defaults follow the reference harness (RoyaleLearn 0.5.20, ``python -m royalelearn config``)
 where it has the setting; where we differ the field's comment says why.
 """
@@ -46,8 +52,14 @@ class RewardWeights(_Cfg):
     changing one. Real, finite and not negative."""
 
     crown: NonNegFloat = 0.2
+    """Weight of the crown potential, Phi = (own crowns - enemy crowns) / 3 (shared/rewards.py),
+    dimensionless. Its term per decision is weight x (gamma x Phi(s') - Phi(s))."""
     tower_hp: NonNegFloat = 0.1
+    """Weight of the tower-health potential, Phi = (sum of own crown towers' hp / max - the
+    enemy's) / 3, dimensionless: the crown scoreboard read continuously."""
     elixir: NonNegFloat = 0.05
+    """Weight of the elixir potential (elixir held plus the elixir value of units on the field,
+    own minus enemy; shared/rewards.py), dimensionless."""
 
 
 class EnvConfig(_Cfg):
@@ -131,10 +143,20 @@ class NetConfig(_Cfg):
     """The actor-critic's architecture."""
 
     channels: PosInt = 32
+    """Width of the convolutional trunk over the arena's tiles, in channels (every residual
+    block and the tile heads). Must be a multiple of ``norm_groups``. The main size knob:
+    parameters grow with its square."""
     blocks: NonNegInt = 1
+    """Residual blocks (two 3x3 convolutions with GroupNorm each) after the stem; 0 leaves the
+    stem alone. Depth, and with it update time, grows linearly with it."""
     norm_groups: PosInt = 8
+    """GroupNorm groups in the stem, every block and the tile head; must divide ``channels``
+    (refused at load otherwise)."""
     vector_embed: PosInt = 32
+    """Width of the embedding of the observation's vector part (``spec.vector_size`` features),
+    broadcast over every tile into the trunk's input and fed to the critic's head, in features."""
     value_hidden: PosInt = 256
+    """Hidden units of the critic's value head (one layer before the scalar value)."""
     noop_bias: Annotated[float, Meta(ge=-20.0, le=20.0)] = 0.0
     """A constant added to the no-op logit (royalelearn-facts §5, the pointer head). 0 starts
     with p(no-op) = 1 / n_legal, a policy that plays a card whenever it can; 8 starts nearly
@@ -153,6 +175,9 @@ class PPOConfig(_Cfg):
     """The update (clipped PPO; Schulman et al. 2017)."""
 
     n_epochs: PosInt = 3
+    """Passes over an iteration's rows per update; each is cut into ``timesteps // batch_size``
+    optimizer steps. More epochs: more movement per iteration (higher KL and clip fraction) and
+    more update time."""
     timesteps_per_iteration: PosInt = 4096
     """Learner transitions collected per iteration (at least this many: the rectangle's
     cycle count is rounded up)."""
@@ -161,9 +186,15 @@ class PPOConfig(_Cfg):
     minibatch_size: PosInt = 256
     """Rows per forward pass: a memory knob only (gradients accumulate over a batch)."""
     clip_range: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.2
+    """PPO's clip epsilon (Schulman et al. 2017): the probability ratio is clipped to [1 - eps,
+    1 + eps] in the surrogate, and the clip fraction counts rows with |ratio - 1| > eps. Also
+    the value-clipping width when ``value_clipping`` is on. Dimensionless."""
     dual_clip_c: Annotated[float, Meta(gt=1.0)] = 3.0
     """Dual-clip bound (Ye et al. 2020): for A < 0 the objective is at least c * A."""
     vf_coef: NonNegFloat = 1.0
+    """Weight of the critic's squared-error loss. The actor and the critic have separate
+    networks and optimizers, so it scales the critic's gradient (before ``max_grad_norm`` clips
+    it), not a trade-off against the policy loss."""
     ent_coef: Schedule = LinearSpec(start=0.01, end=0.003, over_env_steps=30_000_000)
     """Entropy bonus over the legal set (a number, or a schedule over env steps)."""
     ent_coef_noop: Schedule = LinearSpec(start=0.02, end=0.0, over_env_steps=10_000_000)
@@ -173,8 +204,14 @@ class PPOConfig(_Cfg):
     """Clip the value loss around the old value by clip_range (off in the reference: judged
     neutral to harmful)."""
     max_grad_norm: PosFloat = 0.5
+    """Global L2 norm each network's gradient is clipped to before its optimizer step (actor and
+    critic separately; ``ppo/grad_norm_*`` report the norms before clipping)."""
     lr_actor: PosFloat = 2e-4
+    """Adam learning rate of the actor (policy), per optimizer step; ``lr_backoff`` may lower it
+    during the run (never below ``lr_backoff.lr_min``)."""
     lr_critic: PosFloat = 2e-4
+    """Adam learning rate of the critic (value network), per optimizer step; lowered by
+    ``lr_backoff`` together with ``lr_actor``."""
     adam_eps: PosFloat = 1e-8
     """Adam's epsilon for both optimizers. 1e-8 (torch's default), not the PPO paper's 1e-5
     the reference ships: the actor's gradients are ~1e-3 to 1e-2 in norm, so at 1e-5 99.5 % of
@@ -183,6 +220,7 @@ class PPOConfig(_Cfg):
     fell to 0.16-0.33 and the KL rose 100-fold (docs/learning.md). The reference's developers'
     own run configs used 1e-8 too (royalelearn-facts §4)."""
     lr_backoff: "LrBackoffConfig" = msgspec.field(default_factory=lambda: LrBackoffConfig())
+    """Lowering both learning rates while the KL stays high (``LrBackoffConfig``)."""
 
 
 class LrBackoffConfig(_Cfg):
@@ -190,9 +228,16 @@ class LrBackoffConfig(_Cfg):
     ``kl_threshold`` for ``patience`` consecutive iterations; never below ``lr_min``."""
 
     kl_threshold: PosFloat = 0.02
+    """Choice-row KL per iteration (``ppo/kl``, nats) above which an iteration counts toward the
+    streak; one at or below it resets the streak."""
     patience: PosInt = 3
+    """Consecutive iterations above ``kl_threshold`` before the learning rates are cut, in
+    iterations; the streak starts again after each cut."""
     factor: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.5
+    """What a cut multiplies both learning rates by (0.5 halves them)."""
     lr_min: PosFloat = 2e-5
+    """The lowest learning rate a cut may reach; must not be above ``ppo.lr_actor`` or
+    ``ppo.lr_critic`` (refused at load)."""
 
 
 class AdvantageConfig(_Cfg):
@@ -206,6 +251,9 @@ class AdvantageConfig(_Cfg):
     """Divide rewards by a running std of discounted returns (mean never subtracted, so the
     zero-sum sign structure survives), then clip to +-reward_clip."""
     reward_clip: PosFloat = 10.0
+    """Bound on a standardized reward's magnitude: rewards scaled by the running return std are
+    clipped to [-reward_clip, +reward_clip] (services/learner/returns.py); the
+    ``reward_clipped`` alarm warns when any is. In units of that std."""
 
 
 class GateConfig(_Cfg):
@@ -220,8 +268,16 @@ class GateConfig(_Cfg):
     anchor_tolerance_pp: NonNegFloat = 2.0
     """How many percentage points below the champion's recorded anchor score is allowed."""
     stratified_snapshots: NonNegInt = 8
+    """Older pool members drawn (variance-weighted PFSP against the champion) for the gate's
+    third condition, ``no_pool_collapse``; 0 turns that condition off and the verdict rests on
+    the first two."""
     stratified_games: PosInt = 100
+    """Paired battles the candidate plays against each member drawn for ``no_pool_collapse``
+    (half the seeds on each side; (games + 1) // 2 evaluation seeds, at most
+    ``ladder.pool.eval_seed_count``)."""
     bootstrap_resamples: PosInt = 10_000
+    """Bootstrap resamples over seeds for the standard error ``no_pool_collapse`` allows
+    (services/ladder/gate.py). More: a steadier bound, more ladder CPU per gate."""
 
 
 class RaterConfig(_Cfg):
@@ -232,6 +288,9 @@ class RaterConfig(_Cfg):
     anchor: str = "scripted:noop"
     """Pinned at exactly 0 Elo."""
     draws: Literal["davidson", "half_win"] = "davidson"
+    """How a draw enters the rating fit: ``davidson`` fits a draw parameter
+    (Bradley-Terry-Davidson), ``half_win`` counts a draw as half a win and half a loss. With
+    under 2 % draws observed the fit uses ``half_win`` anyway (services/ladder/rating.py)."""
     min_pair_games: PosInt = 30
     """Pairs with fewer games do not count toward the transitivity residual."""
 
@@ -268,6 +327,8 @@ class PoolConfig(_Cfg):
     """The frozen pool and who the learner meets from it."""
 
     candidate_every_env_steps: PosInt = 4_000_000
+    """The learner sends a snapshot of its actor to the ladder as a pool candidate, which the
+    gate then judges, every this many env steps (the run's env-step count)."""
     max_resident_opponents: PosInt = 2
     """Distinct pool snapshots the learner's pool battles meet at a time (the resident set,
     drawn by PFSP and redrawn when the pool changes: services/ladder/resident.py)."""
@@ -275,10 +336,22 @@ class PoolConfig(_Cfg):
     """Members the PFSP sampler keeps; beyond it eviction thins the sampler (never the archive).
     Also bounds the ``member`` label of the ``ladder/rating/{member}`` gauges."""
     pfsp_weighting: Literal["hard", "variance", "linear", "uniform"] = "hard"
+    """Shape of the PFSP weight of a pool member from p, the learner's fitted win probability
+    against it (services/ladder/pfsp.py): ``hard`` (1 - p)^power meets the hardest opponents
+    most, ``variance`` p (1 - p), ``linear`` 1 - p, ``uniform`` 1."""
     pfsp_power: PosFloat = 2.0
+    """The exponent of the ``hard`` PFSP weight (1 - p)^power; ignored by the other shapes.
+    Larger: the draw concentrates on the strongest members."""
     pfsp_uniform_floor: Fraction01 = 0.2
+    """Share of PFSP weight spread uniformly over the members: the weights are mixed as (1 -
+    floor) x w + floor / M, so every member keeps a chance."""
     weight_floor_scale: NonNegFloat = 0.01
+    """After mixing, each PFSP weight is floored at weight_floor_scale / M (M members), then
+    renormalised: no member's chance falls to zero."""
     eval_seed_count: PosInt = 500
+    """Size of the fixed evaluation seed set drawn once from ``master_seed``
+    (shared/evaluation.py); every gate plays paired battles on these seeds, so each of its
+    conditions needs (games + 1) // 2 of them (refused at load when there are fewer)."""
     seed_snapshots: list[SeedSnapshot] = msgspec.field(default_factory=list)
     """Frozen actors held in the pool from the first iteration, never evicted, never champion by
     admission (``SeedSnapshot``; docs/ladder.md, "Seed snapshots"). Empty: the pool starts
@@ -290,27 +363,64 @@ class AlarmConfig(_Cfg):
     identity: an alarm can stop a run and can never alter a number."""
 
     enabled: bool = True
+    """``false`` turns the whole alarm table off: the learner evaluates none (docs/alarms.md).
+    Grafana's and Prometheus's generated rules are not affected."""
     ratio_invariant_multiple: PosFloat = 5.0
     """ratio_invariant halts when ppo/ratio_max_abs_dev exceeds this many times ppo/ratio_atol,
     the tolerance of the precision the forwards ran in (shared/alarms.py RATIO_ATOL)."""
     buffer_fill_frac: Fraction01 = 0.98
+    """``buffer_overflow`` (halt, patience 1) fires when health/buffer_fill_frac exceeds
+    max(1.0, this): the rectangle held more rows than it was sized for. A fraction of the
+    buffer."""
     clip_fraction: Fraction01 = 0.5
+    """``clip_pinned`` (halt, patience 3) fires when ppo/clip_fraction, the share of rows with
+    |ratio - 1| > clip_range, is above this."""
     kl_high: PosFloat = 0.05
+    """``kl_high`` (warn, patience 3) fires when the choice-row KL ppo/kl is above this, in
+    nats."""
     kl_dead: PosFloat = 1e-5
+    """``kl_dead`` (warn, patience 10) fires when ppo/kl is below this, in nats: the policy has
+    stopped moving."""
     explained_variance: float = 0.0
+    """``ev_negative`` (warn, patience 50) fires when the critic's ppo/explained_variance is
+    below this (dimensionless; 1 is a perfect critic, 0 no better than the mean)."""
     cards_per_match_warn: NonNegFloat = 8.0
+    """``noop_collapse`` (warn, patience 5) fires when policy/cards_per_match, cards the learner
+    plays a match, is below this (about 22 expected)."""
     cards_per_match_halt: NonNegFloat = 3.0
+    """``noop_collapse_severe`` (halt, patience 5) fires when policy/cards_per_match is below
+    this."""
     noop_entropy_floor: NonNegFloat = 0.02
+    """``noop_entropy_floor`` (warn, patience 5) fires when ppo/noop_entropy, the binary entropy
+    of play against wait in nats, is below this."""
     tile_top1_share: Fraction01 = 0.25
+    """``tile_spam`` (warn, patience 5) fires when policy/tile_top1_share, the share of plays on
+    the single most used tile, is above this."""
     card_tile_top10_share: Fraction01 = 0.5
+    """``artefact_exploit`` (warn, patience 5) fires when policy/card_tile_top10_share, the
+    share of plays on the ten most used (card, tile) pairs, is above this."""
     draw_rate: Fraction01 = 0.5
+    """``draw_equilibrium`` (warn, patience 5) fires when env/draw_rate is above this AND
+    env/episode_steps_at_cap_frac is above ``episode_steps_at_cap_frac``."""
     episode_steps_at_cap_frac: Fraction01 = 0.8
+    """The second half of ``draw_equilibrium``: the share of episodes cut by ``env.max_steps``
+    above which, with the draw rate above ``draw_rate``, it fires."""
     transitivity_residual: Fraction01 = 0.1
+    """``transitivity`` (warn, patience 3) fires when ladder/transitivity_residual is above
+    this: a scalar rating no longer describes who beats whom."""
     capacity_ratio: PosFloat = 1.5
+    """``capacity_ratio`` (warn, patience 3) fires when throughput/rollout_capacity_ratio,
+    rollout capacity over update capacity, is below this: the learner waits for rows."""
     gate_failures: PosInt = 5
+    """``gate_starved`` (warn, patience 1) fires when ladder/consecutive_gate_failures reaches
+    this many gates in a row without a promotion."""
     disabled: list[str] = msgspec.field(default_factory=list)
+    """Names of alarms the learner does not evaluate (an unknown name is refused when the
+    learner starts, with the closest one)."""
     patience_overrides: dict[str, PosInt] = msgspec.field(default_factory=dict)
+    """Alarm name -> patience, in consecutive iterations (>= 1), replacing the table's."""
     severity_overrides: dict[str, Literal["warn", "halt"]] = msgspec.field(default_factory=dict)
+    """Alarm name -> ``warn`` or ``halt``, replacing the table's severity."""
 
 
 class LadderConfig(_Cfg):
@@ -323,11 +433,17 @@ class LadderConfig(_Cfg):
     scripted_opponents: list[Literal["scripted:noop", "scripted:random_legal"]] = msgspec.field(
         default_factory=lambda: ["scripted:noop", "scripted:random_legal"]
     )
+    """The scripted players a ``scripted`` battle draws its opponent from, uniformly
+    (shared/matchmaking.py); they are also the gate's anchors. Must not be empty while ``mix``
+    gives scripted battles a share."""
     random_legal_noop_prob: Fraction01 = 0.9
     """The no-op probability of ``scripted:random_legal`` (the reference's anchor)."""
     pool: PoolConfig = msgspec.field(default_factory=PoolConfig)
+    """The frozen pool and who the learner meets from it (``PoolConfig``)."""
     gate: GateConfig = msgspec.field(default_factory=GateConfig)
+    """The promotion gate's conditions and game counts (``GateConfig``)."""
     rater: RaterConfig = msgspec.field(default_factory=RaterConfig)
+    """The Bradley-Terry-Davidson rating fit (``RaterConfig``)."""
 
 
 class EvaluationConfig(_Cfg):
@@ -358,6 +474,9 @@ class EvaluationConfig(_Cfg):
 
 
 class CheckpointConfig(_Cfg):
+    """When the learner saves a checkpoint and how many are kept (operational: never part of the
+    run identity)."""
+
     every_iterations: PosInt = 5
     """Write a checkpoint every this many iterations (and always at a clean stop)."""
     keep: PosInt = 10
@@ -376,12 +495,21 @@ class ServicesConfig(_Cfg):
     environment variables each service reads (``ROYALEFLEET_*``), so one code path runs both."""
 
     host: str = "127.0.0.1"
+    """The address every service binds and connects to in the local stack (loopback by default;
+    Compose sets each service's address through ``ROYALEFLEET_*`` variables instead)."""
     learner_port: Port = 5555
+    """The learner's ZeroMQ port, where rollouts send rounds and receive actions. Must differ
+    from the other services' ports."""
     ladder_port: Port = 5556
+    """The ladder's ZeroMQ ROUTER port (plans, results, pool, gate jobs)."""
     checkpoint_port: Port = 5557
+    """The checkpoint service's ZeroMQ ROUTER port (saves, loads, the index)."""
     learner_metrics_port: Port = 9100
+    """The learner's Prometheus /metrics port; 0 disables it."""
     ladder_metrics_port: Port = 9101
+    """The ladder's Prometheus /metrics port; 0 disables it."""
     checkpoint_metrics_port: Port = 9102
+    """The checkpoint service's Prometheus /metrics port; 0 disables it."""
     learner_halt_port: Port = 9108
     """The learner's authenticated POST /halt endpoint (Grafana's halt contact point); it only
     starts when ROYALEFLEET_HALT_TOKEN is set. 0 disables it."""
@@ -405,7 +533,14 @@ class ServicesConfig(_Cfg):
 
 
 class DeterminismConfig(_Cfg):
+    """How reproducible the learner's numbers are (services/learner/service.py applies it before
+    torch starts)."""
+
     tier: Literal["run_exact", "throughput"] = "run_exact"
+    """``run_exact``: deterministic torch algorithms, ``torch_threads`` threads and matching
+    BLAS thread variables (the learner refuses to start without them), so one identity gives the
+    same metric rows on one device class. ``throughput``: none of that, faster, not
+    reproducible."""
     torch_threads: PosInt = 2
     """Fixed torch intra-op threads (a fixed count is part of run-exactness)."""
 
@@ -414,10 +549,23 @@ class RunConfig(_Cfg):
     """One run, completely."""
 
     format_version: int = FORMAT_VERSION
+    """Version of this document's layout: a config of another version is refused at load
+    (``check_consistency``). Leave it as ``royalefleet config`` writes it."""
     profile: str = "cpu"
+    """The machine class the document starts from (``PROFILES``: cpu, laptop, workstation,
+    many_core, tiny); the document's own fields go on top of it. An unknown name is refused. The
+    name itself is only recorded: the numbers it brings are what the identity sees."""
     run_name: str = "default"
+    """The run folder's name: everything a run writes lives in ``<runs_dir>/<run_name>/``, and a
+    folder that holds a checkpoint is resumed. A usable folder name (no ``/``, ``\\`` or NUL;
+    not ``.`` or ``..``); ``--run-name`` overrides it."""
     runs_dir: str = "runs"
+    """The folder that holds run folders, relative to the directory the services start in;
+    ``--runs-dir`` overrides it."""
     master_seed: NonNegInt = 20260921
+    """The seed every random stream of the run descends from (shared/seeding.py: battle seeds,
+    matchmaking, PFSP draws, the evaluation seed set, weight init). Another seed is another
+    experiment."""
     env: EnvConfig = msgspec.field(default_factory=EnvConfig)
     rollout: RolloutConfig = msgspec.field(default_factory=RolloutConfig)
     local: LocalConfig = msgspec.field(default_factory=LocalConfig)

@@ -97,6 +97,16 @@ def config_digests(cfg: RunConfig) -> dict[str, str]:
     }
 
 
+def config_identity(cfg: RunConfig) -> dict[str, Any]:
+    """The identity fields the config alone decides (the rest come from the built environment
+    and the learner's device): field -> value. ``compute_identity`` takes these as they are;
+    ``royalefleet config --explain`` changes one config field at a time to say which of them it
+    moves."""
+    return {"master_seed": cfg.master_seed, "determinism_tier": cfg.determinism.tier,
+            "torch_threads": cfg.determinism.torch_threads, "codec_version": cfg.services.wire_codec,
+            **config_digests(cfg)}
+
+
 def describe_device(device: str) -> str:
     """``cuda:<name>:sm_<cc>`` or ``cpu:<machine>``: run-exactness is promised within a device
     class, and a different GPU is a different set of kernels."""
@@ -115,18 +125,14 @@ def compute_identity(cfg: RunConfig, *, engine: EngineBuild, obs_digest: str, ac
     facts only a built environment and the learner's device know are passed in, so the function
     is pure and a test can vary one field at a time."""
     return RunIdentity(
-        master_seed=cfg.master_seed,
-        determinism_tier=cfg.determinism.tier,
-        torch_threads=cfg.determinism.torch_threads,
         device_kind=device_kind,
         torch_version=torch_version,
         engine=engine,
         obs_digest=obs_digest,
         action_digest=action_digest,
         frame_stack=1,
-        codec_version=cfg.services.wire_codec,
         codec_table_digest=codec_table_digest,
-        **config_digests(cfg),
+        **config_identity(cfg),
     )
 
 

@@ -1,4 +1,4 @@
-"""The monitoring files (royalefleet/grafana.py) are current, Grafana would accept them (uids,
+"""The monitoring files (the royalefleet/grafana/ package) are current, Grafana would accept them (uids,
 datasource by uid, interpolation), every PromQL expression reads only metrics the services export
 (counters through rate()/increase()/resets()), and promtool parses them and runs the alarms' unit
 tests, whose series the Python evaluator reads the same way."""
@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from royalefleet import grafana as gen
@@ -241,11 +242,23 @@ def test_only_the_named_environment_variables_are_interpolated():
     assert used >= set(gen.ENV_VARS)
 
 
+TRICKY = ("yes", "no", "on", "off", "y", "n", "null", "~", "true", "1m", "9100", "0x1f", "1e3", "a: b", "#x", "- x",
+          "$VAR", "[x]", "{x}", "", " x", "x ", "it's", "it's \"x\"", "{{ $labels.instance }}", "*x", "&x", "!x", "%x",
+          "@x", "`x`", "0+60x5", "1x3 stale", "a\nb", "=")
+
+
 def test_yaml_writer_quotes_what_yaml_would_misread():
-    for s in ("yes", "no", "on", "null", "true", "1m", "9100", "a: b", "#x", "- x", "$VAR", "[x]", "", "it's"):
-        assert gen._scalar(s) != s, s
-    assert gen._scalar("royalefleet-alarms") == "royalefleet-alarms"
-    assert gen._scalar("it's \"x\"") == '"it\'s \\"x\\""'
+    """Every string comes back as itself (YAML 1.1: 'yes', '1e3', '0x1f' read as bool or number
+    when plain), names stay plain, nothing is folded or anchored."""
+    doc = {"strings": list(TRICKY), "by_key": {s or "empty": s for s in TRICKY}, "nested": [{"k": ["a", "="]}]}
+    text = gen.to_yaml(doc)
+    assert yaml.safe_load(text) == doc
+    for s in ("yes", "no", "on", "null", "true", "9100", "a: b", "#x", "- x", "[x]", ""):
+        assert f"{s}: {s}\n" not in text and f"empty: \n" not in text, s
+    assert "\n  royalefleet-alarms: royalefleet-alarms\n" in gen.to_yaml({"m": {"royalefleet-alarms": "royalefleet-alarms"}})
+    long = "word " * 60
+    assert gen.to_yaml({"k": long}, header="") == f"k: '{long}'\n"
+    assert "&id" not in gen.to_yaml({"a": doc["nested"][0], "b": doc["nested"][0]})
 
 
 # ----------------------------------------------------------------------------- PromQL reads what is exported

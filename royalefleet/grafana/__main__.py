@@ -1,0 +1,5 @@
+import sys
+
+from royalefleet.grafana.files import main
+
+sys.exit(main())

@@ -1,0 +1,89 @@
+"""The fleet dashboard (`grafana/dashboards/fleet.json`): one function a row, each giving that
+row's panels; ``ROWS`` puts them in order. A new row: a function here and its line in ``ROWS``;
+a new panel: one more ``ts(...)`` in its row's list (``royalefleet.grafana.panels.ts``)."""
+
+from __future__ import annotations
+
+from royalefleet.grafana.common import learner as L
+from royalefleet.grafana.panels import Row, dashboard, ts
+from shared.service_alerts import EXPECTED_ROLLOUTS_METRIC, PROGRESS_METRIC, STALL_SECONDS
+
+UID = "royalefleet-fleet"
+TITLE = "royalefleet: fleet"
+DESCRIPTION = "Rollouts registered, rows invalidated, restarts, round latency, wire bytes, checkpoints."
+
+
+def fleet() -> list[dict]:
+    """Services up, rollouts registered and lost, rows invalidated, restarts."""
+    return [
+        ts("Core services up and the learner's progress", [
+            ('up{job=~"learner|ladder|checkpoint"}', "{{job}} up (1) or down (0)"),
+            (f"(time() - {PROGRESS_METRIC}) / 60", "minutes since the learner's last row"),
+        ], description=f"The two service alerts read these (docs/alarms.md, \"Service alerts\"): a core service down "
+                       f"2 minutes, or no row for {STALL_SECONDS // 60} minutes while the learner runs."),
+        ts("Rollouts registered", [
+            (L("health/rollouts"), "in the last iteration"),
+            ('count(up{job="rollout"} == 1)', "scraped and up"),
+            ('count(up{job="rollout"} == 0)', "scraped and down"),
+            (EXPECTED_ROLLOUTS_METRIC, "expected by the learner"),
+        ], description="The fleet_below_size alert fires when fewer rollouts answer scrapes than the learner "
+                       "expects, for 5 minutes (docs/alarms.md, \"Service alerts\")."),
+        ts("Rollouts lost and rows invalidated", [(L("health/rollouts_lost"), "rollouts lost"),
+                                                  (L("health/rows_invalid"), "rows invalidated")]),
+        ts("Share of the rectangle invalidated", [(L("health/rows_invalid_frac"), "invalid")], unit="percentunit"),
+        ts("Restarts (counter resets in the last hour)", [
+            ("sum(resets(royalefleet_rollout_rounds_total[1h]))", "rollouts"),
+            ("resets(royalefleet_learner_iterations_total[1h])", "learner"),
+            ("resets(royalefleet_ladder_plans_served_total[1h])", "ladder"),
+        ], description="A restarted process starts its counters at 0; a rollout recreated on a new address "
+                       "shows as a new target instead (see Rollouts registered)."),
+    ]
+
+
+def rounds() -> list[dict]:
+    """Round latency, inference, rounds and rows sent, wire bytes, refusals, codec and mask."""
+    return [
+        ts("Round latency", [(f"{L('time/collection')} / {L('run/cycles')}", "seconds a cycle (mean)")], unit="s",
+           description="Collection seconds over cycles: one round from every shard each cycle."),
+        ts("Inference per round", [(L("throughput/inference_ms_per_round"), "ms")], unit="ms"),
+        ts("Rounds and rows sent", [("sum(rate(royalefleet_rollout_rounds_total[5m]))", "rounds/s"),
+                                    ("sum(rate(royalefleet_rollout_rows_total[5m]))", "rows/s")]),
+        ts("Wire bytes", [("sum(rate(royalefleet_rollout_wire_bytes_total[5m]))", "all rollouts")], unit="Bps"),
+        ts("Wire bytes per row", [(L("throughput/wire_bytes_per_row"), "bytes a row")], unit="bytes"),
+        ts("Refused and unsent messages", [
+            ("sum by (reason) (rate(royalefleet_learner_messages_refused_total[5m]))", "learner: {{reason}}"),
+            ("sum by (reason) (rate(royalefleet_rollout_messages_refused_total[5m]))", "rollouts: {{reason}}"),
+            ("sum(rate(royalefleet_rollout_send_failures_total[5m]))", "rollout sends failed"),
+            ("rate(royalefleet_ladder_replies_unsent_total[5m])", "ladder replies unsent"),
+        ]),
+        ts("Codec and mask", [("sum(rate(royalefleet_rollout_obs_codec_clipped_total[5m]))", "values clipped/s"),
+                              ("sum(rate(royalefleet_rollout_obs_codec_rounded_total[5m]))", "values rounded/s"),
+                              ("sum(rate(royalefleet_rollout_illegal_actions_total[5m]))", "illegal actions/s")]),
+    ]
+
+
+def checkpoints() -> list[dict]:
+    """Checkpoint write time and counts."""
+    return [
+        ts("Checkpoint write time", [
+            ("histogram_quantile(0.5, sum by (le) (rate(royalefleet_checkpoint_write_seconds_bucket[30m])))", "p50"),
+            ("histogram_quantile(0.95, sum by (le) (rate(royalefleet_checkpoint_write_seconds_bucket[30m])))", "p95"),
+        ], unit="s", description="Buckets reach 60 s."),
+        ts("Checkpoints", [("increase(royalefleet_checkpoint_writes_total[1h])", "written in the last hour"),
+                           ("increase(royalefleet_checkpoint_verify_failures_total[1h])", "failed verification"),
+                           ("increase(royalefleet_learner_checkpoint_failures_total[1h])", "learner gave up")]),
+    ]
+
+
+ROWS = [("Fleet", fleet), ("Rounds and wire", rounds), ("Checkpoints", checkpoints)]
+"""(row title, the function giving its panels), top to bottom. Panel ids follow this order,
+so a row added at the end leaves every existing id (and the alert rules' panel link) alone."""
+
+
+def rows() -> list[Row]:
+    return [(title, panels()) for title, panels in ROWS]
+
+
+def build() -> dict:
+    """The dashboard's JSON model."""
+    return dashboard(UID, TITLE, DESCRIPTION, rows())

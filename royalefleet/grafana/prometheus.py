@@ -1,0 +1,50 @@
+"""Prometheus: its configuration (``prometheus/prometheus.yml``: the scrape jobs) and its
+alerting rules (``prometheus/rules/alarms.yml``: the table's alarms and the service alerts)."""
+
+from __future__ import annotations
+
+from royalefleet.grafana.alert_text import (alarm_description, alarm_labels, alarm_summary, service_description,
+                                            service_labels)
+from royalefleet.grafana.common import duration, pending_seconds
+from shared.alarms import ALARMS, Alarm, promql
+from shared.service_alerts import SERVICE_ALERTS, ServiceAlert
+
+SCRAPE_TARGETS = {"learner": "learner:9100", "ladder": "ladder:9101", "checkpoint": "checkpoint:9102"}
+ROLLOUT_DNS_NAME, ROLLOUT_PORT = "rollout", 9110
+EVALUATOR_DNS_NAME, EVALUATOR_PORT = "evaluator", 9200
+SCALED_TARGETS = {"rollout": (ROLLOUT_DNS_NAME, ROLLOUT_PORT), "evaluator": (EVALUATOR_DNS_NAME, EVALUATOR_PORT)}
+"""Scrape job -> (Compose service name, metrics port) for the scaled services (``deploy.replicas``)."""
+
+
+def prometheus_config() -> dict:
+    jobs = [{"job_name": job, "static_configs": [{"targets": [target]}]} for job, target in SCRAPE_TARGETS.items()]
+    for job, (name, port) in SCALED_TARGETS.items():
+        # One A record per replica of the scaled compose service: every replica is its own
+        # target (a static 'rollout:9110' would hit a different replica on each scrape).
+        jobs.append({"job_name": job,
+                     "dns_sd_configs": [{"names": [name], "type": "A", "port": port, "refresh_interval": "15s"}]})
+    return {
+        "global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
+        "rule_files": ["rules/alarms.yml"],
+        "scrape_configs": jobs,
+    }
+
+
+def prometheus_rule(alarm: Alarm) -> dict:
+    rule = {"alert": alarm.name, "expr": promql(alarm)}
+    if alarm.patience > 1:
+        rule["for"] = duration(pending_seconds(alarm.patience))
+    rule["labels"] = alarm_labels(alarm)
+    rule["annotations"] = {"summary": alarm_summary(alarm, "{{ $value }}"), "description": alarm_description(alarm)}
+    return rule
+
+
+def prometheus_service_rule(alert: ServiceAlert) -> dict:
+    return {"alert": alert.name, "expr": alert.expr, "for": duration(alert.for_seconds),
+            "labels": service_labels(alert),
+            "annotations": {"summary": alert.summary, "description": service_description(alert)}}
+
+
+def prometheus_rules() -> dict:
+    return {"groups": [{"name": "royalefleet-alarms", "rules": [prometheus_rule(a) for a in ALARMS]},
+                       {"name": "royalefleet-services", "rules": [prometheus_service_rule(a) for a in SERVICE_ALERTS]}]}

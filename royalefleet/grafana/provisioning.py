@@ -1,0 +1,87 @@
+"""Grafana provisioning: the Prometheus datasource, the dashboard file provider, and the
+contact points with the notification policy (the learner-halt webhook)."""
+
+from __future__ import annotations
+
+from royalefleet.grafana.common import DATASOURCE_UID, DEFAULT_RECEIVER, FOLDER, HALT_RECEIVER
+
+
+def datasource() -> dict:
+    return {
+        "apiVersion": 1,
+        "datasources": [{
+            "name": "Prometheus",
+            "uid": DATASOURCE_UID,
+            "type": "prometheus",
+            "access": "proxy",
+            "orgId": 1,
+            "url": "$PROMETHEUS_URL",
+            "isDefault": True,
+            "editable": False,
+            "jsonData": {"timeInterval": "15s", "httpMethod": "POST"},
+        }],
+    }
+
+
+DASHBOARDS_PATH = "/var/lib/grafana/dashboards"
+
+
+def dashboard_provider() -> dict:
+    return {
+        "apiVersion": 1,
+        "providers": [{
+            "name": "royalefleet",
+            "orgId": 1,
+            "folder": FOLDER,
+            "folderUid": FOLDER,
+            "type": "file",
+            "disableDeletion": True,
+            "allowUiUpdates": False,
+            "updateIntervalSeconds": 30,
+            "options": {"path": DASHBOARDS_PATH, "foldersFromFilesStructure": False},
+        }],
+    }
+
+
+def contact_points() -> dict:
+    return {
+        "apiVersion": 1,
+        "contactPoints": [{
+            "orgId": 1,
+            "name": HALT_RECEIVER,
+            "receivers": [{
+                "uid": HALT_RECEIVER,
+                "type": "webhook",
+                "disableResolveMessage": True,
+                "settings": {
+                    "url": "$LEARNER_HALT_URL",
+                    "httpMethod": "POST",
+                    "authorization_scheme": "Bearer",
+                    "authorization_credentials": "$LEARNER_HALT_TOKEN",
+                    "maxAlerts": 1,
+                },
+            }],
+        }],
+        "policies": [{
+            "orgId": 1,
+            "receiver": DEFAULT_RECEIVER,
+            "group_by": ["grafana_folder", "alertname"],
+            "group_wait": "30s",
+            "group_interval": "5m",
+            "repeat_interval": "4h",
+            "routes": [{
+                # Operator-defined halts: a Grafana rule labelled action=halt stops the learner
+                # (checkpoint and bundle, as for a table alarm). The table's own halt alarms are
+                # enforced by the learner and are not routed here, so a config that disables
+                # one is not overruled by Grafana.
+                "receiver": HALT_RECEIVER,
+                "object_matchers": [["action", "=", "halt"]],
+                "group_by": ["alertname"],
+                "group_wait": "0s",
+                "group_interval": "1m",
+                "repeat_interval": "1h",
+                "continue": False,
+            }],
+        }],
+    }
+
