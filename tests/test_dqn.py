@@ -1,0 +1,335 @@
+"""The DQN learner's pure parts, against cases worked by hand (issue 17's tests):
+n-step windows at an episode's tail, CSR legality against the mask bits, the Double DQN target
+where online and target disagree, prioritized replay (running max, sampling frequencies with a
+fixed seed, importance weights, resume), ensemble bootstrap masks, the behaviour policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from services.learner.dqn.behaviour import bootstrap_masks, epsilon, epsilon_greedy, thompson_head
+from services.learner.dqn.network import QEnsemble, make_target, sync_due, sync_target
+from services.learner.dqn.replay import PrioritizedReplay, check_budget, record_bytes
+from services.learner.dqn.targets import double_dqn_target, ensemble_td_loss, masked_argmax, priorities_from_td
+from services.learner.dqn.windows import Decision, WindowBuilder, episode_windows
+from shared.batches import DqnBatch, PackedObs, PpoBatch, csr_from_mask, dense_from_csr
+
+GAMMA = 0.5
+REWARDS = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+
+
+# --- n-step windows ------------------------------------------------------------------------
+
+
+def test_truncation_after_five_decisions_gives_windows_3_3_3_2_1_that_bootstrap():
+    w = episode_windows(REWARDS, 3, GAMMA, ended="truncated")
+    assert w.start.tolist() == [0, 1, 2, 3, 4]
+    assert w.span.tolist() == [3, 3, 3, 2, 1]
+    assert w.discounts.tolist() == [0.125, 0.125, 0.125, 0.25, 0.5]  # gamma^3, ^3, ^3, ^2, ^1
+    assert w.can_bootstrap.tolist() == [True] * 5
+    # 1 + .5*2 + .25*3; 2 + .5*3 + .25*4; 3 + .5*4 + .25*5; 4 + .5*5; 5
+    assert w.rewards.tolist() == [2.75, 4.5, 6.25, 6.5, 5.0]
+    assert w.dones.tolist() == [False, False, True, True, True]
+
+
+def test_termination_after_five_decisions_the_windows_reaching_the_end_cannot_bootstrap():
+    w = episode_windows(REWARDS, 3, GAMMA, ended="terminated")
+    assert w.span.tolist() == [3, 3, 3, 2, 1]
+    assert w.discounts.tolist() == [0.125, 0.125, 0.0, 0.0, 0.0]
+    assert w.can_bootstrap.tolist() == [True, True, False, False, False]
+    assert w.rewards.tolist() == [2.75, 4.5, 6.25, 6.5, 5.0]
+
+
+def test_an_open_episode_emits_only_full_windows_whose_next_decision_is_known():
+    w = episode_windows(REWARDS, 3, GAMMA, ended=None)
+    assert w.start.tolist() == [0, 1] and w.span.tolist() == [3, 3]
+    assert w.discounts.tolist() == [0.125, 0.125] and not w.dones.any()
+    assert episode_windows(REWARDS, 1, 0.9, ended="truncated").rewards.tolist() == REWARDS.tolist()
+
+
+def test_bad_window_arguments_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"n >= 1, got 0 \(dqn.n_step\)"):
+        episode_windows(REWARDS, 0, GAMMA, ended=None)
+    with pytest.raises(ValueError, match="gamma must lie in"):
+        episode_windows(REWARDS, 3, 1.5, ended=None)
+    with pytest.raises(ValueError, match="'done'"):
+        episode_windows(REWARDS, 3, GAMMA, ended="done")
+
+
+@pytest.mark.parametrize("ended", ["terminated", "truncated"])
+def test_streamed_windows_equal_the_whole_episode_windows(ended):
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 3, 5):
+        for T in (1, 2, 3, 4, 9):
+            rewards = rng.normal(size=T)
+            rows = rng.integers(0, 256, size=(T + 1, 6), dtype=np.uint8)  # row T: the final observation
+            builder = WindowBuilder(n, 0.9, 6)
+            for t in range(T):
+                builder.push(4, Decision(rows[t], int(t), float(rewards[t]), 4))
+                if t == 1:  # a drain mid-episode loses nothing
+                    early = builder.drain()
+            builder.end(4, ended, rows[T])
+            got = builder.drain()
+            if T > 1:
+                got = type(got)(*(np.concatenate([getattr(early, f), getattr(got, f)]) for f in got.__dataclass_fields__))
+            want = episode_windows(rewards, n, 0.9, ended=ended)
+            order = np.argsort(got.actions, kind="stable")  # actions hold the start index here
+            assert got.actions[order].tolist() == want.start.tolist()
+            np.testing.assert_allclose(got.rewards[order], want.rewards, rtol=1e-6)
+            np.testing.assert_allclose(got.discounts[order], want.discounts, rtol=1e-6)
+            assert got.can_bootstrap[order].tolist() == want.can_bootstrap.tolist()
+            assert got.span[order].tolist() == want.span.tolist()
+            assert np.array_equal(got.obs[order], rows[want.start])
+            nxt = np.where(want.can_bootstrap[:, None], rows[want.start + want.span], 0)
+            assert np.array_equal(got.next_obs[order], nxt)
+
+
+# --- CSR legality --------------------------------------------------------------------------
+
+
+def _packed(mask: np.ndarray, prefix: int = 5) -> np.ndarray:
+    body = np.arange(len(mask) * prefix, dtype=np.uint8).reshape(len(mask), prefix)
+    return np.concatenate([body, np.packbits(mask, axis=1, bitorder="little")], axis=1)
+
+
+def test_csr_slices_equal_the_mask_bits_for_every_record():
+    rng = np.random.default_rng(3)
+    A = 2305
+    mask = rng.random((40, A)) < rng.random((40, 1)) * 0.05
+    mask[::7] = False  # some rows with no legal action: empty slices
+    mask[:, 0] |= rng.random(40) < 0.5
+    obs = PackedObs(_packed(mask), np.arange(40)[::-1].copy(), 5, A)
+    ids, offsets = obs.legal_csr()
+    assert ids.dtype == np.int16 and offsets[0] == 0 and offsets[-1] == mask.sum()
+    for i, row in enumerate(obs.index):
+        assert ids[offsets[i]:offsets[i + 1]].tolist() == np.flatnonzero(mask[row]).tolist()
+    assert np.array_equal(dense_from_csr(ids, offsets, A), mask[obs.index])
+
+
+def test_an_empty_next_slice_is_exactly_can_bootstrap_false():
+    A = 11
+    windows = episode_windows(REWARDS, 3, GAMMA, ended="terminated")
+    legal = np.ones((5, A), bool)
+    next_mask = np.where(windows.can_bootstrap[:, None], legal, False)  # terminal next rows carry no bits
+    ids, off = csr_from_mask(legal)
+    nids, noff = csr_from_mask(next_mask)
+    assert ((np.diff(noff) > 0) == windows.can_bootstrap).all()
+    kw = dict(obs=np.zeros((5, 4), np.uint8), next_obs=np.zeros((5, 4), np.uint8), players=np.zeros(5, np.int32),
+              actions=np.zeros(5, np.int64), rewards=windows.rewards.astype(np.float32), dones=windows.dones,
+              discounts=windows.discounts.astype(np.float32), masks=np.ones((5, 2), np.float32),
+              legal_ids=ids, legal_offsets=off, next_legal_ids=nids, next_legal_offsets=noff, n_actions=A)
+    batch = DqnBatch(can_bootstrap=windows.can_bootstrap, **kw)
+    assert batch.heads == 2 and len(batch) == 5
+    flipped = windows.can_bootstrap.copy()
+    flipped[0] = False
+    with pytest.raises(ValueError, match=r"can_bootstrap\[0\] is False but the next legal slice has 11 ids"):
+        DqnBatch(can_bootstrap=flipped, **kw)
+    kw["discounts"] = np.full(5, 0.125, np.float32)
+    with pytest.raises(ValueError, match=r"discounts\[2\] is 0.125 where can_bootstrap is false"):
+        DqnBatch(can_bootstrap=windows.can_bootstrap, **kw)
+
+
+def test_ppo_batch_legality_is_the_csr_of_its_rows_mask_bits_and_checks_lengths():
+    mask = np.zeros((3, 9), bool)
+    mask[0, [0]] = mask[1, [0, 3, 8]] = mask[2, [0, 1]] = True
+    obs = PackedObs(_packed(mask), np.array([2, 0, 1]), 5, 9)
+    f32 = np.zeros(3, np.float32)
+    batch = PpoBatch(obs, np.zeros(3, np.int32), np.zeros(3, np.int64), f32, f32, f32, f32,
+                     mask.sum(1)[[2, 0, 1]].astype(np.int32), np.zeros(3, np.int8), {})
+    assert batch.legal_ids.tolist() == [0, 1, 0, 0, 3, 8] and batch.legal_offsets.tolist() == [0, 2, 3, 6]
+    with pytest.raises(ValueError, match="PpoBatch.values has 2 records, PpoBatch.actions has 3"):
+        PpoBatch(obs, np.zeros(3, np.int32), np.zeros(3, np.int64), f32, f32, f32, f32[:2],
+                 np.ones(3, np.int32), np.zeros(3, np.int8), {})
+    with pytest.raises(ValueError, match="do not hold n_actions 17 bits"):
+        PackedObs(_packed(mask), np.array([0]), 5, 17)
+
+
+# --- the Double DQN target -----------------------------------------------------------------
+
+
+def test_double_dqn_chooses_by_online_and_evaluates_by_target():
+    online = torch.tensor([[[1.0, 5.0, 2.0]]])  # argmax: action 1
+    target = torch.tensor([[[10.0, 0.0, 3.0]]])  # its own argmax would be action 0 (10)
+    r, d, can = torch.tensor([1.0]), torch.tensor([0.9]), torch.tensor([True])
+    all_legal = torch.tensor([[True, True, True]])
+    assert double_dqn_target(r, d, can, online, target, all_legal).tolist() == [[1.0]]  # 1 + .9 * Q_target[1] = 1 + 0
+    no_1 = torch.tensor([[True, False, True]])  # online's argmax over the legal set is now 2
+    assert double_dqn_target(r, d, can, online, target, no_1).item() == pytest.approx(1.0 + 0.9 * 3.0)
+
+
+def test_double_dqn_per_head_and_no_nan_where_the_next_slice_is_empty():
+    online = torch.tensor([[[0.0, 1.0], [1.0, 0.0]], [[0.0, 1.0], [1.0, 0.0]]], dtype=torch.float16)
+    target = torch.tensor([[[7.0, 3.0], [7.0, 3.0]], [[7.0, 3.0], [7.0, 3.0]]], dtype=torch.float16)
+    legal = torch.tensor([[True, True], [False, False]])
+    y = double_dqn_target(torch.tensor([2.0, -1.0]), torch.tensor([0.5, 0.0]), torch.tensor([True, False]),
+                          online, target, legal)
+    assert y.dtype == torch.float16 and torch.isfinite(y).all()
+    assert y.tolist() == [[2.0 + 0.5 * 3.0, 2.0 + 0.5 * 7.0], [-1.0, -1.0]]
+
+
+def test_masked_argmax_fills_with_the_dtype_minimum():
+    q = torch.tensor([[-60000.0, -65504.0, 3.0]], dtype=torch.float16)
+    assert masked_argmax(q, torch.tensor([[True, True, False]])).item() == 0  # -1e9 would be -inf in fp16
+    assert masked_argmax(torch.tensor([[1.0, 9.0, 2.0]]), torch.tensor([[True, False, True]])).item() == 2
+
+
+# --- prioritized replay --------------------------------------------------------------------
+
+
+def _windows(n: int, row_bytes: int = 4, start: int = 0):
+    builder = WindowBuilder(1, 0.9, row_bytes)
+    for t in range(n):
+        builder.push(t, Decision(np.full(row_bytes, (start + t) % 256, np.uint8), start + t, float(start + t), t))
+        builder.end(t, "truncated", np.zeros(row_bytes, np.uint8))
+    return builder.drain()
+
+
+def test_new_rows_enter_at_the_running_max_priority():
+    buf = PrioritizedReplay(8, 4, 2, alpha=1.0, beta=1.0)
+    buf.add(_windows(4), np.ones((4, 2), np.uint8))
+    assert buf.priority[:4].tolist() == [1.0] * 4
+    buf.update_priorities(np.array([0, 2]), np.array([5.0, 0.5]))
+    assert buf.max_priority == pytest.approx(5.0 + 1e-6)
+    pos = buf.add(_windows(2, start=4), np.ones((2, 2), np.uint8))
+    assert pos.tolist() == [4, 5] and buf.priority[4:6].tolist() == [5.0 + 1e-6] * 2
+    buf.update_priorities(np.array([1]), np.array([2.0]))  # a lower write leaves the max where it was
+    assert buf.max_priority == pytest.approx(5.0 + 1e-6)
+
+
+def test_sampling_frequencies_follow_priorities_with_a_fixed_seed():
+    buf = PrioritizedReplay(4, 4, 1, alpha=1.0, beta=1.0, eps=0.0)
+    buf.add(_windows(4), np.ones((4, 1), np.uint8))
+    buf.update_priorities(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+    np.testing.assert_allclose(buf.probabilities(), [0.1, 0.2, 0.3, 0.4])
+    draws = 200_000
+    s = buf.sample(draws, np.random.default_rng(0))
+    freq = np.bincount(s.index, minlength=4) / draws
+    sigma = np.sqrt(0.4 * 0.6 / draws)  # the largest binomial sd
+    np.testing.assert_allclose(freq, [0.1, 0.2, 0.3, 0.4], atol=5 * sigma)
+    # w_i = (N P_i)^-beta / (N P_min)^-beta = P_min / P_i at beta 1
+    np.testing.assert_allclose(s.weights[:50], (0.1 / np.array([0.1, 0.2, 0.3, 0.4]))[s.index[:50]], rtol=1e-6)
+    buf.alpha = 0.5  # p^0.5 / sum p^0.5
+    sq = np.sqrt([1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_allclose(buf.probabilities(), sq / sq.sum())
+    freq = np.bincount(buf.sample(draws, np.random.default_rng(1)).index, minlength=4) / draws
+    np.testing.assert_allclose(freq, sq / sq.sum(), atol=5 * sigma)
+
+
+def test_replay_ring_ages_and_resume_continue_the_same_buffer():
+    buf = PrioritizedReplay(5, 4, 3, alpha=0.6, beta=0.4)
+    rng = np.random.default_rng(5)
+    buf.add(_windows(7), bootstrap_masks(rng, 7, 3, 0.5))  # 7 into 5: the first two are overwritten
+    assert len(buf) == 5 and buf.cursor == 2 and buf.clock == 7
+    assert sorted(buf.actions.tolist()) == [2, 3, 4, 5, 6]
+    buf.update_priorities(np.array([0, 3]), np.array([0.2, 3.0]))
+    twin = PrioritizedReplay(5, 4, 3, alpha=0.6, beta=0.4)
+    twin.load_state_dict(buf.state_dict())
+    a, b = buf.sample(64, np.random.default_rng(9)), twin.sample(64, np.random.default_rng(9))
+    for f in a.__dataclass_fields__:
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert a.age.min() >= 1 and a.age.max() <= 5
+    with pytest.raises(ValueError, match="replay checkpoint has heads 3, this run's buffer has 2"):
+        PrioritizedReplay(5, 4, 2, alpha=0.6, beta=0.4).load_state_dict(buf.state_dict())
+
+
+def test_the_memory_budget_is_checked_before_anything_is_allocated():
+    assert record_bytes(100, 4) == 2 * 100 + 38 + 4
+    assert check_budget(1000, 100, 4, 1.0) == 242_000
+    with pytest.raises(ValueError, match=r"dqn.replay_capacity 10000 records x 242 B .* exceeds dqn.replay_memory_mb 1.0: "
+                                         r"lower dqn.replay_capacity to at most 4332"):
+        PrioritizedReplay(10_000, 100, 4, alpha=0.6, beta=0.4, budget_mb=1.0)
+
+
+# --- ensemble bootstrap masks --------------------------------------------------------------
+
+
+def _ensemble(seed=0, dueling=False):
+    torch.manual_seed(seed)
+    return QEnsemble(torch.nn.Identity(), 4, 3, 2, dueling=dueling)
+
+
+@pytest.mark.parametrize("dueling", [False, True])
+def test_a_record_outside_head_h_contributes_nothing_to_its_loss_or_gradient(dueling):
+    x = torch.tensor([[1.0, 0.5, -1.0, 2.0], [0.3, -0.2, 0.7, 1.0]])
+    actions = torch.tensor([2, 0])
+    masks = torch.tensor([[0.0, 1.0], [1.0, 1.0]])  # record 0 is outside head 0's sample
+    weights = torch.tensor([1.0, 0.5])
+
+    def head_grads(targets):
+        net = _ensemble(dueling=dueling)
+        loss, _ = ensemble_td_loss(net(x), actions, targets, masks, weights)
+        loss.backward()
+        w = net.advantage.weight.grad.view(2, 3, 4)
+        return loss.item(), w[0].clone(), w[1].clone()
+
+    base = torch.tensor([[1.0, 1.0], [0.0, 0.0]])
+    moved = base.clone()
+    moved[0, 0] = 1000.0  # record 0's head-0 target: outside the sample, so nothing may change
+    l0, g0, g1 = head_grads(base)
+    l1, h0, h1 = head_grads(moved)
+    assert l0 == l1 and torch.equal(g0, h0) and torch.equal(g1, h1)
+    moved[0, 1] = 1000.0  # record 0 does train head 1
+    _, k0, k1 = head_grads(moved)
+    assert torch.equal(g0, k0) and not torch.equal(g1, k1)
+    net = _ensemble(dueling=dueling)
+    loss, _ = ensemble_td_loss(net(x), actions, base, torch.tensor([[0.0, 1.0], [0.0, 1.0]]), weights)
+    loss.backward()
+    assert torch.count_nonzero(net.advantage.weight.grad.view(2, 3, 4)[0]) == 0
+
+
+def test_td_loss_value_and_priorities_by_hand():
+    q = torch.tensor([[[1.0, 2.0], [0.0, 4.0]]])  # B=1, K=2, A=2
+    loss, td = ensemble_td_loss(q, torch.tensor([1]), torch.tensor([[2.5, 1.0]]), torch.tensor([[1.0, 1.0]]),
+                                torch.tensor([0.5]))
+    assert td.tolist() == [[0.5, -3.0]]
+    assert loss.item() == pytest.approx(0.5 * (0.5 * 0.25 + (3.0 - 0.5)) / 2)  # huber(0.5)=.125, huber(3)=2.5
+    assert priorities_from_td(td, torch.tensor([[0.0, 1.0]])).tolist() == [3.0]
+    assert priorities_from_td(td, torch.tensor([[0.0, 0.0]])).tolist() == [1.75]
+
+
+def test_target_network_is_a_frozen_copy_synced_every_period():
+    online = _ensemble()
+    target = make_target(online)
+    assert not any(p.requires_grad for p in target.parameters())
+    with torch.no_grad():
+        online.advantage.bias.add_(1.0)
+    assert not torch.equal(online.advantage.bias, target.advantage.bias)
+    assert [s for s in range(1, 11) if sync_due(s, 4)] == [4, 8]
+    sync_target(online, target)
+    assert torch.equal(online.advantage.bias, target.advantage.bias)
+    with pytest.raises(ValueError, match="dqn.target_update_period must be >= 1, got 0"):
+        sync_due(3, 0)
+
+
+# --- behaviour ----------------------------------------------------------------------------
+
+
+def test_epsilon_schedule_is_linear_to_its_floor():
+    kw = dict(start=1.0, floor=0.05, decay_iterations=10)
+    assert [epsilon(i, **kw) for i in (0, 5, 10, 50)] == [1.0, 0.525, 0.05, 0.05]
+
+
+def test_epsilon_greedy_explores_uniformly_over_the_legal_set_only():
+    q = torch.tensor([[0.0, 9.0, 1.0, 2.0]]).repeat(4000, 1)
+    legal = torch.tensor([[True, False, True, True]]).repeat(4000, 1)
+    u = np.random.default_rng(2).random((4000, 2))
+    greedy, explored = epsilon_greedy(q, legal, 0.0, u)
+    assert (greedy == 3).all() and not explored.any()  # 9.0 is illegal
+    acts, explored = epsilon_greedy(q, legal, 1.0, u)
+    assert explored.all() and set(acts.tolist()) == {0, 2, 3}
+    assert np.array_equal(acts, np.array([0, 2, 3])[(u[:, 1] * 3).astype(int)])
+    mixed, explored = epsilon_greedy(q, legal, 0.25, u)
+    assert abs(explored.mean() - 0.25) < 0.03 and (mixed[~explored] == 3).all()
+
+
+def test_thompson_heads_are_a_pure_function_of_seed_slot_and_episode():
+    heads = [thompson_head(11, slot, ep, 5) for slot in range(4) for ep in range(50)]
+    assert heads == [thompson_head(11, slot, ep, 5) for slot in range(4) for ep in range(50)]
+    assert set(heads) == {0, 1, 2, 3, 4}
+    counts = np.bincount(heads, minlength=5)
+    assert counts.min() > 20  # 200 draws over 5 heads: each ~40
+    m = bootstrap_masks(np.random.default_rng(0), 10_000, 3, 0.5)
+    assert m.dtype == np.uint8 and abs(m.mean() - 0.5) < 0.02
+    assert bootstrap_masks(np.random.default_rng(0), 7, 3, 1.0).all()
