@@ -333,3 +333,88 @@ def test_thompson_heads_are_a_pure_function_of_seed_slot_and_episode():
     m = bootstrap_masks(np.random.default_rng(0), 10_000, 3, 0.5)
     assert m.dtype == np.uint8 and abs(m.mean() - 0.5) < 0.02
     assert bootstrap_masks(np.random.default_rng(0), 7, 3, 1.0).all()
+
+
+# --- the PPO seam --------------------------------------------------------------------------
+
+
+def test_ppo_batch_holds_the_trainable_cells_in_cycle_slot_order_by_reference():
+    from services.learner.advantages import Advantages
+    from services.learner.rectangle import Rectangle
+    from services.learner.update import ppo_batch
+
+    rng = np.random.default_rng(4)
+    T, R, A = 3, 4, 13
+    rect = Rectangle(T, R, 5 + 2, 5)
+    mask = rng.random((T + 1, R, A)) < 0.4
+    mask[..., 0] = True
+    rect.rows[:] = _packed(mask.reshape(-1, A)).reshape(T + 1, R, 7)
+    rect.actions[:] = rng.integers(0, A, (T, R))
+    rect.log_probs[:] = rng.normal(size=(T, R))
+    rect.n_legal[:] = mask.sum(-1)
+    rect.policy_lag[:] = rng.integers(0, 2, (T, R))
+    trainable = rng.random((T, R)) < 0.6
+    adv = Advantages(values=rng.normal(size=(T + 1, R)).astype(np.float32), final_values=np.zeros((T, R), np.float32),
+                     advantages=rng.normal(size=(T, R)).astype(np.float32),
+                     returns=rng.normal(size=(T, R)).astype(np.float32), trainable=trainable, nan_trips=0)
+    batch = ppo_batch(rect, adv, A)
+    t, r = np.nonzero(trainable)
+    assert len(batch) == trainable.sum() and batch.players.tolist() == r.tolist()
+    for name, want in (("actions", rect.actions), ("behavior_log_probs", rect.log_probs), ("advantages", adv.advantages),
+                       ("returns", adv.returns), ("values", adv.values[:-1]), ("n_legal", rect.n_legal[:-1]),
+                       ("policy_lag", rect.policy_lag)):
+        assert np.array_equal(getattr(batch, name), want[t, r]), name
+    assert batch.obs.rows.base is not None and np.shares_memory(batch.obs.rows, rect.rows)
+    assert np.array_equal(batch.obs.packed(), rect.rows[t, r])
+    for i, (ti, ri) in enumerate(zip(t, r)):
+        assert batch.legal_ids[batch.legal_offsets[i]:batch.legal_offsets[i + 1]].tolist() == np.flatnonzero(mask[ti, ri]).tolist()
+
+
+# --- one update over replay ----------------------------------------------------------------
+
+
+def test_dqn_update_learns_terminal_rewards_writes_priorities_and_syncs_the_target():
+    from services.learner.dqn.update import DqnUpdateSpec, behaviour_stats, dqn_batch, dqn_update
+    from services.learner.dqn.windows import Windows
+
+    A, F, W = 5, 4, 64
+    rng = np.random.default_rng(0)
+    feats = rng.integers(0, 256, (W, F), dtype=np.uint8)
+    legal = rng.random((W, A)) < 0.6
+    legal[:, 0] = True
+    obs = np.concatenate([feats, np.packbits(legal, axis=1, bitorder="little")], axis=1)
+    actions = np.array([rng.choice(np.flatnonzero(m)) for m in legal])
+    value = np.array([0.0, 0.1, 0.2, 0.3, 0.4], np.float32)
+    z = np.zeros(W)
+    windows = Windows(obs, np.zeros_like(obs), actions.astype(np.int64), value[actions], z.astype(np.float32),
+                      z.astype(bool), np.ones(W, bool), z.astype(np.int32), np.ones(W, np.int64))
+    replay = PrioritizedReplay(128, F + 1, 2, alpha=0.6, beta=0.4)
+    replay.add(windows, np.ones((W, 2), np.uint8))
+    batch = dqn_batch(replay.sample(8, np.random.default_rng(1)), F, A)
+    assert not batch.can_bootstrap.any() and batch.next_legal_offsets.tolist() == [0] * 9
+
+    torch.manual_seed(0)
+    trunk = torch.nn.Sequential(torch.nn.Linear(F, 32), torch.nn.ReLU())
+    online = QEnsemble(trunk, 32, A, 2)
+    target = make_target(online)
+    opt = torch.optim.Adam(online.parameters(), lr=1e-2)
+    to_obs = lambda rows: torch.as_tensor(rows[:, :F], dtype=torch.float32) / 255.0  # noqa: E731
+    spec = DqnUpdateSpec(steps=300, batch_size=32, target_period=100, max_grad_norm=10.0)
+    stats = dqn_update(online, target, opt, replay, spec, np.random.default_rng(2), to_obs, mask_offset=F,
+                       n_actions=A, steps_before=0, device="cpu")
+    assert stats["dqn/target_syncs"] == 3.0 and stats["dqn/optimizer_steps"] == 300.0
+    assert stats["dqn/replay_size"] == 64.0 and stats["dqn/replay_age_mean"] > 0
+    assert "dqn/overestimation" in stats and stats["dqn/priority_spread"] > 1.0
+    assert (replay.priority[:W] != 1.0).all() and np.isfinite(list(stats.values())).all()
+    with torch.no_grad():
+        q = online(to_obs(obs))  # (W, 2, A)
+    err = (q[np.arange(W), :, actions] - torch.as_tensor(value[actions])[:, None]).abs()
+    assert float(err.mean()) < 0.03, float(err.mean())
+    stats2 = dqn_update(online, target, opt, replay, DqnUpdateSpec(20, 32, 100, 10.0), np.random.default_rng(3),
+                        to_obs, mask_offset=F, n_actions=A, steps_before=300, device="cpu")
+    assert stats2["dqn/target_syncs"] == 0.0 and stats2["dqn/td_error_abs"] < 0.05
+
+    b = behaviour_stats(np.array([True, False, False, False]), np.array([3, 0, 0, 2]), np.array([4, 1, 5, 6]),
+                        np.array([1, 1, 0, 1]), 0.05, 0.05)
+    assert b == {"dqn/epsilon": 0.05, "dqn/at_epsilon_floor": 1.0, "dqn/heads_used": 2.0,
+                 "dqn/explore_frac": 1 / 3, "dqn/greedy_noop_frac": 0.5}
