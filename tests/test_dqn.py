@@ -418,3 +418,29 @@ def test_dqn_update_learns_terminal_rewards_writes_priorities_and_syncs_the_targ
                         np.array([1, 1, 0, 1]), 0.05, 0.05)
     assert b == {"dqn/epsilon": 0.05, "dqn/at_epsilon_floor": 1.0, "dqn/heads_used": 2.0,
                  "dqn/explore_frac": 1 / 3, "dqn/greedy_noop_frac": 0.5}
+
+
+def test_behaviour_acts_from_one_uniform_per_slot_like_central_inference():
+    from services.learner.dqn.behaviour import DqnBehaviour, explore_pick
+
+    ex, rank = explore_pick(np.array([0.0, 0.049, 0.05, 0.9, 0.025]), 0.1, np.array([4, 4, 4, 4, 3]))
+    assert ex.tolist() == [True, True, True, False, True]
+    assert rank.tolist()[:3] == [0, 1, 2] and rank[4] == 0  # floor(u / eps * n): 0, 1.96, 2.0; .25*3 = .75
+    q = torch.tensor([[[0.0, 5.0, 1.0, 2.0], [0.0, 1.0, 9.0, 2.0]]]).repeat(3, 1, 1)  # (3, K=2, A=4)
+    legal = torch.tensor([[True, False, True, True]]).repeat(3, 1)
+    calls = []
+
+    def q_rows(rows):
+        calls.append(len(rows))
+        return q[: len(rows)], legal[: len(rows)]
+
+    pol = DqnBehaviour(q_rows, eps=0.1)
+    rows = np.zeros((4, 3), np.uint8)
+    n_legal = np.array([3, 1, 3, 3])
+    acts, logp = pol.act(rows, n_legal, np.array([0.5, 0.0, 0.5, 0.01]))
+    assert calls == [3]  # the forced row is not forwarded
+    # mean over heads: [0, 3, 5, 2] masked (1 illegal) -> 2; row 3 explores: rank floor(.1 * 3) = 0 -> id 0
+    assert acts.tolist() == [2, 0, 2, 0] and not logp.any()
+    assert pol.last["explored"].tolist() == [False, False, False, True]
+    acts, _ = pol.act(rows, n_legal, np.array([0.5, 0.5, 0.5, 0.5]), heads=np.array([0, 0, 1, 0]))
+    assert acts.tolist() == [3, 0, 2, 3]  # head 0: [0, -, 1, 2] -> 3; head 1 -> 2

@@ -55,3 +55,52 @@ def bootstrap_masks(rng: np.random.Generator, records: int, heads: int, p: float
     if not 0.0 < p <= 1.0:
         raise ValueError(f"dqn.bootstrap_p must lie in (0, 1], got {p}")
     return (rng.random((records, heads)) < p).astype(np.uint8)
+
+
+def explore_pick(uniforms: np.ndarray, eps: float, n_legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Epsilon-greedy from ONE uniform per row, the (B,) uniforms central inference already
+    draws per slot (``act/iteration/{i}/cycle/{c}``): explore iff u < eps, and then u / eps is
+    itself uniform on [0, 1), so the legal rank is floor(u / eps * n_legal). Returns
+    (explored (B,) bool, rank (B,) int64; meaningful where explored)."""
+    explored = uniforms < eps
+    scaled = np.where(explored, uniforms / max(eps, np.finfo(np.float64).tiny), 0.0)
+    rank = np.minimum((scaled * n_legal).astype(np.int64), np.maximum(n_legal - 1, 0))
+    return explored, rank
+
+
+class DqnBehaviour:
+    """The behaviour policy with central inference's interface: ``act(rows, n_legal, uniforms)``
+    -> (actions (B,) int64, log_probs (B,) float32, all 0: DQN needs none).
+
+    ``q_rows(rows) -> ((B, K, A) tensor, (B, A) bool legal)`` is the Q network's forward on
+    packed rows. Forced rows (only the no-op legal) are not forwarded, as under PPO. A choice row
+    explores by ``explore_pick``; otherwise it takes the masked argmax of head ``heads[b]``
+    (Thompson: the slot's head for this episode) or, without ``heads``, of the mean over heads.
+    ``last`` keeps the explored flags and heads of the latest call for the row
+    (``update.behaviour_stats``)."""
+
+    def __init__(self, q_rows, eps: float):
+        self.q_rows, self.eps = q_rows, eps
+        self.last: dict[str, np.ndarray] = {}
+
+    @torch.no_grad()
+    def act(self, rows: np.ndarray, n_legal: np.ndarray, uniforms: np.ndarray, heads: np.ndarray | None = None):
+        B = len(rows)
+        actions = np.zeros(B, np.int64)
+        explored = np.zeros(B, bool)
+        choice = np.flatnonzero(n_legal > 1)
+        if len(choice):
+            q, legal = self.q_rows(rows[choice])
+            if heads is None:
+                row_q = q.mean(dim=1)
+            else:
+                row_q = q[torch.arange(len(choice)), torch.as_tensor(heads[choice], dtype=torch.int64)]
+            greedy = masked_argmax(row_q, legal).cpu().numpy()
+            legal_np = legal.cpu().numpy()
+            ex, rank = explore_pick(uniforms[choice], self.eps, n_legal[choice])
+            ranks = np.cumsum(legal_np, axis=1) - 1
+            random_ids = np.argmax(legal_np & (ranks == rank[:, None]), axis=1)
+            actions[choice] = np.where(ex, random_ids, greedy)
+            explored[choice] = ex
+        self.last = {"explored": explored, "heads": np.zeros(B, np.int64) if heads is None else np.asarray(heads)}
+        return actions, np.zeros(B, np.float32)
