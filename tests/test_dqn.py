@@ -444,3 +444,53 @@ def test_behaviour_acts_from_one_uniform_per_slot_like_central_inference():
     assert pol.last["explored"].tolist() == [False, False, False, True]
     acts, _ = pol.act(rows, n_legal, np.array([0.5, 0.5, 0.5, 0.5]), heads=np.array([0, 0, 1, 0]))
     assert acts.tolist() == [3, 0, 2, 3]  # head 0: [0, -, 1, 2] -> 3; head 1 -> 2
+
+
+def test_a_rectangle_feeds_windows_across_iterations_and_episode_ends():
+    from services.learner.dqn.windows import feed_rectangle
+    from services.learner.rectangle import Rectangle
+    from shared.messages import GROUP_LEARNER
+
+    def rect_of(T, rewards, terminated, truncated, first):
+        rect = Rectangle(T, 2, 3, 2)
+        rect.group[:] = GROUP_LEARNER
+        rect.obs_valid[:] = True
+        for t in range(T + 1):
+            for r in range(2):
+                rect.rows[t, r] = [first + t, r, 1]
+        rect.actions[:] = np.arange(T)[:, None] + first
+        rect.reward[:] = rewards
+        rect.terminated[:] = terminated
+        rect.truncated[:] = truncated
+        rect.step_valid[:] = True
+        rect.acted[:] = True
+        return rect
+
+    b = WindowBuilder(2, 0.5, 3)
+    # slot 0 terminates at cycle 1; slot 1 runs on into the next iteration, truncated at its cycle 0.
+    r1 = rect_of(3, np.array([[1.0, 10.0], [2.0, 20.0], [4.0, 40.0]]), np.array([[0, 0], [1, 0], [0, 0]], bool),
+                 np.zeros((3, 2), bool), first=0)
+    feed_rectangle(b, r1)
+    w = b.drain()
+    got = sorted(zip(w.players.tolist(), w.actions.tolist(), w.rewards.tolist(), w.discounts.tolist(),
+                     w.can_bootstrap.tolist(), w.next_obs[:, 0].tolist()))
+    # slot 0: decisions 0,1 then terminal: windows (0: 1 + .5*2, no bootstrap), (1: 2, no bootstrap)
+    # slot 1: window 0 closes at decision 2 (next obs is cycle 2's row): 10 + .5*20, gamma^2
+    assert got == [(0, 0, 2.0, 0.0, False, 0), (0, 1, 2.0, 0.0, False, 0), (1, 0, 20.0, 0.25, True, 2)]
+    state = b.state_dict()
+    assert {s: [d[1] for d in q] for s, q in state.items()} == {0: [2], 1: [1, 2]}
+    resumed = WindowBuilder(2, 0.5, 3)
+    resumed.load_state_dict(state)
+    r2 = rect_of(1, np.array([[8.0, 80.0]]), np.zeros((1, 2), bool), np.array([[False, True]]), first=3)
+    r2.final_rows[(0, 1)] = np.array([99, 1, 1], np.uint8)
+    for builder in (b, resumed):
+        feed_rectangle(builder, r2)
+    w, v = b.drain(), resumed.drain()
+    for f in w.__dataclass_fields__:
+        assert np.array_equal(getattr(w, f), getattr(v, f)), f
+    got = sorted(zip(w.players.tolist(), w.actions.tolist(), w.rewards.tolist(), w.discounts.tolist(), w.next_obs[:, 0].tolist()))
+    # slot 0: decisions 2, 3 stay open (window 2 needs decision 4's observation)
+    # slot 1: window 1 closes at decision 3 (20 + .5*40, next = its row 3); truncated after decision 3:
+    # windows 2 (40 + .5*80, gamma^2) and 3 (80, gamma^1) bootstrap from the final row 99
+    assert got == [(1, 1, 40.0, 0.25, 3), (1, 2, 80.0, 0.25, 99), (1, 3, 80.0, 0.5, 99)]
+    assert [d[1] for d in b.state_dict()[0]] == [2, 3] and 1 not in b.state_dict()

@@ -39,6 +39,30 @@ class WindowSpec:
     dones: np.ndarray  # (W,) bool: the window reaches the episode's end
 
 
+def feed_rectangle(builder: "WindowBuilder", rect) -> int:
+    """Push one iteration's learner decisions (``services.learner.rectangle.Rectangle``) into
+    ``builder`` in (cycle, slot) order: a trainable cell is a decision; its step's
+    ``terminated``/``truncated`` ends the slot's episode (a truncation bootstraps from
+    ``rect.final_rows``); a learner cell whose step never arrived drops the slot's open
+    decisions. Episodes that go on past cycle T - 1 stay open: the next iteration's cycle 0 is
+    their next decision. Returns the decisions dropped."""
+    trainable = rect.trainable()
+    learner = rect.learner_cells()[:-1]
+    dropped = 0
+    for t in range(rect.T):
+        for r in np.flatnonzero(learner[t]):
+            r = int(r)
+            if not trainable[t, r]:
+                dropped += builder.discard(r)
+                continue
+            builder.push(r, Decision(rect.rows[t, r].copy(), int(rect.actions[t, r]), float(rect.reward[t, r]), r))
+            if rect.terminated[t, r]:
+                builder.end(r, "terminated", None)
+            elif rect.truncated[t, r]:
+                builder.end(r, "truncated", rect.final_rows[(t, r)])
+    return dropped
+
+
 def episode_windows(rewards: np.ndarray, n: int, gamma: float, *, ended: str | None) -> WindowSpec:
     """The windows of one seat's decisions ``rewards`` (T,) under the tail rule ``ended``:
     ``"terminated"``, ``"truncated"``, or None (the episode goes on: only full windows whose
@@ -125,6 +149,19 @@ class WindowBuilder:
         q = list(self.pending.pop(slot, ()))
         for i in range(len(q)):
             self._emit(q[i:], final_row, ended)
+
+    def discard(self, slot: int) -> int:
+        """Drop ``slot``'s open decisions (a lost step: their next observation will never be
+        known). Returns how many were dropped (no window is emitted for them)."""
+        return len(self.pending.pop(slot, ()))
+
+    def state_dict(self) -> dict:
+        """The open decisions per slot, for the checkpoint: a resume continues every window."""
+        return {int(slot): [(d.row.copy(), d.action, d.reward, d.player) for d in q] for slot, q in self.pending.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.pending = {int(slot): deque(Decision(np.asarray(row, np.uint8), int(a), float(r), int(p)) for row, a, r, p in q)
+                        for slot, q in state.items()}
 
     def _emit(self, decisions: list[Decision], next_row, rule: str) -> None:
         k = len(decisions)
