@@ -210,7 +210,9 @@ def test_sampling_frequencies_follow_priorities_with_a_fixed_seed():
     np.testing.assert_allclose(freq, [0.1, 0.2, 0.3, 0.4], atol=5 * sigma)
     # w_i = (N P_i)^-beta / (N P_min)^-beta = P_min / P_i at beta 1
     np.testing.assert_allclose(s.weights[:50], (0.1 / np.array([0.1, 0.2, 0.3, 0.4]))[s.index[:50]], rtol=1e-6)
-    buf.alpha = 0.5  # p^0.5 / sum p^0.5
+    buf = PrioritizedReplay(4, 4, 1, alpha=0.5, beta=1.0, eps=0.0)  # p^0.5 / sum p^0.5
+    buf.add(_windows(4), np.ones((4, 1), np.uint8))
+    buf.update_priorities(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
     sq = np.sqrt([1.0, 2.0, 3.0, 4.0])
     np.testing.assert_allclose(buf.probabilities(), sq / sq.sum())
     freq = np.bincount(buf.sample(draws, np.random.default_rng(1)).index, minlength=4) / draws
@@ -232,6 +234,23 @@ def test_replay_ring_ages_and_resume_continue_the_same_buffer():
     assert a.age.min() >= 1 and a.age.max() <= 5
     with pytest.raises(ValueError, match="replay checkpoint has heads 3, this run's buffer has 2"):
         PrioritizedReplay(5, 4, 2, alpha=0.6, beta=0.4).load_state_dict(buf.state_dict())
+
+
+def test_the_sum_tree_samples_like_the_cumulative_sum_over_many_random_priorities():
+    from services.learner.dqn.replay import SumTree
+
+    rng = np.random.default_rng(8)
+    for capacity in (1, 2, 3, 7, 100, 1000):
+        tree = SumTree(capacity)
+        values = rng.random(capacity) * 10
+        tree.set(np.arange(capacity), values)
+        k = rng.integers(0, capacity, 5)
+        values[k] = rng.random(5)  # a second write moves only those leaves' paths
+        tree.set(k, values[k])
+        assert tree.total == pytest.approx(values.sum()) and tree.min[1] == values.min()
+        u = rng.random(500) * values.sum()
+        want = np.minimum(np.searchsorted(np.cumsum(values), u, side="right"), capacity - 1)
+        assert np.array_equal(tree.find(u), want)
 
 
 def test_the_memory_budget_is_checked_before_anything_is_allocated():

@@ -7,10 +7,10 @@ discount, flags, bootstrap masks (one bit per head, drawn once at insertion and 
 record) and its priority. A ring of ``capacity`` records: the oldest is overwritten.
 
 * New records enter at the running maximum priority (1.0 before any TD error is written).
-* ``sample`` draws B records with P(i) = p_i^alpha / sum_j p_j^alpha (a cumulative sum and
-  ``searchsorted`` over the stored records: O(capacity) per minibatch, which at the default
-  capacity is ~1 ms, far below the update's forward) and importance weights
-  w_i = (N P(i))^-beta / max_j (N P(j))^-beta, the max over every stored record (so w <= 1).
+* ``sample`` draws B records with P(i) = p_i^alpha / sum_j p_j^alpha by inverse CDF down a sum
+  tree of p^alpha (``SumTree``: O(B log capacity) a minibatch) and importance weights
+  w_i = (N P(i))^-beta / max_j (N P(j))^-beta, the max over every stored record (the tree's
+  minimum), so w <= 1.
 * ``update_priorities`` writes |TD error| + ``eps`` back after each minibatch and raises the
   running max.
 
@@ -71,6 +71,43 @@ class Sample:
     age: np.ndarray  # (B,) int64: insertions since the record was stored
 
 
+class SumTree:
+    """Sums and minima of ``capacity`` non-negative leaves, vectorised over a batch of leaves
+    or queries. ``set`` is O(k log n) for k leaves; ``find`` is inverse CDF, O(B log n)."""
+
+    def __init__(self, capacity: int):
+        self.n = 1 << max(1, (capacity - 1).bit_length())
+        self.sum = np.zeros(2 * self.n, np.float64)
+        self.min = np.full(2 * self.n, np.inf, np.float64)
+
+    def set(self, leaves: np.ndarray, values: np.ndarray) -> None:
+        pos = np.asarray(leaves, np.int64) + self.n
+        self.sum[pos] = values
+        self.min[pos] = values
+        pos = np.unique(pos // 2)
+        while len(pos) and pos[0] >= 1:
+            self.sum[pos] = self.sum[2 * pos] + self.sum[2 * pos + 1]
+            self.min[pos] = np.minimum(self.min[2 * pos], self.min[2 * pos + 1])
+            if pos[0] == 1:
+                break
+            pos = np.unique(pos // 2)
+
+    @property
+    def total(self) -> float:
+        return float(self.sum[1])
+
+    def find(self, u: np.ndarray) -> np.ndarray:
+        """Leaf i with prefix(i) <= u < prefix(i + 1) for each u in [0, total)."""
+        u = np.asarray(u, np.float64).copy()
+        i = np.ones(len(u), np.int64)
+        while i[0] < self.n:
+            left = 2 * i
+            right = u >= self.sum[left]
+            u = np.where(right, u - self.sum[left], u)
+            i = np.where(right, left + 1, left)
+        return i - self.n
+
+
 class PrioritizedReplay:
     _ARRAYS = ("obs", "next_obs", "actions", "rewards", "discounts", "can_bootstrap", "dones", "players", "masks",
                "inserted_at", "priority")
@@ -95,6 +132,8 @@ class PrioritizedReplay:
         self.masks = np.zeros((capacity, heads), np.uint8)
         self.inserted_at = np.zeros(capacity, np.int64)
         self.priority = np.zeros(capacity, np.float64)
+        self.tree = SumTree(capacity)
+        """p^alpha of every stored record (empty slots 0)."""
         self.size = 0
         self.cursor = 0
         self.clock = 0
@@ -130,25 +169,26 @@ class PrioritizedReplay:
         self.masks[pos] = masks
         self.inserted_at[pos] = first + np.arange(w)
         self.priority[pos] = self.max_priority
+        self.tree.set(pos, np.full(len(pos), self.max_priority ** self.alpha))
         self.cursor = int((pos[-1] + 1) % self.capacity) if w else self.cursor
         self.size = min(self.capacity, self.size + w)
         return pos
 
     def probabilities(self) -> np.ndarray:
         """(size,) float64 P(i) over the stored records."""
-        scaled = self.priority[: self.size] ** self.alpha
-        return scaled / scaled.sum()
+        return self.tree.sum[self.tree.n : self.tree.n + self.size] / self.tree.total
 
     def sample(self, batch: int, rng: np.random.Generator) -> Sample:
         """B records drawn with replacement by priority (module docstring). Raises ValueError
         on an empty buffer."""
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
-        p = self.probabilities()
-        cdf = np.cumsum(p)
-        index = np.minimum(np.searchsorted(cdf, rng.random(batch) * cdf[-1], side="right"), self.size - 1)
-        w = (self.size * p[index]) ** -self.beta
-        w_max = (self.size * p.min()) ** -self.beta
+        total = self.tree.total
+        # Rounding in the tree's sums can send a query just past the last record: clamp it.
+        index = np.minimum(self.tree.find(rng.random(batch) * total), self.size - 1)
+        p = self.tree.sum[self.tree.n + index] / total
+        w = (self.size * p) ** -self.beta
+        w_max = (self.size * self.tree.min[1] / total) ** -self.beta
         return Sample(index.astype(np.int64), (w / w_max).astype(np.float32), self.obs[index], self.next_obs[index],
                       self.actions[index], self.rewards[index], self.discounts[index], self.can_bootstrap[index],
                       self.dones[index], self.players[index], self.masks[index].astype(np.float32),
@@ -161,6 +201,7 @@ class PrioritizedReplay:
         if not np.all(np.isfinite(td_abs)):
             raise ValueError("non-finite |TD error| written back to the replay priorities")
         self.priority[index] = td_abs + self.eps
+        self.tree.set(index, self.priority[index] ** self.alpha)
         self.max_priority = max(self.max_priority, float(self.priority[index].max()))
 
     def priority_spread(self) -> float | None:
@@ -186,4 +227,6 @@ class PrioritizedReplay:
         for name in self._ARRAYS:
             getattr(self, name)[:n] = state[name]
         self.size, self.cursor, self.clock = n, int(state["cursor"]), int(state["clock"])
+        self.tree = SumTree(self.capacity)
+        self.tree.set(np.arange(n), self.priority[:n] ** self.alpha)
         self.max_priority = float(state["max_priority"])
