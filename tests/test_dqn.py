@@ -465,6 +465,19 @@ def test_behaviour_acts_from_one_uniform_per_slot_like_central_inference():
     assert acts.tolist() == [3, 0, 2, 3]  # head 0: [0, -, 1, 2] -> 3; head 1 -> 2
 
 
+def test_a_next_row_without_legal_actions_cannot_bootstrap_whatever_the_tail_rule():
+    b = WindowBuilder(2, 0.5, 3, mask_offset=2)
+    rows = np.array([[1, 1, 1], [2, 2, 0], [3, 3, 1]], np.uint8)  # row 1's mask byte is empty
+    for t in range(2):
+        b.push(0, Decision(rows[t], t, 1.0, 0))
+    b.end(0, "truncated", rows[2])
+    b.push(1, Decision(rows[0], 0, 1.0, 1))
+    b.end(1, "truncated", rows[1])
+    w = b.drain()
+    assert w.can_bootstrap.tolist() == [True, True, False]
+    assert w.discounts.tolist() == [0.25, 0.5, 0.0] and not w.next_obs[2].any()
+
+
 def test_a_rectangle_feeds_windows_across_iterations_and_episode_ends():
     from services.learner.dqn.windows import feed_rectangle
     from services.learner.rectangle import Rectangle
