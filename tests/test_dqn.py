@@ -526,3 +526,34 @@ def test_a_rectangle_feeds_windows_across_iterations_and_episode_ends():
     # windows 2 (40 + .5*80, gamma^2) and 3 (80, gamma^1) bootstrap from the final row 99
     assert got == [(1, 1, 40.0, 0.25, 3), (1, 2, 80.0, 0.25, 99), (1, 3, 80.0, 0.5, 99)]
     assert [d[1] for d in b.state_dict()[0]] == [2, 3] and 1 not in b.state_dict()
+
+
+def test_replay_and_open_windows_survive_the_checkpoint_files_exactly():
+    from services.learner.dqn.state_files import (replay_from_files, replay_to_files, windows_from_files,
+                                                  windows_to_files)
+
+    buf = PrioritizedReplay(6, 4, 2, alpha=0.6, beta=0.4)
+    buf.add(_windows(9), bootstrap_masks(np.random.default_rng(1), 9, 2, 0.5))
+    buf.update_priorities(np.array([1, 4]), np.array([2.5, 0.01]))
+    files = replay_to_files(buf)
+    twin = PrioritizedReplay(6, 4, 2, alpha=0.6, beta=0.4)
+    replay_from_files(twin, files)
+    assert replay_to_files(twin) == files
+    a, b = buf.sample(40, np.random.default_rng(3)), twin.sample(40, np.random.default_rng(3))
+    for f in a.__dataclass_fields__:
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+
+    builder = WindowBuilder(3, 0.9, 4)
+    for t in range(2):
+        builder.push(5, Decision(np.full(4, t, np.uint8), t, 0.5 * t, 5))
+    builder.push(2, Decision(np.full(4, 7, np.uint8), 7, -1.0, 2))
+    other = WindowBuilder(3, 0.9, 4)
+    windows_from_files(other, windows_to_files(builder))
+    assert windows_to_files(other) == windows_to_files(builder)
+    for bl in (builder, other):
+        bl.end(5, "truncated", np.full(4, 9, np.uint8))
+        bl.end(2, "terminated", None)
+    w, v = builder.drain(), other.drain()
+    assert len(w) == 3 and all(np.array_equal(getattr(w, f), getattr(v, f)) for f in w.__dataclass_fields__)
+    with pytest.raises(ValueError, match="written with n_step 3 and gamma 0.9, this run has 2 and 0.9"):
+        windows_from_files(WindowBuilder(2, 0.9, 4), windows_to_files(builder))
