@@ -270,3 +270,26 @@ def test_loading_a_document_that_names_its_profile_does_not_import_torch():
                          cwd=pathlib.Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_the_dqn_learner_is_refused_at_load_until_the_service_runs_it():
+    problems = refusal({"profile": "tiny", "learner": {"algorithm": "dqn"},
+                          "dqn": {"epsilon_start": 0.1, "epsilon_floor": 0.2}})
+    assert any(p.startswith('learner.algorithm: "dqn" is not run by the learner service yet') and p.endswith('use "ppo"')
+               for p in problems), problems
+    assert "dqn.epsilon_floor: 0.2 is above dqn.epsilon_start=0.1" in problems
+    with pytest.raises(ConfigError, match="learner.algorithm: Invalid enum value 'sac'"):
+        load_config({"profile": "tiny", "learner": {"algorithm": "sac"}})
+
+
+def test_dqn_settings_leave_a_ppo_run_identity_alone():
+    from shared.identity import config_digests, digest
+
+    cfg = profile("tiny")
+    before = digest({"ppo": cfg.ppo, "advantage": cfg.advantage, "autocast": cfg.net.autocast})
+    assert config_digests(cfg)["algo_digest"] == before  # the digest every PPO run had before DQN existed
+    changed = msgspec.structs.replace(cfg, dqn=msgspec.structs.replace(cfg.dqn, n_step=5))
+    assert config_digests(changed)["algo_digest"] == before
+    dqn = msgspec.structs.replace(cfg, learner=msgspec.structs.replace(cfg.learner, algorithm="dqn"))
+    dqn5 = msgspec.structs.replace(dqn, dqn=changed.dqn)
+    assert len({before, config_digests(dqn)["algo_digest"], config_digests(dqn5)["algo_digest"]}) == 3
