@@ -418,10 +418,10 @@ def test_dqn_update_learns_terminal_rewards_writes_priorities_and_syncs_the_targ
     target = make_target(online)
     opt = torch.optim.Adam(online.parameters(), lr=1e-2)
     to_obs = lambda rows: torch.as_tensor(rows[:, :F], dtype=torch.float32) / 255.0  # noqa: E731
-    spec = DqnUpdateSpec(steps=300, batch_size=32, target_period=100, max_grad_norm=10.0)
+    spec = DqnUpdateSpec(steps=150, batch_size=32, target_period=50, max_grad_norm=10.0)
     stats = dqn_update(online, target, opt, replay, spec, np.random.default_rng(2), to_obs, mask_offset=F,
                        n_actions=A, steps_before=0, device="cpu")
-    assert stats["dqn/target_syncs"] == 3.0 and stats["dqn/optimizer_steps"] == 300.0
+    assert stats["dqn/target_syncs"] == 3.0 and stats["dqn/optimizer_steps"] == 150.0
     assert stats["dqn/replay_size"] == 64.0 and stats["dqn/replay_age_mean"] > 0
     assert "dqn/overestimation" in stats and stats["dqn/priority_spread"] > 1.0
     assert (replay.priority[:W] != 1.0).all() and np.isfinite(list(stats.values())).all()
@@ -429,8 +429,8 @@ def test_dqn_update_learns_terminal_rewards_writes_priorities_and_syncs_the_targ
         q = online(to_obs(obs))  # (W, 2, A)
     err = (q[np.arange(W), :, actions] - torch.as_tensor(value[actions])[:, None]).abs()
     assert float(err.mean()) < 0.03, float(err.mean())
-    stats2 = dqn_update(online, target, opt, replay, DqnUpdateSpec(20, 32, 100, 10.0), np.random.default_rng(3),
-                        to_obs, mask_offset=F, n_actions=A, steps_before=300, device="cpu")
+    stats2 = dqn_update(online, target, opt, replay, DqnUpdateSpec(20, 32, 50, 10.0), np.random.default_rng(3),
+                        to_obs, mask_offset=F, n_actions=A, steps_before=150, device="cpu")
     assert stats2["dqn/target_syncs"] == 0.0 and stats2["dqn/td_error_abs"] < 0.05
 
     b = behaviour_stats(np.array([True, False, False, False]), np.array([3, 0, 0, 2]), np.array([4, 1, 5, 6]),
