@@ -592,7 +592,7 @@ class DqnConfig(_Cfg):
     replay_capacity: PosInt = 200_000
     """Records the replay ring holds; the oldest is overwritten."""
     replay_memory_mb: PosFloat = 2048.0
-    """The replay's memory budget in MiB: capacity x (2 packed rows + 38 B + heads) must fit,
+    """The replay's memory budget in MiB: capacity x (2 packed rows + 43 B + heads) must fit,
     checked when the learner starts (services/learner/dqn/replay.py check_budget)."""
     per_alpha: Fraction01 = 0.6
     """Prioritization exponent: P(i) ~ p_i^alpha (0 is uniform sampling; Schaul et al. 2016)."""

@@ -186,6 +186,27 @@ def _windows(n: int, row_bytes: int = 4, start: int = 0):
     return builder.drain()
 
 
+def test_the_behaviour_head_and_epsilon_travel_with_each_record():
+    from services.learner.dqn.windows import feed_rectangle
+    from services.learner.rectangle import Rectangle
+    from shared.messages import GROUP_LEARNER
+
+    rect = Rectangle(2, 2, 3, 2)
+    rect.group[:] = GROUP_LEARNER
+    rect.obs_valid[:] = rect.step_valid[:] = rect.acted[:] = True
+    rect.rows[..., 2] = 1
+    rect.terminated[1] = True
+    b = WindowBuilder(1, 0.9, 3, mask_offset=2)
+    feed_rectangle(b, rect, heads=np.array([[3, 1], [2, 0]]), epsilon=0.3)
+    w = b.drain()
+    buf = PrioritizedReplay(8, 3, 1, alpha=1.0, beta=1.0)
+    buf.add(w, np.ones((len(w), 1), np.uint8))
+    s = buf.sample(50, np.random.default_rng(0))
+    assert sorted(zip(w.players.tolist(), w.heads.tolist())) == [(0, 2), (0, 3), (1, 0), (1, 1)]
+    assert np.allclose(w.epsilons, 0.3) and sorted(buf.acted_heads[:4].tolist()) == [0, 1, 2, 3]
+    assert np.array_equal(s.acted_heads, buf.acted_heads[s.index]) and np.allclose(s.epsilons, 0.3)
+
+
 def test_new_rows_enter_at_the_running_max_priority():
     buf = PrioritizedReplay(8, 4, 2, alpha=1.0, beta=1.0)
     buf.add(_windows(4), np.ones((4, 2), np.uint8))
@@ -254,10 +275,10 @@ def test_the_sum_tree_samples_like_the_cumulative_sum_over_many_random_prioritie
 
 
 def test_the_memory_budget_is_checked_before_anything_is_allocated():
-    assert record_bytes(100, 4) == 2 * 100 + 38 + 4
-    assert check_budget(1000, 100, 4, 1.0) == 242_000
-    with pytest.raises(ValueError, match=r"dqn.replay_capacity 10000 records x 242 B .* exceeds dqn.replay_memory_mb 1.0: "
-                                         r"lower dqn.replay_capacity to at most 4332"):
+    assert record_bytes(100, 4) == 2 * 100 + 43 + 4
+    assert check_budget(1000, 100, 4, 1.0) == 247_000
+    with pytest.raises(ValueError, match=r"dqn.replay_capacity 10000 records x 247 B .* exceeds dqn.replay_memory_mb 1.0: "
+                                         r"lower dqn.replay_capacity to at most 4245"):
         PrioritizedReplay(10_000, 100, 4, alpha=0.6, beta=0.4, budget_mb=1.0)
 
 
@@ -406,7 +427,8 @@ def test_dqn_update_learns_terminal_rewards_writes_priorities_and_syncs_the_targ
     value = np.array([0.0, 0.1, 0.2, 0.3, 0.4], np.float32)
     z = np.zeros(W)
     windows = Windows(obs, np.zeros_like(obs), actions.astype(np.int64), value[actions], z.astype(np.float32),
-                      z.astype(bool), np.ones(W, bool), z.astype(np.int32), np.ones(W, np.int64))
+                      z.astype(bool), np.ones(W, bool), z.astype(np.int32), np.ones(W, np.int64), z.astype(np.int8),
+                      z.astype(np.float32))
     replay = PrioritizedReplay(128, F + 1, 2, alpha=0.6, beta=0.4)
     replay.add(windows, np.ones((W, 2), np.uint8))
     batch = dqn_batch(replay.sample(8, np.random.default_rng(1)), F, A)
@@ -545,7 +567,7 @@ def test_replay_and_open_windows_survive_the_checkpoint_files_exactly():
 
     builder = WindowBuilder(3, 0.9, 4)
     for t in range(2):
-        builder.push(5, Decision(np.full(4, t, np.uint8), t, 0.5 * t, 5))
+        builder.push(5, Decision(np.full(4, t, np.uint8), t, 0.5 * t, 5, head=t, epsilon=0.25))
     builder.push(2, Decision(np.full(4, 7, np.uint8), 7, -1.0, 2))
     other = WindowBuilder(3, 0.9, 4)
     windows_from_files(other, windows_to_files(builder))
@@ -555,5 +577,6 @@ def test_replay_and_open_windows_survive_the_checkpoint_files_exactly():
         bl.end(2, "terminated", None)
     w, v = builder.drain(), other.drain()
     assert len(w) == 3 and all(np.array_equal(getattr(w, f), getattr(v, f)) for f in w.__dataclass_fields__)
+    assert sorted(zip(w.actions.tolist(), w.heads.tolist(), w.epsilons.tolist())) == [(0, 0, 0.25), (1, 1, 0.25), (7, 0, 0.0)]
     with pytest.raises(ValueError, match="written with n_step 3 and gamma 0.9, this run has 2 and 0.9"):
         windows_from_files(WindowBuilder(2, 0.9, 4), windows_to_files(builder))

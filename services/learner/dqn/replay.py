@@ -26,9 +26,10 @@ import numpy as np
 
 from services.learner.dqn.windows import Windows
 
-SCALAR_BYTES = 8 + 4 + 4 + 1 + 1 + 4 + 8 + 8
+SCALAR_BYTES = 8 + 4 + 4 + 1 + 1 + 4 + 1 + 4 + 8 + 8
 """Per-record bytes besides the rows and masks: action int64, reward and discount float32,
-can_bootstrap and done bool, player int32, insertion step int64, priority float64."""
+can_bootstrap and done bool, player int32, behaviour head int8 and epsilon float32, insertion
+step int64, priority float64."""
 
 
 def record_bytes(row_bytes: int, heads: int) -> int:
@@ -68,6 +69,8 @@ class Sample:
     dones: np.ndarray
     players: np.ndarray
     masks: np.ndarray  # (B, heads) float32
+    acted_heads: np.ndarray  # (B,) int8: the head the behaviour acted by
+    epsilons: np.ndarray  # (B,) float32: the epsilon it acted under
     age: np.ndarray  # (B,) int64: insertions since the record was stored
 
 
@@ -110,7 +113,7 @@ class SumTree:
 
 class PrioritizedReplay:
     _ARRAYS = ("obs", "next_obs", "actions", "rewards", "discounts", "can_bootstrap", "dones", "players", "masks",
-               "inserted_at", "priority")
+               "acted_heads", "epsilons", "inserted_at", "priority")
 
     def __init__(self, capacity: int, row_bytes: int, heads: int, *, alpha: float, beta: float,
                  eps: float = 1e-6, budget_mb: float = float("inf")):
@@ -130,6 +133,8 @@ class PrioritizedReplay:
         self.dones = np.zeros(capacity, bool)
         self.players = np.zeros(capacity, np.int32)
         self.masks = np.zeros((capacity, heads), np.uint8)
+        self.acted_heads = np.zeros(capacity, np.int8)
+        self.epsilons = np.zeros(capacity, np.float32)
         self.inserted_at = np.zeros(capacity, np.int64)
         self.priority = np.zeros(capacity, np.float64)
         self.tree = SumTree(capacity)
@@ -167,6 +172,8 @@ class PrioritizedReplay:
         self.dones[pos] = windows.dones
         self.players[pos] = windows.players
         self.masks[pos] = masks
+        self.acted_heads[pos] = windows.heads
+        self.epsilons[pos] = windows.epsilons
         self.inserted_at[pos] = first + np.arange(w)
         self.priority[pos] = self.max_priority
         self.tree.set(pos, np.full(len(pos), self.max_priority ** self.alpha))
@@ -192,7 +199,7 @@ class PrioritizedReplay:
         return Sample(index.astype(np.int64), (w / w_max).astype(np.float32), self.obs[index], self.next_obs[index],
                       self.actions[index], self.rewards[index], self.discounts[index], self.can_bootstrap[index],
                       self.dones[index], self.players[index], self.masks[index].astype(np.float32),
-                      self.clock - self.inserted_at[index])
+                      self.acted_heads[index], self.epsilons[index], self.clock - self.inserted_at[index])
 
     def update_priorities(self, index: np.ndarray, td_abs: np.ndarray) -> None:
         """p_i = |TD_i| + eps for the sampled ``index``; raises the running max. A record drawn

@@ -55,6 +55,8 @@ def windows_to_files(builder: WindowBuilder) -> dict[str, bytes]:
         "actions": np.array([d[1] for d in flat], np.int64),
         "rewards": np.array([d[2] for d in flat], np.float64),
         "players": np.array([d[3] for d in flat], np.int64),
+        "heads": np.array([d[4] for d in flat], np.int64),
+        "epsilons": np.array([d[5] for d in flat], np.float64),
     }
     meta = {"slots": slots, "counts": [len(state[s]) for s in slots], "n": builder.n, "gamma": builder.gamma}
     return {WINDOW_FILES[0]: st_save(arrays), WINDOW_FILES[1]: msgspec.json.encode(meta)}
@@ -68,7 +70,7 @@ def windows_from_files(builder: WindowBuilder, files: dict[str, bytes]) -> None:
     a = st_load(files[WINDOW_FILES[0]])
     state, i = {}, 0
     for slot, count in zip(meta["slots"], meta["counts"]):
-        state[slot] = [(a["rows"][j], int(a["actions"][j]), float(a["rewards"][j]), int(a["players"][j]))
-                       for j in range(i, i + count)]
+        state[slot] = [(a["rows"][j], int(a["actions"][j]), float(a["rewards"][j]), int(a["players"][j]),
+                        int(a["heads"][j]), float(a["epsilons"][j])) for j in range(i, i + count)]
         i += count
     builder.load_state_dict(state)

@@ -39,13 +39,14 @@ class WindowSpec:
     dones: np.ndarray  # (W,) bool: the window reaches the episode's end
 
 
-def feed_rectangle(builder: "WindowBuilder", rect) -> int:
+def feed_rectangle(builder: "WindowBuilder", rect, heads: np.ndarray | None = None, epsilon: float = 0.0) -> int:
     """Push one iteration's learner decisions (``services.learner.rectangle.Rectangle``) into
     ``builder`` in (cycle, slot) order: a trainable cell is a decision; its step's
     ``terminated``/``truncated`` ends the slot's episode (a truncation bootstraps from
     ``rect.final_rows``); a learner cell whose step never arrived drops the slot's open
     decisions. Episodes that go on past cycle T - 1 stay open: the next iteration's cycle 0 is
-    their next decision. Returns the decisions dropped."""
+    their next decision. ``heads`` (T, R): the head each cell acted by (None: 0); ``epsilon``: the
+    iteration's. Returns the decisions dropped."""
     trainable = rect.trainable()
     learner = rect.learner_cells()[:-1]
     dropped = 0
@@ -55,7 +56,9 @@ def feed_rectangle(builder: "WindowBuilder", rect) -> int:
             if not trainable[t, r]:
                 dropped += builder.discard(r)
                 continue
-            builder.push(r, Decision(rect.rows[t, r].copy(), int(rect.actions[t, r]), float(rect.reward[t, r]), r))
+            head = 0 if heads is None else int(heads[t, r])
+            builder.push(r, Decision(rect.rows[t, r].copy(), int(rect.actions[t, r]), float(rect.reward[t, r]), r,
+                                     head, epsilon))
             if rect.terminated[t, r]:
                 builder.end(r, "terminated", None)
             elif rect.truncated[t, r]:
@@ -97,6 +100,10 @@ class Decision:
     action: int
     reward: float
     player: int
+    head: int = 0
+    """The ensemble head the behaviour acted by (Thompson; 0 under epsilon-greedy)."""
+    epsilon: float = 0.0
+    """The epsilon the behaviour acted under."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +111,8 @@ class Windows:
     """Completed windows ready for replay (W records): ``obs``/``next_obs`` uint8
     ``(W, row_bytes)`` (``next_obs`` all zero where it cannot bootstrap), ``actions`` int64,
     ``rewards``/``discounts`` float32, ``can_bootstrap``/``dones`` bool, ``players`` int32,
-    ``span`` int64 (k)."""
+    ``span`` int64 (k); ``heads`` int8 and ``epsilons`` float32: the behaviour's head and epsilon
+    at the window's first decision (the one whose action is trained)."""
 
     obs: np.ndarray
     next_obs: np.ndarray
@@ -115,6 +123,8 @@ class Windows:
     dones: np.ndarray
     players: np.ndarray
     span: np.ndarray
+    heads: np.ndarray
+    epsilons: np.ndarray
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -161,10 +171,12 @@ class WindowBuilder:
 
     def state_dict(self) -> dict:
         """The open decisions per slot, for the checkpoint: a resume continues every window."""
-        return {int(slot): [(d.row.copy(), d.action, d.reward, d.player) for d in q] for slot, q in self.pending.items()}
+        return {int(slot): [(d.row.copy(), d.action, d.reward, d.player, d.head, d.epsilon) for d in q]
+                for slot, q in self.pending.items()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.pending = {int(slot): deque(Decision(np.asarray(row, np.uint8), int(a), float(r), int(p)) for row, a, r, p in q)
+        self.pending = {int(slot): deque(Decision(np.asarray(row, np.uint8), int(a), float(r), int(p), int(h), float(e))
+                                             for row, a, r, p, h, e in q)
                         for slot, q in state.items()}
 
     def _emit(self, decisions: list[Decision], next_row, rule: str) -> None:
@@ -175,7 +187,7 @@ class WindowBuilder:
             can = bool(np.asarray(next_row)[self.mask_offset:].any())
         nxt = next_row if can else np.zeros(self.row_bytes, np.uint8)
         self._out.append((decisions[0].row, nxt, decisions[0].action, rewards, self.gamma ** k if can else 0.0, can,
-                          rule != "open", decisions[0].player, k))
+                          rule != "open", decisions[0].player, k, decisions[0].head, decisions[0].epsilon))
 
     def drain(self) -> Windows:
         """The windows completed since the last drain, in completion order."""
@@ -185,9 +197,9 @@ class WindowBuilder:
             z = np.zeros(0)
             return Windows(np.zeros((0, rb), np.uint8), np.zeros((0, rb), np.uint8), z.astype(np.int64),
                            z.astype(np.float32), z.astype(np.float32), z.astype(bool), z.astype(bool),
-                           z.astype(np.int32), z.astype(np.int64))
+                           z.astype(np.int32), z.astype(np.int64), z.astype(np.int8), z.astype(np.float32))
         cols = list(zip(*out))
         return Windows(np.stack(cols[0]).astype(np.uint8), np.stack(cols[1]).astype(np.uint8),
                        np.array(cols[2], np.int64), np.array(cols[3], np.float32), np.array(cols[4], np.float32),
                        np.array(cols[5], bool), np.array(cols[6], bool), np.array(cols[7], np.int32),
-                       np.array(cols[8], np.int64))
+                       np.array(cols[8], np.int64), np.array(cols[9], np.int8), np.array(cols[10], np.float32))
