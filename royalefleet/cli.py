@@ -39,6 +39,8 @@ def _load(args) -> object:
         overrides.setdefault("local", {})["rollouts"] = args.rollouts
     if getattr(args, "battles", None) is not None:
         overrides.setdefault("rollout", {})["battles"] = args.battles
+    if getattr(args, "algorithm", None) is not None:
+        overrides.setdefault("learner", {})["algorithm"] = args.algorithm
     return load_config(args.config, profile_name=args.profile, overrides=overrides or None)
 
 
@@ -172,6 +174,9 @@ def stack_options(sp) -> None:
                     "crash stops at the same row (default 0: until Ctrl-C)")
     sp.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
     sp.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
+    sp.add_argument("--algorithm", choices=("ppo", "dqn"),
+                    help="the learner (overrides learner.algorithm; dqn is refused at load until the learner "
+                    "service runs it: docs/design.md)")
     sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
     sp.add_argument("--allow-identity-drift", action="store_true",
                     help="resume a checkpoint whose run identity differs, recording the drift (drift.json)")

@@ -293,3 +293,12 @@ def test_dqn_settings_leave_a_ppo_run_identity_alone():
     dqn = msgspec.structs.replace(cfg, learner=msgspec.structs.replace(cfg.learner, algorithm="dqn"))
     dqn5 = msgspec.structs.replace(dqn, dqn=changed.dqn)
     assert len({before, config_digests(dqn)["algo_digest"], config_digests(dqn5)["algo_digest"]}) == 3
+
+
+def test_up_algorithm_dqn_is_refused_before_anything_starts(tmp_path, capsys):
+    from royalefleet import cli
+
+    assert cli.main(["up", "--profile", "tiny", "--algorithm", "dqn", "--runs-dir", str(tmp_path), "--no-doctor"]) == 2
+    err = capsys.readouterr().err
+    assert 'learner.algorithm: "dqn" is not run by the learner service yet' in err
+    assert not any(tmp_path.iterdir())  # no run folder, no service
