@@ -175,8 +175,8 @@ def stack_options(sp) -> None:
     sp.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
     sp.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
     sp.add_argument("--algorithm", choices=("ppo", "dqn"),
-                    help="the learner (overrides learner.algorithm; dqn is refused at load until the learner "
-                    "service runs it: docs/design.md)")
+                    help="the learner (overrides learner.algorithm): ppo, or dqn (n-step Double DQN from "
+                    "prioritized replay; docs/design.md)")
     sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
     sp.add_argument("--allow-identity-drift", action="store_true",
                     help="resume a checkpoint whose run identity differs, recording the drift (drift.json)")

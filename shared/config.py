@@ -558,9 +558,9 @@ class LearnerConfig(_Cfg):
 
     algorithm: Literal["ppo", "dqn"] = "ppo"
     """``ppo``: clipped PPO over each iteration's rectangle (``ppo``, ``advantage``). ``dqn``:
-    n-step Double DQN from prioritized replay with an ensemble of Q heads (``dqn``); the
-    service does not run it yet and refuses it at load (services/learner/dqn holds its tested
-    parts). Changes every number a run produces: part of algo_digest when it is ``dqn``."""
+    n-step Double DQN from prioritized replay (``dqn``; services/learner/dqn), its Q rows the
+    actor network's logits (one head; the pool and evaluators play its snapshots as they play a
+    PPO actor). Changes every number a run produces: part of algo_digest when it is ``dqn``."""
 
 
 class DqnConfig(_Cfg):
@@ -805,11 +805,14 @@ def check_consistency(cfg: RunConfig) -> list[str]:
             f"{cfg.ppo.timesteps_per_iteration}; an iteration would hold no whole batch"
         )
     if cfg.learner.algorithm == "dqn":
-        problems.append(
-            "learner.algorithm: \"dqn\" is not run by the learner service yet (its windows, replay, targets, update "
-            "and behaviour policy are in services/learner/dqn, tested; the service's collection and checkpoint do not "
-            "call them); use \"ppo\""
-        )
+        if cfg.dqn.heads != 1 or cfg.dqn.dueling:
+            problems.append(
+                f"dqn.heads: the learner service's DQN reads the actor's logits as its one Q head (so the pool and "
+                f"evaluators play its snapshots unchanged); dqn.heads {cfg.dqn.heads} and dqn.dueling "
+                f"{str(cfg.dqn.dueling).lower()} need a Q network of their own: set dqn.heads 1 and dqn.dueling false"
+            )
+        if cfg.rollout.overlap:
+            problems.append("rollout.overlap: the DQN learner does not overlap collection with its update; set it false")
     if cfg.dqn.epsilon_floor > cfg.dqn.epsilon_start:
         problems.append(f"dqn.epsilon_floor: {cfg.dqn.epsilon_floor} is above dqn.epsilon_start={cfg.dqn.epsilon_start}")
     problems += schedule_problems("ppo.ent_coef", cfg.ppo.ent_coef, low=0.0)

@@ -127,6 +127,7 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "dqn/head_disagreement": ("reward", "mean over records of the std over ensemble heads of Q(s, a) (0 with one head)"),
     "dqn/replay_age_mean": ("records", "mean insertions since a drawn record was stored"),
     "dqn/replay_size": ("records", "records the replay holds after the update"),
+    "dqn/windows_added": ("records", "n-step windows this iteration completed and stored in the replay"),
     "dqn/priority_spread": ("ratio", "max / min stored replay priority after the update's write-backs"),
     "dqn/is_weight_min": ("ratio", "smallest importance weight drawn (1: no correction)"),
     "dqn/loss": ("reward^2", "mean masked, importance-weighted Huber TD loss per optimizer step"),

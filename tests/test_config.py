@@ -272,12 +272,15 @@ def test_loading_a_document_that_names_its_profile_does_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
-def test_the_dqn_learner_is_refused_at_load_until_the_service_runs_it():
-    problems = refusal({"profile": "tiny", "learner": {"algorithm": "dqn"},
-                          "dqn": {"epsilon_start": 0.1, "epsilon_floor": 0.2}})
-    assert any(p.startswith('learner.algorithm: "dqn" is not run by the learner service yet') and p.endswith('use "ppo"')
-               for p in problems), problems
+def test_dqn_settings_the_wired_learner_cannot_run_are_refused_at_load():
+    problems = refusal({"profile": "tiny", "learner": {"algorithm": "dqn"}, "rollout": {"overlap": True},
+                        "determinism": {"tier": "throughput"},
+                        "dqn": {"heads": 2, "epsilon_start": 0.1, "epsilon_floor": 0.2}})
+    assert the_one(problems, "dqn.heads").endswith("dqn.heads 2 and dqn.dueling false need a Q network of their own: "
+                                                   "set dqn.heads 1 and dqn.dueling false")
+    assert "rollout.overlap: the DQN learner does not overlap collection with its update; set it false" in problems
     assert "dqn.epsilon_floor: 0.2 is above dqn.epsilon_start=0.1" in problems
+    assert load_config({"profile": "tiny", "learner": {"algorithm": "dqn"}}).learner.algorithm == "dqn"
     with pytest.raises(ConfigError, match="learner.algorithm: Invalid enum value 'sac'"):
         load_config({"profile": "tiny", "learner": {"algorithm": "sac"}})
 
@@ -295,10 +298,9 @@ def test_dqn_settings_leave_a_ppo_run_identity_alone():
     assert len({before, config_digests(dqn)["algo_digest"], config_digests(dqn5)["algo_digest"]}) == 3
 
 
-def test_up_algorithm_dqn_is_refused_before_anything_starts(tmp_path, capsys):
+def test_up_algorithm_sets_the_learner():
     from royalefleet import cli
 
-    assert cli.main(["up", "--profile", "tiny", "--algorithm", "dqn", "--runs-dir", str(tmp_path), "--no-doctor"]) == 2
-    err = capsys.readouterr().err
-    assert 'learner.algorithm: "dqn" is not run by the learner service yet' in err
-    assert not any(tmp_path.iterdir())  # no run folder, no service
+    parser = cli.build_parser()
+    assert cli._load(parser.parse_args(["up", "--profile", "tiny", "--algorithm", "dqn"])).learner.algorithm == "dqn"
+    assert cli._load(parser.parse_args(["up", "--profile", "tiny"])).learner.algorithm == "ppo"

@@ -578,5 +578,5 @@ def test_replay_and_open_windows_survive_the_checkpoint_files_exactly():
     w, v = builder.drain(), other.drain()
     assert len(w) == 3 and all(np.array_equal(getattr(w, f), getattr(v, f)) for f in w.__dataclass_fields__)
     assert sorted(zip(w.actions.tolist(), w.heads.tolist(), w.epsilons.tolist())) == [(0, 0, 0.25), (1, 1, 0.25), (7, 0, 0.0)]
-    with pytest.raises(ValueError, match="written with n_step 3 and gamma 0.9, this run has 2 and 0.9"):
+    with pytest.raises(ValueError, match="written with n_step 3, this run has 2: resume with the same dqn.n_step"):
         windows_from_files(WindowBuilder(2, 0.9, 4), windows_to_files(builder))

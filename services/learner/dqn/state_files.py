@@ -64,9 +64,10 @@ def windows_to_files(builder: WindowBuilder) -> dict[str, bytes]:
 
 def windows_from_files(builder: WindowBuilder, files: dict[str, bytes]) -> None:
     meta = msgspec.json.decode(files[WINDOW_FILES[1]])
-    if (meta["n"], meta["gamma"]) != (builder.n, builder.gamma):
-        raise ValueError(f"open windows were written with n_step {meta['n']} and gamma {meta['gamma']}, this run has "
-                         f"{builder.n} and {builder.gamma}: resume with the same dqn.n_step and advantage.gamma")
+    if meta["n"] != builder.n:
+        raise ValueError(f"open windows were written with n_step {meta['n']}, this run has {builder.n}: resume with "
+                         "the same dqn.n_step")
+    builder.gamma = float(meta["gamma"])  # the schedule's value the windows were being summed with
     a = st_load(files[WINDOW_FILES[0]])
     state, i = {}, 0
     for slot, count in zip(meta["slots"], meta["counts"]):
