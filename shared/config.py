@@ -589,8 +589,9 @@ class DqnConfig(_Cfg):
     """Epsilon once the schedule has decayed (a probability); never above ``epsilon_start``."""
     epsilon_decay_iterations: NonNegInt = 50
     """Learner iterations over which epsilon falls linearly to the floor; 0 starts at the floor."""
-    replay_capacity: PosInt = 200_000
-    """Records the replay ring holds; the oldest is overwritten."""
+    replay_capacity: PosInt = 50_000
+    """Records the replay ring holds; the oldest is overwritten. A record is two packed rows
+    (15,375 B each on the 145-card catalogue), so 50,000 records are ~1.5 GiB."""
     replay_memory_mb: PosFloat = 2048.0
     """The replay's memory budget in MiB: capacity x (2 packed rows + 43 B + heads) must fit,
     checked when the learner starts (services/learner/dqn/replay.py check_budget)."""
