@@ -5,7 +5,9 @@ pickle), so a resume continues the same buffer and every open window.
 ==========================  ================================================================
 file                        what
 ==========================  ================================================================
-``replay/arrays.safetensors``  the stored prefix of every record array and its priorities
+``replay/arrays.safetensors.zst``  the stored prefix of every record array and its priorities,
+                               one zstd frame (packed rows are mostly zero bytes: ~15 KB a row
+                               compresses ~50-fold, so a replay fits a checkpoint message)
 ``replay/state.json``          size, cursor, insertion clock, running max, capacity, row bytes, heads
 ``windows/pending.safetensors`` every slot's open decisions, concatenated in slot order
 ``windows/pending.json``        slots and their open-decision counts
@@ -19,12 +21,15 @@ from __future__ import annotations
 
 import msgspec
 import numpy as np
+import zstandard
 from safetensors.numpy import load as st_load, save as st_save
 
 from services.learner.dqn.replay import PrioritizedReplay
 from services.learner.dqn.windows import WindowBuilder
 
-REPLAY_FILES = ("replay/arrays.safetensors", "replay/state.json")
+REPLAY_FILES = ("replay/arrays.safetensors.zst", "replay/state.json")
+MAX_REPLAY_BYTES = 1 << 36
+"""The most a replay's arrays may expand to on load (a frame declaring more is refused)."""
 WINDOW_FILES = ("windows/pending.safetensors", "windows/pending.json")
 
 
@@ -33,14 +38,19 @@ def replay_to_files(replay: PrioritizedReplay) -> dict[str, bytes]:
     arrays = {name: np.ascontiguousarray(state.pop(name)) for name in PrioritizedReplay._ARRAYS}
     # safetensors has no bool dtype in numpy's sense: flags travel as uint8.
     arrays = {k: (v.astype(np.uint8) if v.dtype == bool else v) for k, v in arrays.items()}
-    return {REPLAY_FILES[0]: st_save(arrays), REPLAY_FILES[1]: msgspec.json.encode(state, order="sorted")}
+    frame = zstandard.ZstdCompressor(level=1, write_content_size=True, write_checksum=True).compress(st_save(arrays))
+    return {REPLAY_FILES[0]: frame, REPLAY_FILES[1]: msgspec.json.encode(state, order="sorted")}
 
 
 def replay_from_files(replay: PrioritizedReplay, files: dict[str, bytes]) -> None:
     """Load into ``replay`` (built from this run's config). Raises ValueError when the files
     were written by a buffer of another capacity, row size or head count."""
     state = msgspec.json.decode(files[REPLAY_FILES[1]])
-    arrays = st_load(files[REPLAY_FILES[0]])
+    frame = files[REPLAY_FILES[0]]
+    size = zstandard.frame_content_size(frame)
+    if size < 0 or size > MAX_REPLAY_BYTES:
+        raise ValueError(f"{REPLAY_FILES[0]}: the frame declares {size} bytes; refused (at most {MAX_REPLAY_BYTES})")
+    arrays = st_load(zstandard.ZstdDecompressor().decompress(frame, max_output_size=size))
     for name in ("can_bootstrap", "dones"):
         arrays[name] = arrays[name].astype(bool)
     replay.load_state_dict({**state, **arrays})
