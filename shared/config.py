@@ -574,12 +574,14 @@ class DqnConfig(_Cfg):
     estimator is uncorrected off-policy (Rainbow's convention): keep it small."""
     heads: Annotated[int, Meta(ge=1, le=16)] = 1
     """K, the ensemble's Q heads over one trunk; with ``behaviour = "thompson"`` each episode acts
-    by one head drawn per (slot, episode)."""
+    by one head drawn per (slot, episode). The learner service runs K = 1 (the actor's logits)
+    and refuses more at load: the pool cannot play a K-head snapshot yet."""
     bootstrap_p: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
     """Bernoulli p of each record's membership in each head's bootstrap sample, drawn once at
     insertion and stored with the record; 1 trains every head on every record."""
     dueling: bool = False
-    """Split each head into a value and an advantage stream (Wang et al. 2016)."""
+    """Split each head into a value and an advantage stream (Wang et al. 2016); refused at load
+    by the learner service for the same reason as ``heads`` > 1."""
     behaviour: Literal["epsilon_greedy", "thompson"] = "epsilon_greedy"
     """``epsilon_greedy``: a uniform legal action with probability epsilon, else the masked
     argmax of the mean Q row; ``thompson``: greedy by one head drawn per episode."""
