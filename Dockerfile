@@ -11,6 +11,9 @@
 #   docker build --target rollout -t localhost/royalefleet-rollout .
 #   docker build --target learner -t localhost/royalefleet-learner .
 #
+# USER_CODE: a folder of the build context holding the user's own packages (a reward, an
+# observation builder, ...), copied to /opt/royalefleet-user, which is on PYTHONPATH
+# (docs/compose.md "Your own code in the images").
 # BASE_IMAGE: any Debian-family image with python3 >= 3.12 and its venv module. An air-gapped
 # site builds from its own: deploy/podman/make-base-image.sh makes one with debootstrap (Debian
 # trixie, Python 3.13) and `podman import`. PYPI_INDEX_URL / PYPI_EXTRA_INDEX_URL: a package
@@ -68,6 +71,12 @@ RUN pip install --no-deps /tmp/wheels/*.whl \
  && python -c 'import importlib.util, sys; sys.exit("torch is installed in the rollout image" if importlib.util.find_spec("torch") else 0)' \
  && python -m services.rollout --help > /dev/null \
  && python -m royalefleet.cmd_keys --help > /dev/null
+# The user's own packages (docs/extending.md): the folder USER_CODE names in the build context
+# (deploy/user, empty but for its README, unless the build says otherwise), copied in last so an
+# edit rebuilds only this layer, and on every service's PYTHONPATH.
+ARG USER_CODE=deploy/user
+COPY ${USER_CODE} /opt/royalefleet-user
+ENV PYTHONPATH=/opt/royalefleet-user
 USER royalefleet
 CMD ["python", "-m", "services.rollout"]
 
@@ -103,5 +112,11 @@ RUN pip install --no-deps /tmp/wheels/*.whl \
  && python -m services.checkpoint --help > /dev/null
 # The Compose configs (compose.yaml mounts ./deploy/config over this copy, so edits need no rebuild).
 COPY deploy/config /etc/royalefleet
+# The user's own packages (docs/extending.md): the folder USER_CODE names in the build context
+# (deploy/user, empty but for its README, unless the build says otherwise), copied in last so an
+# edit rebuilds only this layer, and on every service's PYTHONPATH.
+ARG USER_CODE=deploy/user
+COPY ${USER_CODE} /opt/royalefleet-user
+ENV PYTHONPATH=/opt/royalefleet-user
 USER royalefleet
 CMD ["python", "-m", "services.learner"]

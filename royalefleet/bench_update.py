@@ -165,7 +165,7 @@ def update_speed(cfg: RunConfig, batches: int = 1) -> dict:
     apply_determinism(cfg, device_name)
     device = torch.device(device_name)
     t0 = time.perf_counter()
-    pf = run_preflight(cfg.env, cfg.master_seed)
+    pf = run_preflight(cfg.env, cfg.master_seed, frame_stack=cfg.obs.frame_stack)
     model = ActorCritic(pf.spec, cfg.net, seed=int(stream(cfg.master_seed, "torch/init").integers(2**62))).to(device)
     opt_actor, opt_critic = make_optimizers(model, cfg.ppo)
     policy = Policy(model, pf.codec, device)

@@ -41,6 +41,8 @@ def _load(args) -> object:
         overrides.setdefault("rollout", {})["battles"] = args.battles
     if getattr(args, "algorithm", None) is not None:
         overrides.setdefault("learner", {})["algorithm"] = args.algorithm
+    if getattr(args, "timesteps", None) is not None:
+        overrides["timestep_limit"] = args.timesteps
     return load_config(args.config, profile_name=args.profile, overrides=overrides or None)
 
 
@@ -51,7 +53,9 @@ def cmd_up(args) -> int:
     print(f"royalefleet up: profile {cfg.profile}, run {cfg.run_name!r}, "
           f"{cfg.local.rollouts} rollout(s) x {cfg.rollout.battles} battles, "
           f"{cfg.ppo.timesteps_per_iteration:,} timesteps an iteration"
-          + (f", stopping at iteration {args.iterations} (a total)" if args.iterations else ""), flush=True)
+          + (f", stopping at iteration {args.iterations} (a total)" if args.iterations else "")
+          + (f", stopping at {cfg.timestep_limit:,} learner timesteps (a total)" if cfg.timestep_limit else ""),
+          flush=True)
     if getattr(args, "require_checkpoint", False):
         from services.checkpoint.store import CheckpointStore
 
@@ -117,6 +121,23 @@ def cmd_config(args) -> int:
 def cmd_bench(args) -> int:
     from royalefleet.bench import run_bench
 
+    if args.capacity:
+        from royalefleet.bench_scale import run_capacity_bench
+
+        return run_capacity_bench(_load(args))
+    if args.overlap:
+        from royalefleet.bench_scale import run_overlap_bench
+
+        return run_overlap_bench(_load(args), iterations=args.iterations)
+    if args.fleet_sizes:
+        from royalefleet.bench_scale import parse_fleet_sizes, run_rollouts_bench
+
+        try:
+            sizes = parse_fleet_sizes(args.fleet_sizes)
+        except ValueError as exc:
+            print(f"bench: {exc}", file=sys.stderr)
+            return 2
+        return run_rollouts_bench(_load(args), sizes, iterations=args.iterations)
     if args.wire or args.wire_codec_only:
         from royalefleet.bench_wire import run_wire_bench
 
@@ -172,6 +193,9 @@ def stack_options(sp) -> None:
                     help="stop cleanly once the run has reached iteration N, a total over every start: a run "
                     "resumed at iteration 4 with --iterations 10 trains 6 more, and a learner restarted after a "
                     "crash stops at the same row (default 0: until Ctrl-C)")
+    sp.add_argument("--timesteps", type=int, metavar="N",
+                    help="stop cleanly at the first iteration boundary at or past N learner timesteps, a total over "
+                    "every start (sets timestep_limit; not in the run identity; 0: no limit)")
     sp.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
     sp.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
     sp.add_argument("--algorithm", choices=("ppo", "dqn"),
@@ -241,9 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
     ck.set_defaults(func=cmd_checkpoints)
 
     from royalefleet import chaos, cmd_doctor, cmd_eval, cmd_gate, cmd_keys, cmd_play, cmd_rate, cmd_replay, cmd_status
+    from royalefleet import cmd_report, cmd_strength
 
     cmd_doctor.add_parser(sub)
     cmd_status.add_parser(sub)
+    cmd_strength.add_parser(sub)
+    cmd_report.add_parser(sub)
     cmd_rate.add_parser(sub)
     cmd_eval.add_parser(sub)
     cmd_gate.add_parser(sub)
@@ -284,6 +311,15 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--wire-codec-only", action="store_true", help="--wire without the stacks (seconds)")
     bn.add_argument("--wire-repeats", type=int, default=1, choices=range(1, 11), metavar="N",
                     help="--wire: stacks per codec, run 1, 2, 1, 2, ... (default 1)")
+    bn.add_argument("--overlap", action="store_true",
+                    help="sync against overlapped collection, side by side on the same battles (throughput tier): "
+                    "whole-run rows/s, rollout idle fraction, update seconds (bench_scale.py)")
+    bn.add_argument("--capacity", action="store_true",
+                    help="the learner's central inference alone on real rounds, as 1, 2, 4, 8 rollouts answering "
+                    "at once: rows/s per round and batched (seconds)")
+    bn.add_argument("--rollouts", dest="fleet_sizes", metavar="N,N,...",
+                    help="one stack per fleet size (e.g. 1,2,4): collection rows/s and scaling efficiency "
+                    "(rows/s per rollout relative to one)")
     bn.set_defaults(func=cmd_bench)
     return p
 

@@ -279,7 +279,7 @@ def measure(cfg) -> Measured:
 
     t0 = time.perf_counter()
     process, per_battle = rollout_process_bytes(cfg)
-    pf = run_preflight(cfg.env, cfg.master_seed)
+    pf = run_preflight(cfg.env, cfg.master_seed, frame_stack=cfg.obs.frame_stack)
     device = torch.device("cuda" if cfg.net.device != "cpu" and torch.cuda.is_available() else "cpu")
     model = ActorCritic(pf.spec, cfg.net, seed=0).to(device)
     opt_actor, opt_critic = make_optimizers(model, cfg.ppo)
@@ -462,17 +462,18 @@ def check_battles(cfg, decisions: int = DOCTOR_DECISIONS, env=None) -> Check:
             mask = o["action_mask"]
             if not mask[0]:
                 problems.append(f"decision {t} {seat}: the no-op (action 0) is not legal")
-            if not np.array_equal(mask[1:].reshape(spec.hand_slots, h, w), o["mask_planes"]):
-                problems.append(f"decision {t} {seat}: mask_planes is not action_mask[1:] as "
+            grid = mask[1 : spec.n_grid_actions]  # the ability buttons after it are not planes
+            if not np.array_equal(grid.reshape(spec.hand_slots, h, w), o["mask_planes"]):
+                problems.append(f"decision {t} {seat}: mask_planes is not action_mask[1:{spec.n_grid_actions}] as "
                                 f"({spec.hand_slots}, {h}, {w})")
-            for a in np.flatnonzero(mask[1:])[:50] + 1:
+            for a in np.flatnonzero(grid)[:50] + 1:
                 slot, rest = divmod(int(a) - 1, h * w)
                 y, x = divmod(rest, w)
                 if env.action_parser.encode(slot, x, y) != a or tuple(env.action_parser.decode(int(a))) != (slot, x, y):
                     problems.append(f"decision {t} {seat}: action {a} is slot {slot} tile ({x}, {y}) by "
                                     "1 + slot*H*W + y*W + x, RoyaleGym's encode/decode say otherwise")
                     break
-            plays += int(mask[1:].any())
+            plays += int(grid.any())
         if len(problems) > 3:
             break
         obs, _, term, trunc, _ = env.step({s: player.act(obs[s], obs[s]["action_mask"], rng) for s in ("blue", "red")})

@@ -4,7 +4,9 @@
     royalefleet eval snap:0123456789abcdef scripted:noop --games 100 --run-name myrun
 
 A player is a snapshot of the run (``snap:<snapshot_id>``, or the bare 16-hex id) read from
-``<runs_dir>/<run>/snapshots/``, or a scripted anchor. The games are the evaluators' games
+``<runs_dir>/<run>/snapshots/``, or a scripted player (``shared.scripted.SCRIPTED_PLAYERS``:
+``scripted:noop``, ``scripted:random_legal`` and RoyaleGym's ladder bots ``scripted:random``,
+``scripted:first-affordable``, ``scripted:defend``, ``scripted:push``, ``scripted:patient``). The games are the evaluators' games
 (``services.evaluator.games``): full matches on the first ceil(N / 2) seeds of the run's fixed
 evaluation seed set, each seed with A blue then A red, actions from the streams of job
 ``--job`` (default 0). Prints A's score (a draw counts half) with its Wilson 95 % interval.
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from royalefleet.run_options import add_run_options, run_config
 from shared.messages import SNAPSHOT_PREFIX
+from shared.scripted import SCRIPTED_PLAYERS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -27,7 +30,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "eval", help="play a paired evaluation between two players and print the score",
         description="Play A against B on the run's fixed evaluation seeds, both sides of each seed, full matches, "
         "in this process, and print A's score with a Wilson 95 % interval. Players: snap:<snapshot_id> (a "
-        "snapshot of the run) or scripted:noop / scripted:random_legal.")
+        "snapshot of the run) or a scripted player: " + ", ".join(SCRIPTED_PLAYERS) + ".")
     ep.add_argument("a", help="player A")
     ep.add_argument("b", help="player B")
     ep.add_argument("--games", type=int, default=20, help="battles to play, both sides of ceil(N/2) seeds (default 20)")

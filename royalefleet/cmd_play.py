@@ -6,10 +6,10 @@ as a RoyaleGym trace and its HTML page, and A's score is printed.
 
 A player is ``snap:<id>`` (or the bare 16-hex id) from the run's snapshot store, ``latest`` (the
 run's newest snapshot by the iteration in its spec), ``champion`` (the pool's champion,
-``ladder/pool.json``), or ``scripted:<name>``: the run's anchors ``scripted:noop`` and
-``scripted:random_legal`` (exactly the training opponents) or any bot of RoyaleGym's scripted
-ladder (``royalegym.opponents.ladder()``: ``random``, ``first-affordable``, ``defend``, ``push``,
-``patient``).
+``ladder/pool.json``), or ``scripted:<name>`` (``shared.scripted.SCRIPTED_PLAYERS``): the run's
+anchors ``scripted:noop`` and ``scripted:random_legal`` or any bot of RoyaleGym's scripted ladder
+(``royalegym.opponents.ladder()``: ``random``, ``first-affordable``, ``defend``, ``push``,
+``patient``), exactly the training opponents of the same id.
 
 The games are ``royalegym.evaluate``'s: ``ceil(N / 2)`` env seeds ``S, S + 1, ...``, A blue on each,
 then A red on the same seeds, each seat drawing from ``numpy.random.default_rng(2 * seed + seat)``
@@ -53,34 +53,12 @@ class Seat:
     """A player as a RoyaleGym ``Opponent`` (``act(obs, mask, rng)``), for ``play_one``."""
 
     def __init__(self, player):
-        self.player = player
+        # one seat of one game: under frame stacking its own history (services/evaluator/players.py)
+        self.player = getattr(player, "for_game", lambda: player)()
         self.id = player.id
 
     def act(self, obs, mask, rng) -> int:
         return int(self.player.act(obs, rng))
-
-
-class LadderBot:
-    """One of RoyaleGym's scripted bots (``royalegym.opponents.ladder()``) under ``scripted:<name>``."""
-
-    scripted_seat = True
-
-    def __init__(self, player_id: str, bot):
-        self.id, self._bot = player_id, bot
-
-    def act(self, obs, rng) -> int:
-        return int(self._bot.act(obs, obs["action_mask"], rng))
-
-
-def ladder_bot(player: str) -> LadderBot | None:
-    """``scripted:<name>`` for a bot of ``royalegym.opponents.ladder()`` (None for another id)."""
-    from royalegym.opponents import ladder
-
-    if not player.startswith("scripted:"):
-        return None
-    bots = dict(ladder())
-    name = player.split(":", 1)[1].replace("_", "-")
-    return LadderBot(player, bots[name]) if name in bots else None
 
 
 def resolve(player: str, cfg) -> str:
@@ -118,17 +96,12 @@ def resolve(player: str, cfg) -> str:
 
 
 def load_player(player: str, players):
-    """The player for an id: a RoyaleGym ladder bot, or ``LocalPlayers.get`` (anchors, snapshots)."""
-    bot = ladder_bot(player)
-    if bot is not None and player not in ("scripted:noop", "scripted:random_legal"):
-        return bot
+    """The player for an id (``LocalPlayers.get``: a scripted player of
+    ``shared.scripted.SCRIPTED_PLAYERS`` or a snapshot). Raises ValueError naming the known ids."""
     try:
         return players.get(player)
     except ValueError as exc:
-        from royalegym.opponents import ladder
-
-        names = ", ".join(f"scripted:{n}" for n, _ in ladder())
-        raise ValueError(f"{exc}; play also takes latest, champion and RoyaleGym's bots: {names}") from None
+        raise ValueError(f"{exc}; play also takes latest and champion") from None
 
 
 def cmd_play(args, out=None) -> int:

@@ -7,7 +7,7 @@
 Read-only, and no service needs to be up: it reads the files the services write (README.md,
 "Where a run's outputs go") and prints one line per subject: progress (the last metric row and
 how long ago it was written), the numbers of that row a trainer looks at first, the newest
-checkpoint, whether the run is halted, the ladder's pool and gate, the alarms, the purged
+checkpoint, whether the run is halted, the ladder's pool and gate, the newest strength measurement, the alarms, the purged
 rows and the newest recorded games (``replays/index.json``, with the path of each page). A file that cannot be read is named on its line and the exit code is 1; otherwise 0.
 """
 
@@ -154,6 +154,22 @@ def ladder_lines(cfg, run: Path) -> list[str]:
     return lines
 
 
+def strength_lines(cfg) -> list[str]:
+    """The newest strength measurement (``royalefleet strength`` has them all)."""
+    from royalefleet.cmd_strength import strength_of_run
+
+    st = cfg.evaluation.strength
+    measured, pending = strength_of_run(cfg)
+    if not measured:
+        every = (f"every {st.every_iterations} iterations" if st.every_iterations
+                 else "off: evaluation.strength.every_iterations is 0")
+        return [f"strength   none measured yet ({pending} snapshot(s) pending; {every})"]
+    m = measured[-1]
+    scores = ", ".join(f"{a.anchor.removeprefix('scripted:')} {a.score:.2f} [{a.lo:.2f}, {a.hi:.2f}]" for a in m.anchors)
+    return [f"strength   iteration {m.iteration}: rating {m.rating:.0f} +- {m.rating_se:.0f} Elo (noop = 0); {scores} "
+            f"({len(measured)} measured, {pending} pending; `royalefleet strength` for the table)"]
+
+
 def alarm_lines(run: Path) -> list[str]:
     path = run / "alarms.jsonl"
     if not path.exists():
@@ -220,6 +236,7 @@ def status_lines(cfg, now: float | None = None) -> tuple[list[str], bool]:
         ("checkpoints/index.json", lambda: checkpoint_line(run, now, row).split("\n")),
         ("halted.json", lambda: [halt_line(run)]),
         ("ladder/pool.json", lambda: ladder_lines(cfg, run)),
+        ("ladder/strength.json", lambda: strength_lines(cfg)),
         ("alarms.jsonl", lambda: alarm_lines(run)),
         ("metrics.purged.jsonl", lambda: [x for x in [purged_line(run)] if x]),
         ("replays/index.json", lambda: replay_lines(run)),

@@ -13,7 +13,7 @@ def identity_for(cfg: RunConfig):
     from shared.codec import table_digest
     from shared.identity import action_digest_of, compute_identity, describe_device, run_id
 
-    pf = run_preflight(cfg.env, cfg.master_seed)
+    pf = run_preflight(cfg.env, cfg.master_seed, frame_stack=cfg.obs.frame_stack)
     device = cfg.net.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -34,6 +34,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from shared.components import USER_PACKAGES_ENV, user_packages
 from shared.config import RunConfig, config_differences, dump_config
 from shared.transport import tcp
 from shared.writer_token import TOKEN_ENV
@@ -121,6 +122,8 @@ def service_environments(cfg: RunConfig, config_path: str, runs_dir: str, iterat
             "ROYALEFLEET_BATTLES": str(cfg.rollout.battles),
             "ROYALEFLEET_SHARDS": str(cfg.rollout.shards),
             "ROYALEFLEET_METRICS_PORT": str(s.rollout_metrics_port + k if s.rollout_metrics_port else 0),
+            # which user packages the rollout digests for its Hello (shared/components.py)
+            USER_PACKAGES_ENV: ",".join(user_packages(cfg.env)),
         }
     for k in range(cfg.local.evaluators):
         envs[f"evaluator-{k}"] = common | one | {
@@ -382,6 +385,9 @@ class Stack:
             n_eval = sum(n.startswith("evaluator-") for n in self.children)
             self.say(f"started checkpoint, ladder, learner, {self.n_rollouts} rollout(s) and {n_eval} evaluator(s); "
                      "Ctrl-C stops them cleanly")
+            self.say(f"curves: tensorboard --logdir {self.cfg.runs_dir}   (event files in "
+                     f"{self.cfg.runs_dir}/{self.cfg.run_name}/tensorboard; or `royalefleet report "
+                     f"{self.cfg.run_name}` writes an HTML page with the plots)")
             return self._watch()
         finally:
             self._stop_all()

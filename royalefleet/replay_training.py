@@ -197,13 +197,14 @@ def replay(cfg, lines, rec, root: Path, recorder, device_name: str = "cpu") -> l
     import torch
 
     from services.learner.rectangle import POPCOUNT
-    from shared.envs import build_env, episode_record, make_scripted
+    from shared.envs import build_env, episode_record, make_scripted, seat_deal
+    from shared.nn.frame_stack import History, SeatHistory
     from shared.identity import describe_device
     from shared.messages import snapshot_of
     from shared.preflight import run_preflight
     from shared.seeding import derive_int, stream, stream_path
 
-    pf = run_preflight(cfg.env, cfg.master_seed)
+    pf = run_preflight(cfg.env, cfg.master_seed, frame_stack=cfg.obs.frame_stack)
     seats, weights = plan(cfg, lines, rec, root, pf)
     torch.set_num_threads(cfg.determinism.torch_threads)  # a row's rounding depends on it (measured)
     device = torch.device(device_name)
@@ -246,8 +247,13 @@ def replay(cfg, lines, rec, root: Path, recorder, device_name: str = "cpu") -> l
     seed = derive_int(cfg.master_seed, stream_path("env/battle/{battle}/ordinal/{ordinal}", battle=b, ordinal=k))
     mask_only = [SEATS[i] for i in scripted] if cfg.rollout.mask_only_scripted else []
     env = build_env(cfg.env)
+    if cfg.env.seat_decks is not None:  # the deal the rollout made: the learner's deck where it sat
+        held = [i for i, name in enumerate(SEATS) if seats[name].player == "learner"]
+        env.state_mutator.inner = seat_deal(cfg.env, held[0] if len(held) == 1 else -1)
     env.recorder = recorder
     problems: list[str] = []
+    stacked = pf.spec.frame_stack > 1  # each seat's history from the episode's start (shared/nn/frame_stack.py)
+    histories = {i: SeatHistory(pf.spec.frame_stack, pf.codec.row_bytes) for i in (0, 1)} if stacked else {}
     try:
         obs, _ = env.reset(seed=seed, options={"mask_only": mask_only} if mask_only else None)
         returns, cards, info, truncated, j, tick = [0.0, 0.0], [0, 0], None, [False, False], 0, 0
@@ -266,6 +272,9 @@ def replay(cfg, lines, rec, root: Path, recorder, device_name: str = "cpu") -> l
                     continue
                 row, _, _ = pf.codec.pack_many([o])
                 n_legal = int(POPCOUNT[row[:, mask_offset:]].sum())
+                history = histories[i].history() if stacked else None
+                if stacked:
+                    histories[i].push(row[0])
                 logged = choices[i].get(j)
                 if n_legal <= 1:
                     a = 0
@@ -288,7 +297,9 @@ def replay(cfg, lines, rec, root: Path, recorder, device_name: str = "cpu") -> l
                             learner_policies[it] = weights.policy(it, device)
                         policy = learner_policies[it]
                     batch = np.repeat(row, logged.batch, axis=0)
-                    acts, _ = policy.act(batch, np.full(logged.batch, n_legal), np.full(logged.batch, u))
+                    copies = None if history is None else History(np.repeat(history.rows, logged.batch, axis=0),
+                                                                  np.repeat(history.valid, logged.batch, axis=0))
+                    acts, _ = policy.act(batch, np.full(logged.batch, n_legal), np.full(logged.batch, u), copies)
                     a = int(acts[logged.index])
                     if a != logged.action:
                         problems.append(f"decision {j} (iteration {it}, cycle {cycle}, tick {tick}), "
@@ -299,7 +310,8 @@ def replay(cfg, lines, rec, root: Path, recorder, device_name: str = "cpu") -> l
             obs, rew, term, trunc, info = env.step(chosen)
             for i, s in enumerate(SEATS):
                 returns[i] += float(rew[s])
-                if chosen[s] != 0 and int(info[s].get("deploy_status", -1)) == 0:
+                # a button press (env.ability_buttons) is not a card, as the rollout counts
+                if chosen[s] != 0 and int(info[s].get("deploy_status", -1)) == 0 and chosen[s] < pf.spec.n_grid_actions:
                     cards[i] += 1
             j += 1
             tick = int(info["blue"].get("tick", tick))

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
+from shared.scripted import SCRIPTED_PLAYERS
 from shared.schedules import GeometricSpec, LinearSpec, Schedule, schedule_problems
 
 FORMAT_VERSION = 1
@@ -39,6 +40,10 @@ PosFloat = Annotated[float, Meta(gt=0.0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
 Fraction01 = Annotated[float, Meta(ge=0.0, le=1.0)]
 Port = Annotated[int, Meta(ge=0, le=65535)]
+
+
+ScriptedId = Literal[SCRIPTED_PLAYERS]
+"""A scripted player id (shared/scripted.py); another string is refused naming the known ones."""
 
 
 class _Cfg(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -62,6 +67,48 @@ class RewardWeights(_Cfg):
     own minus enemy; shared/rewards.py), dimensionless."""
 
 
+class ComponentSpec(_Cfg):
+    """An environment component named by dotted path (shared/components.py): ``cls`` is
+    ``package.module.Name``, a class or function in ``royalegym``, ``shared`` or a module listed
+    in ``env.extra_component_modules``; ``kwargs`` are passed to it. The path and the kwargs are
+    in the run identity (``env_spec_digest``); the user package's source is too (``user_code``)."""
+
+    cls: str
+    """``package.module.Name`` of a class or function; refused at load if its module is not
+    allowed, does not import or does not define the name."""
+    kwargs: dict[str, Any] = {}
+    """Keyword arguments it is called with (JSON values); refused at load if they do not bind to
+    its signature or its ``config_problems`` names a problem."""
+
+
+SEAT_DECKS_RESERVED = ("deck", "p", "mirror_p", "seat", "pool", "shuffle")
+"""Keywords the deal itself decides; ``env.seat_decks.kwargs`` may not name them."""
+
+
+class SeatDecks(_Cfg):
+    """A deck curriculum: the learner's ``deck`` dealt where the learner sits, against a field.
+
+    A mirror battle deals ``deck`` to both seats (``ShuffleMode.MIRRORED``). A pool or scripted
+    battle deals ``deck`` to the learner's seat and a deck drawn from ``field`` to the other:
+    uniformly (list a deck twice to weight it), or, with ``field`` None, a random deck of eight
+    different cards. Every battle's deal is a pure function of (master seed, battle, ordinal):
+    the curriculum draws from the episode's reset generator, which that triple seeds. In the run
+    identity (``env_spec_digest``; a user ``cls`` also in ``user_code``)."""
+
+    deck: tuple[str, ...]
+    """The learner's 8 card NAMES (checked against the engine's catalogue at the first reset)."""
+    field: list[tuple[str, ...]] | None = None
+    """The opponents' decks, 8 card names each, drawn uniformly; None: random decks."""
+    shuffle: Annotated[int, Meta(ge=0, le=1)] = 1
+    """RoyaleGym's ShuffleMode for a non-mirror deal: 0 none, 1 independent (the default)."""
+    cls: str = "royalegym.state_mutator.DeckCurriculumStateMutator"
+    """The curriculum class: RoyaleGym's by default, or a subclass taking its keywords, resolved
+    like any component (its module listed in ``env.extra_component_modules``)."""
+    kwargs: dict[str, Any] = {}
+    """The class's own extra keywords, merged into the deal's; may not name
+    ``SEAT_DECKS_RESERVED``."""
+
+
 class EnvConfig(_Cfg):
     """How every battle is built (RoyaleGym ``ClashParallelEnv`` on ``RustEngine``)."""
 
@@ -83,7 +130,45 @@ class EnvConfig(_Cfg):
     Archer, Giant, Minions, Fireball, Zap, Cannon, Musketeer``) dealt to both seats every
     episode, shuffled independently: a fixed-deck curriculum, like the reference's SeatDecks
     with one deck for both sides. Names are checked against the engine's catalogue when the
-    first battle is built."""
+    first battle is built. Superseded by ``seat_decks`` (setting both is refused)."""
+    reward_fn: ComponentSpec | None = None
+    """A reward by dotted path (``{"cls": "mybot.rewards.MyReward", "kwargs": {...}}``); None
+    (the default) builds ``reward``. It must be a RoyaleGym ``RewardFunction``; its kwargs are
+    checked at load (``shared.components.problems``). In the identity, with its code
+    (``user_code``)."""
+    obs_builder: ComponentSpec | None = None
+    """The observation builder by dotted path; None is RoyaleGym's ``SpatialObsBuilder()``. It
+    must declare ``spatial_layout()`` and ``vector_offsets()`` as that one does. In the identity
+    (and what it builds is, as ``obs_digest``)."""
+    action_parser: ComponentSpec | None = None
+    """The action parser by dotted path; None is RoyaleGym's ``TileActionParser()``. Its space
+    must be 1 + hand slots x tiles (the pointer head's layout). In the identity
+    (``action_digest`` names it)."""
+    extra_component_modules: list[str] = []
+    """The allow-list: modules (each covering its submodules) a component's ``cls`` may come
+    from besides ``royalegym`` and ``shared``, e.g. ``["mybot"]``. NOT in the identity: listing
+    a module cannot move a number; using one can, and ``user_code`` records that."""
+    seat_decks: SeatDecks | None = None
+    """A deck curriculum (``SeatDecks``); None: ``deck`` as above. In the identity."""
+    ability_buttons: bool = False
+    """Give the action parser the engine's ability buttons (RoyaleGym
+    ``TileActionParser(ability_buttons=True)``): the action space grows by the engine's
+    ``n_buttons`` (3 on RoyaleSim), action ``n_grid_actions + k`` pressing button k (a hero's
+    or a champion's ability), scored by the actor's button head. Off (the default), a champion
+    plays as a plain troop and its ability is never offered. In the run identity: the action
+    digest records ``n_buttons``, and the env digest records this field while it is on (left
+    out while off, so a run without buttons keeps the identity it had before it existed)."""
+
+
+class ObsConfig(_Cfg):
+    """What the policy sees beyond the environment's own observation."""
+
+    frame_stack: Annotated[int, Meta(ge=1, le=16)] = 1
+    """Decisions the trunk sees at once, 1 to 16: 1 (the default) is the current observation
+    only; k > 1 widens the trunk's input with the spatial planes and the per-slot mask planes
+    of the seat's previous k - 1 decisions (shared/nn/frame_stack.py), gathered from the rows
+    already stored, never stored k times. History before the episode's first decision is
+    zeros. In the run identity (``frame_stack`` and the arch digest)."""
 
 
 class RolloutConfig(_Cfg):
@@ -111,6 +196,17 @@ class RolloutConfig(_Cfg):
     use the updated actor, lag 0; never more). Only under ``determinism.tier = "throughput"``:
     refused under ``run_exact``. Not in the run identity (throughput-tier numbers are not
     reproducible anyway); each row records ``ppo/policy_lag_mean``."""
+    inference_max_batch_rows: PosInt = 1024
+    """Batched central inference (docs/protocol.md, "Batched inference"): the most learner rows
+    one actor forward takes when the learner answers every round that is ready (every shard of
+    every rollout that answered) at once. Under ``determinism.tier = "throughput"`` only; under
+    ``run_exact`` each round is its own forward (the canonical composition). Not in the run
+    identity."""
+    inference_max_wait_ms: NonNegFloat = 0.0
+    """How long the learner may wait, once a round is ready, for more rounds to join its batch
+    (throughput tier; 0 = answer what has arrived at once, the default: on this project's
+    2-core machine any wait only delays the Steps, docs/throughput.md). Milliseconds, at most
+    the time until every live shard's round is in. Not in the run identity."""
     overlap_torch_threads: NonNegInt = 0
     """Torch intra-op threads while the overlapped phase runs (the update and the inference
     thread at once): torch's thread count is one per process, and each of the two calling
@@ -328,7 +424,9 @@ class PoolConfig(_Cfg):
 
     candidate_every_env_steps: PosInt = 4_000_000
     """The learner sends a snapshot of its actor to the ladder as a pool candidate, which the
-    gate then judges, every this many env steps (the run's env-step count)."""
+    gate then judges, every this many env steps (the run's env-step count: battle decisions).
+    4,000,000 is the reference's, for GPU profiles; the cpu profile uses 100,000
+    (CPU_CANDIDATE_EVERY: about 30 minutes there). In the run identity (ladder)."""
     max_resident_opponents: PosInt = 2
     """Distinct pool snapshots the learner's pool battles meet at a time (the resident set,
     drawn by PFSP and redrawn when the pool changes: services/ladder/resident.py)."""
@@ -438,12 +536,14 @@ class LadderConfig(_Cfg):
     """Shares of battles that are (mirror, pool, scripted): a COUNT of battles, rounded by
     ``shared.matchmaking.role_counts``. Until the pool holds a snapshot, pool battles play a
     scripted opponent."""
-    scripted_opponents: list[Literal["scripted:noop", "scripted:random_legal"]] = msgspec.field(
+    scripted_opponents: list[ScriptedId] = msgspec.field(
         default_factory=lambda: ["scripted:noop", "scripted:random_legal"]
     )
     """The scripted players a ``scripted`` battle draws its opponent from, uniformly
-    (shared/matchmaking.py); they are also the gate's anchors. Must not be empty while ``mix``
-    gives scripted battles a share."""
+    (shared/matchmaking.py): any of ``shared.scripted.SCRIPTED_PLAYERS`` (the run's two and
+    RoyaleGym's ladder rungs ``scripted:random``, ``scripted:first-affordable``,
+    ``scripted:defend``, ``scripted:push``, ``scripted:patient``). Must not be empty while
+    ``mix`` gives scripted battles a share. In the run identity."""
     random_legal_noop_prob: Fraction01 = 0.9
     """The no-op probability of ``scripted:random_legal`` (the reference's anchor)."""
     pool: PoolConfig = msgspec.field(default_factory=PoolConfig)
@@ -452,6 +552,26 @@ class LadderConfig(_Cfg):
     """The promotion gate's conditions and game counts (``GateConfig``)."""
     rater: RaterConfig = msgspec.field(default_factory=RaterConfig)
     """The Bradley-Terry-Davidson rating fit (``RaterConfig``)."""
+
+
+class StrengthConfig(_Cfg):
+    """The standing strength measurement (docs/ladder.md, "Strength"): every
+    ``every_iterations`` iterations the learner writes its actor of that iteration to the
+    snapshot store and the ladder hands the evaluators its games against each anchor on the
+    first ``games_per_anchor / 2`` seeds of the fixed evaluation seed set, both sides each.
+    Operational (not in the run identity): it changes no training number, and the learner
+    never waits for it."""
+
+    every_iterations: NonNegInt = 10
+    """Iterations between two strength snapshots (iterations divisible by it are measured);
+    0 turns the measurement off. 10 on a cpu run is about 9 minutes of training per
+    measurement of 140 games (docs/ladder.md has the measurement)."""
+    games_per_anchor: PosInt = 20
+    """Games of the snapshot against each anchor (ceil(n / 2) seeds, both sides). Range
+    1 .. 2 x ladder.pool.eval_seed_count. 20 gives a Wilson 95 % half-width of at most 0.21."""
+    anchors: list[ScriptedId] = msgspec.field(default_factory=lambda: list(SCRIPTED_PLAYERS))
+    """The scripted anchors measured against (shared/scripted.py ids); ``scripted:noop``
+    must be one of them: the rating pins it at 0."""
 
 
 class EvaluationConfig(_Cfg):
@@ -473,6 +593,8 @@ class EvaluationConfig(_Cfg):
     replays_per_strength_job: NonNegInt = 1
     """Games recorded from each strength job (a champion's games against the scripted anchors
     that make its anchor record): the job's first games. 0: none."""
+    strength: StrengthConfig = msgspec.field(default_factory=StrengthConfig)
+    """The standing strength measurement against the scripted anchors (StrengthConfig)."""
     replays_keep: PosInt = 100
     """Recorded games kept in ``<run>/replays/``; the oldest beyond it are deleted."""
     replay_every_tick: bool = False
@@ -639,6 +761,7 @@ class RunConfig(_Cfg):
     matchmaking, PFSP draws, the evaluation seed set, weight init). Another seed is another
     experiment."""
     env: EnvConfig = msgspec.field(default_factory=EnvConfig)
+    obs: ObsConfig = msgspec.field(default_factory=ObsConfig)
     rollout: RolloutConfig = msgspec.field(default_factory=RolloutConfig)
     local: LocalConfig = msgspec.field(default_factory=LocalConfig)
     net: NetConfig = msgspec.field(default_factory=NetConfig)
@@ -650,6 +773,15 @@ class RunConfig(_Cfg):
     determinism: DeterminismConfig = msgspec.field(default_factory=DeterminismConfig)
     alarms: AlarmConfig = msgspec.field(default_factory=AlarmConfig)
     evaluation: EvaluationConfig = msgspec.field(default_factory=EvaluationConfig)
+    timestep_limit: NonNegInt = 0
+    """Stop the run cleanly at the first iteration boundary at or past this many learner
+    timesteps (a total of the run, like ``--iterations``; ``--timesteps N`` overrides it);
+    0 = no limit. NOT in the identity: where a run stops cannot change a number it wrote."""
+    extensions: dict[str, Any] = {}
+    """Extension sections by name (shared/extensions.py). Written as top-level keys of a config
+    document; each must be provided by an installed package's ``royalefleet.extensions`` entry
+    point, which validates it. In the identity, each with its provider's distribution and
+    version (``RunIdentity.extensions``)."""
     learner: LearnerConfig = msgspec.field(default_factory=LearnerConfig)
     """Which learner trains (``LearnerConfig``)."""
     dqn: DqnConfig = msgspec.field(default_factory=DqnConfig)
@@ -659,11 +791,19 @@ class RunConfig(_Cfg):
 # ----------------------------------------------------------------------------- profiles
 
 
+CPU_CANDIDATE_EVERY = 100_000
+"""The cpu profile's ``ladder.pool.candidate_every_env_steps``: a default cpu run averaged 55
+env steps/s (93,024 env steps by iteration 34, 28 minutes), so 4,000,000 would give its first
+snapshot after about 20 hours; 100,000 gives it after about 30 minutes."""
+
+
 def cpu() -> RunConfig:
     """A 2-core CPU machine, no GPU (this project's development machine): the default when
     torch sees no GPU. Sized so an iteration finishes in about a minute (measured in
-    docs/throughput.md): a 32-channel one-block trunk, 4,096 timesteps per iteration."""
-    return RunConfig(profile="cpu")
+    docs/throughput.md): a 32-channel one-block trunk, 4,096 timesteps per iteration. A pool
+    candidate every 100,000 env steps (about 30 minutes at the ~55 env steps/s measured here),
+    so the pool, its opponents and the gate engage within the first hour (docs/ladder.md)."""
+    return RunConfig(profile="cpu", ladder=LadderConfig(pool=PoolConfig(candidate_every_env_steps=CPU_CANDIDATE_EVERY)))
 
 
 def laptop() -> RunConfig:
@@ -712,6 +852,8 @@ def tiny() -> RunConfig:
         ppo=PPOConfig(timesteps_per_iteration=192, batch_size=64, minibatch_size=32, n_epochs=2),
         checkpoint=CheckpointConfig(every_iterations=1, keep=3),
         determinism=DeterminismConfig(torch_threads=1),
+        # Off in the test suite's size (a test turns it on): its games would compete with the gates'.
+        evaluation=EvaluationConfig(strength=StrengthConfig(every_iterations=0, games_per_anchor=2)),
     )
 
 
@@ -777,8 +919,24 @@ def _overlay(base: dict, doc: Any, struct: type[Struct], path: str, problems: li
             converted = msgspec.convert(value, fields[key].type, strict=True)
             out[key] = msgspec.to_builtins(converted)
         except msgspec.ValidationError as exc:
-            problems.append(f"{where}: {exc} (got {value!r})".replace(" - at `$`", ""))
+            known = _literal_values(fields[key].type) if "Invalid enum value" in str(exc) else ()
+            problems.append(f"{where}: {exc} (got {value!r})".replace(" - at `$`", "")
+                            + (f"; known: {', '.join(map(str, known))}" if known else ""))
     return out
+
+
+def _literal_values(tp: Any) -> tuple:
+    """The values of the first ``Literal`` inside ``tp`` (list[Literal[...]] included), for a
+    refusal that names the known ones; () when there is none."""
+    import typing
+
+    if typing.get_origin(tp) is Literal:
+        return typing.get_args(tp)
+    for arg in typing.get_args(tp):
+        found = _literal_values(arg)
+        if found:
+            return found
+    return ()
 
 
 def check_consistency(cfg: RunConfig) -> list[str]:
@@ -797,6 +955,12 @@ def check_consistency(cfg: RunConfig) -> list[str]:
         problems.append(
             "rollout.overlap: overlapped collection is refused under determinism.tier \"run_exact\" (its rows "
             "would depend on how long the update took); set determinism.tier \"throughput\" or rollout.overlap false"
+        )
+    if cfg.rollout.overlap and cfg.obs.frame_stack > 1:
+        problems.append(
+            f"rollout.overlap: overlapped collection does not support obs.frame_stack={cfg.obs.frame_stack} yet "
+            "(the next iteration's rows would be gathered while the update still reads the frame history of "
+            "this one); set rollout.overlap false or obs.frame_stack 1"
         )
     if cfg.ppo.minibatch_size > cfg.ppo.batch_size:
         problems.append(
@@ -824,6 +988,7 @@ def check_consistency(cfg: RunConfig) -> list[str]:
     deck = cfg.env.deck
     if deck and (len(deck) != 8 or len(set(deck)) != 8):
         problems.append(f"env.deck: {list(deck)} must be 8 different card names (or empty for random decks)")
+    problems += env_component_problems(cfg.env)
     for name in ("crown", "tower_hp", "elixir"):
         w = getattr(cfg.env.reward_weights, name)
         if not math.isfinite(w):
@@ -844,6 +1009,17 @@ def check_consistency(cfg: RunConfig) -> list[str]:
                 f"ladder.gate.{name}: {games} paired battles need {(games + 1) // 2} evaluation seeds, but "
                 f"ladder.pool.eval_seed_count is {seeds}; lower the games or raise the seed count"
             )
+    strength = cfg.evaluation.strength
+    if strength.every_iterations and (strength.games_per_anchor + 1) // 2 > seeds:
+        problems.append(
+            f"evaluation.strength.games_per_anchor: {strength.games_per_anchor} paired battles need "
+            f"{(strength.games_per_anchor + 1) // 2} evaluation seeds, but ladder.pool.eval_seed_count is {seeds}; "
+            "lower the games or raise the seed count")
+    if strength.every_iterations and "scripted:noop" not in strength.anchors:
+        problems.append(f"evaluation.strength.anchors: {list(strength.anchors)} lacks scripted:noop, which the "
+                        "strength rating pins at 0; add it (or set evaluation.strength.every_iterations to 0)")
+    if len(set(strength.anchors)) != len(strength.anchors):
+        problems.append(f"evaluation.strength.anchors: {list(strength.anchors)} names an anchor twice")
     problems += seed_snapshot_problems(cfg.ladder.pool.seed_snapshots)
     if cfg.net.channels % cfg.net.norm_groups:
         problems.append(
@@ -861,6 +1037,51 @@ def check_consistency(cfg: RunConfig) -> list[str]:
         if port and port in seen:
             problems.append(f"services.{name}: port {port} is also services.{seen[port]}")
         seen[port] = name
+    return problems
+
+
+def _deck_problem(where: str, deck) -> str | None:
+    if len(deck) != 8 or len(set(deck)) != 8:
+        return f"{where}: {list(deck)} must be 8 different card names"
+    return None
+
+
+def env_component_problems(env: EnvConfig) -> list[str]:
+    """Everything wrong with the env's components and deck curriculum, each naming its field:
+    what ``shared.components.problems`` finds (a module not listed in
+    ``env.extra_component_modules``, a class that does not exist, kwargs the component refuses),
+    and a ``seat_decks`` whose decks are not 8 different names, whose field is empty, whose
+    kwargs name what the deal decides, or that is set together with ``env.deck``; and
+    ``ability_buttons`` set together with an ``action_parser`` of the user's."""
+    from shared import components
+
+    problems = []
+    extra = env.extra_component_modules
+    for name in ("reward_fn", "obs_builder", "action_parser"):
+        spec = getattr(env, name)
+        if spec is not None:
+            problems += components.problems(spec, extra, f"env.{name}")
+    if env.ability_buttons and env.action_parser is not None:
+        problems.append("env.ability_buttons: applies to the default TileActionParser only; with env.action_parser "
+                        "set, give your parser its buttons in env.action_parser.kwargs and leave ability_buttons false")
+    sd = env.seat_decks
+    if sd is not None:
+        if env.deck:
+            problems.append("env.seat_decks: set together with env.deck; the curriculum deals the learner's deck, "
+                            "so leave env.deck empty")
+        problems += [p for p in [_deck_problem("env.seat_decks.deck", sd.deck)] if p]
+        if sd.field is not None:
+            if not sd.field:
+                problems.append("env.seat_decks.field: an empty list; give at least one deck, or null for random decks")
+            problems += [p for i, d in enumerate(sd.field) if (p := _deck_problem(f"env.seat_decks.field[{i}]", d))]
+        reserved = sorted(set(sd.kwargs) & set(SEAT_DECKS_RESERVED))
+        if reserved:
+            problems.append(f"env.seat_decks.kwargs: {reserved} are decided by the deal itself; remove them "
+                            "(set deck, field and shuffle on env.seat_decks)")
+        try:
+            components.resolve(sd.cls, extra, "env.seat_decks")
+        except components.ComponentError as exc:
+            problems.append(str(exc))
     return problems
 
 
@@ -928,7 +1149,13 @@ def load_config(source: str | os.PathLike | dict | None = None, *, profile_name:
     name = doc["profile"] if "profile" in doc else (profile_name or default_profile_name())
     if not isinstance(name, str) or name not in PROFILES:
         raise ConfigError([f"profile: unknown profile {name!r}; choose one of {', '.join(PROFILES)}"])
+    from shared.extensions import split_sections
+
+    doc, sections, section_problems = split_sections(doc, [f.encode_name for f in msgspec.structs.fields(RunConfig)])
+    problems += section_problems
     merged = _overlay(msgspec.to_builtins(PROFILES[name]()), doc, RunConfig, "", problems)
+    if sections:
+        merged["extensions"] = sections
     if overrides:
         merged = _overlay(merged, overrides, RunConfig, "", problems)
     if problems:

@@ -15,17 +15,21 @@ import json
 import msgspec
 from msgspec import Struct
 
-from shared.config import EnvConfig
+from shared.config import ComponentSpec, EnvConfig
 from shared.messages import EngineBuild, EpisodeRecord
 
 
-class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True):
+class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
     """The observation and action layout of one environment build, as declared by it.
 
     ``spatial`` is (len(plane_names), height, width) float32 per seat; ``vector`` is
-    (vector_size,) float32; the action space is Discrete(n_actions) with action 0 the no-op and
-    ``1 + slot * height * width + y * width + x`` a play of hand slot ``slot`` at tile (x, y).
+    (vector_size,) float32; the action space is Discrete(n_actions) with action 0 the no-op,
+    ``1 + slot * height * width + y * width + x`` a play of hand slot ``slot`` at tile (x, y)
+    (the grid: ``n_grid_actions`` actions in all), and ``n_grid_actions + k`` a press of ability
+    button k for k < ``n_buttons`` (the parser's, read from it; 0 without buttons).
     ``vector_fields`` maps each declared vector field name to its [start, stop) offsets.
+    ``n_buttons`` is encoded only when not 0, so a spec without buttons keeps the digest it had
+    before buttons existed.
     """
 
     plane_names: tuple[str, ...]
@@ -37,6 +41,22 @@ class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True):
     n_actions: int
     hand_slots: int
     decision_ms: int
+    n_buttons: int = 0
+    frame_stack: int = 1
+    """Decisions the trunk sees at once (``obs.frame_stack``): the one fact here that is the
+    run's, not the environment's, set by ``shared.preflight.run_preflight`` so that every
+    network built from the spec (learner, frozen seats, evaluators, replay) has the run's
+    input width. Encoded only when not 1."""
+
+    @property
+    def n_grid_actions(self) -> int:
+        """The no-op plus one action per (hand slot, tile): the part of the action space the
+        pointer head lays out as a grid, all of it without buttons."""
+        return 1 + self.hand_slots * self.height * self.width
+
+    def is_button(self, action):
+        """Whether ``action`` (an int or an integer array) presses an ability button."""
+        return action >= self.n_grid_actions
 
     def field(self, name: str) -> slice:
         """The slice of the vector holding ``name``. A missing name raises KeyError listing the
@@ -54,13 +74,21 @@ class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True):
 
 
 def build_reward(cfg: EnvConfig):
-    """The reward ``cfg.reward`` names: ``potential`` is ``default_potential_reward`` at
+    """The reward: ``cfg.reward_fn`` built by dotted path when set (shared/components.py),
+    else the one ``cfg.reward`` names: ``potential`` is ``default_potential_reward`` at
     ``cfg.reward_weights`` (gamma 1 until ``shared.rewards.set_gamma`` is called);
-    ``royalegym_default`` is RoyaleGym's ``default_reward()``."""
+    ``royalegym_default`` is RoyaleGym's ``default_reward()``. Raises ComponentError naming
+    ``env.reward_fn`` for a component that cannot be built."""
     from royalegym import default_reward
 
+    from shared import components
     from shared.rewards import default_potential_reward
 
+    if cfg.reward_fn is not None:
+        from royalegym.reward import RewardFunction
+
+        return _of_kind(components.build(cfg.reward_fn, cfg.extra_component_modules, "env.reward_fn"),
+                        RewardFunction, "env.reward_fn")
     if cfg.reward == "potential":
         w = cfg.reward_weights
         return default_potential_reward(crown=w.crown, tower_hp=w.tower_hp, elixir=w.elixir)
@@ -69,7 +97,18 @@ def build_reward(cfg: EnvConfig):
     raise ValueError(f"env.reward: unknown reward {cfg.reward!r}; choose potential or royalegym_default")
 
 
-def _checked_deck(deck: tuple[str, ...]) -> tuple[str, ...]:
+def _of_kind(obj, kind: type, field: str):
+    """``obj`` if it is a ``kind``; ComponentError naming ``field`` otherwise (a component that
+    builds something else would fail inside a battle, on another host, much later)."""
+    from shared.components import ComponentError
+
+    if not isinstance(obj, kind):
+        raise ComponentError(f"{field}: built a {type(obj).__module__}.{type(obj).__qualname__}, not a RoyaleGym "
+                             f"{kind.__name__}; subclass royalegym.{kind.__name__}")
+    return obj
+
+
+def _checked_deck(deck: tuple[str, ...], where: str = "env.deck") -> tuple[str, ...]:
     """``deck`` if every name is in the engine's card catalogue; ValueError naming the unknown
     ones (with close matches) otherwise. RoyaleGym itself would fail later, at a reset."""
     import difflib
@@ -80,7 +119,7 @@ def _checked_deck(deck: tuple[str, ...]) -> tuple[str, ...]:
     unknown = [d for d in deck if d not in names]
     if unknown:
         hints = "; ".join(f"{u!r}: did you mean {difflib.get_close_matches(u, names, n=3)}?" for u in unknown)
-        raise ValueError(f"env.deck: unknown card name(s) {unknown} ({hints}); the catalogue has {len(names)} cards")
+        raise ValueError(f"{where}: unknown card name(s) {unknown} ({hints}); the catalogue has {len(names)} cards")
     return deck
 
 
@@ -101,25 +140,91 @@ def build_env(cfg: EnvConfig, *, gamma: float | None = None):
     the rollout must call ``set_gamma(env.reward_fn, gamma)`` again whenever the schedule moves.
     """
     from royalegym import (
-        ClashParallelEnv, DefaultStateMutator, GameOverCondition, RustEngine, SpatialObsBuilder,
+        ActionParser, ClashParallelEnv, DefaultStateMutator, ObsBuilder, GameOverCondition, RustEngine, SpatialObsBuilder,
         StepLimitCondition, TileActionParser,
     )
 
     from shared.rewards import set_gamma
 
+    from shared import components
+
     reward_fn = build_reward(cfg)
     if gamma is not None:
         set_gamma(reward_fn, gamma)
+    extra = cfg.extra_component_modules
+    if cfg.seat_decks is not None:
+        _checked_deck(cfg.seat_decks.deck, "env.seat_decks.deck")
+        for i, d in enumerate(cfg.seat_decks.field or ()):
+            _checked_deck(d, f"env.seat_decks.field[{i}]")
+        # Until a battle deals an episode (seat_deal), both seats get the learner's deck: what an
+        # evaluation game between two snapshots plays.
+        mutator = seat_deal(cfg, learner_seat=-1)
+    elif cfg.deck:
+        mutator = DefaultStateMutator(decks=[list(_checked_deck(cfg.deck))] * 2)
+    else:
+        mutator = DefaultStateMutator()
     return ClashParallelEnv(
         RustEngine(),
-        obs_builder=SpatialObsBuilder(),
-        action_parser=TileActionParser(),
+        obs_builder=(_of_kind(components.build(cfg.obs_builder, extra, "env.obs_builder"), ObsBuilder,
+                              "env.obs_builder") if cfg.obs_builder else SpatialObsBuilder()),
+        action_parser=(_of_kind(components.build(cfg.action_parser, extra, "env.action_parser"), ActionParser,
+                                "env.action_parser") if cfg.action_parser else TileActionParser(ability_buttons=cfg.ability_buttons)),
         reward_fn=reward_fn,
         termination_cond=GameOverCondition(),
         truncation_cond=StepLimitCondition(max_steps=cfg.max_steps) if cfg.max_steps else None,
-        state_mutator=DefaultStateMutator(decks=[list(_checked_deck(cfg.deck))] * 2) if cfg.deck else DefaultStateMutator(),
+        state_mutator=DealRecorder(mutator),
         decision_ms=cfg.decision_ms,
     )
+
+
+def seat_deal(cfg: EnvConfig, learner_seat: int):
+    """The state mutator of one episode under ``cfg.seat_decks``: ``learner_seat`` -1 (a mirror
+    battle) deals the learner's deck to both seats, mirrored; 0 (blue) or 1 (red) deals it there
+    and a deck from the field to the other seat. The draw comes from the episode's reset
+    generator, seeded by (master seed, battle, ordinal), so the deal is a pure function of that
+    triple. Built from ``cfg.seat_decks.cls`` (RoyaleGym's ``DeckCurriculumStateMutator`` by
+    default) with its kwargs; ComponentError naming ``env.seat_decks`` if it refuses."""
+    from shared import components
+
+    sd = cfg.seat_decks
+    spec = ComponentSpec(cls=sd.cls, kwargs=dict(sd.kwargs))
+    return components.build(
+        spec, cfg.extra_component_modules, "env.seat_decks",
+        deck=list(sd.deck), p=1.0, mirror_p=1.0 if learner_seat < 0 else 0.0,
+        seat="blue" if learner_seat <= 0 else "red",
+        pool=[list(d) for d in sd.field] if sd.field is not None else None, shuffle=int(sd.shuffle))
+
+
+class DealRecorder:
+    """A state mutator that remembers the decks its inner mutator dealt at the last reset
+    (``last_decks``: [blue, red] card ids; None before the first), so an episode's record can
+    say which deck each seat played. ``inner`` may be swapped between episodes."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.last_decks: list[list[int]] | None = None
+
+    def build(self, rng, cards):
+        setup = self.inner.build(rng, cards)
+        self.last_decks = [list(d) for d in setup.decks] if getattr(setup, "decks", None) else None
+        return setup
+
+    def __getattr__(self, name):  # config(), bind(), ... of the inner mutator
+        return getattr(self.inner, name)
+
+
+def dealt_deck(env, seat: int) -> list[str]:
+    """The card names dealt to ``seat`` (0 blue, 1 red) at the env's last reset; [] when the
+    env's mutator records none."""
+    decks = getattr(env.state_mutator, "last_decks", None)
+    if not decks:
+        return []
+    names = {c.card_id: c.name for c in env.engine.cards()} if not _NAMES else _NAMES
+    _NAMES.update(names)
+    return [names.get(int(i), str(i)) for i in decks[seat]]
+
+
+_NAMES: dict[int, str] = {}
 
 
 def obs_spec(env) -> ObsSpec:
@@ -132,10 +237,11 @@ def obs_spec(env) -> ObsSpec:
         raise RuntimeError(f"spatial_layout() declares {len(names)} planes, the space has {c}")
     mask_planes = space["mask_planes"].shape
     n_actions = int(env.action_space("blue").n)
-    if n_actions != 1 + mask_planes[0] * h * w:
+    n_buttons = int(getattr(env.action_parser, "n_buttons", 0))
+    if n_actions != 1 + mask_planes[0] * h * w + n_buttons:
         raise RuntimeError(
-            f"action space of {n_actions} is not 1 + {mask_planes[0]} hand slots x {h}x{w} tiles; "
-            "ability buttons and other parsers are not supported yet"
+            f"action space of {n_actions} is not 1 + {mask_planes[0]} hand slots x {h}x{w} tiles + "
+            f"{n_buttons} ability buttons; only the tile grid parser (TileActionParser) is supported"
         )
     offsets = env.obs_builder.vector_offsets()
     return ObsSpec(
@@ -148,6 +254,7 @@ def obs_spec(env) -> ObsSpec:
         n_actions=n_actions,
         hand_slots=int(mask_planes[0]),
         decision_ms=int(env.config()["decision_ms"]),
+        n_buttons=n_buttons,
     )
 
 
@@ -196,16 +303,24 @@ def episode_record(info, *, truncated: bool, **fields) -> EpisodeRecord:
 
 
 def make_scripted(opponent: str, random_legal_noop_prob: float):
-    """A scripted player by its ladder id: None for ``scripted:noop`` (always the no-op, no
-    object needed), RoyaleGym's ``RandomLegalOpponent(random_legal_noop_prob)`` for
-    ``scripted:random_legal`` (its ``act(obs, mask, rng)`` draws from the caller's generator).
-    The rollout's scripted seats and the evaluator's anchors are built here, so an anchor is
-    exactly the training opponent. Raises ValueError for an unknown id."""
+    """A scripted player by its id (``shared.scripted.SCRIPTED_PLAYERS``): None for
+    ``scripted:noop`` (always the no-op, no object needed), RoyaleGym's
+    ``RandomLegalOpponent(random_legal_noop_prob)`` for ``scripted:random_legal``, and a fresh
+    bot of ``royalegym.opponents.ladder()`` for ``scripted:<rung>`` (a new object per call: a
+    shared instance across battles is what RoyaleGym refuses). Each answers
+    ``act(obs, mask, rng)`` and reads only the mask planes. The rollout's scripted seats and the
+    evaluator's anchors are built here, so an anchor is exactly the training opponent. Raises
+    ValueError naming the id and every known one."""
     from royalegym import RandomLegalOpponent
-    from royalegym.opponents import NOOP  # noqa: F401  (imported to fail loudly if it moves)
+    from royalegym.opponents import NOOP, ladder  # noqa: F401  (NOOP imported to fail loudly if it moves)
+
+    from shared.scripted import SCRIPTED_PLAYERS, SCRIPTED_PREFIX, unknown_scripted
 
     if opponent == "scripted:noop":
         return None
     if opponent == "scripted:random_legal":
         return RandomLegalOpponent(random_legal_noop_prob)
-    raise ValueError(f"unknown scripted opponent {opponent!r}; known: scripted:noop, scripted:random_legal")
+    if opponent in SCRIPTED_PLAYERS:
+        bots = dict(ladder())
+        return bots[opponent[len(SCRIPTED_PREFIX):]]
+    raise ValueError(unknown_scripted(opponent))

@@ -7,8 +7,9 @@ Evaluation is kept apart from training (royalelearn-facts 6.4 "Evaluation separa
 * the seeds are a fixed set of ``ladder.pool.eval_seed_count`` env seeds drawn ONCE from the
   named stream ``eval/seed_set``; a game names a seed by its index in the set, and the gate's
   decision record carries the set's hash, so two gates are comparable only on one set;
-* a player is a frozen snapshot ``snap:<snapshot_id>`` or a scripted anchor
-  (``scripted:noop``, ``scripted:random_legal``), as in the pool (the team's fixed interface).
+* a player is a frozen snapshot ``snap:<snapshot_id>`` or a scripted player
+  (``shared.scripted.SCRIPTED_PLAYERS``: the gate's anchors ``scripted:noop``,
+  ``scripted:random_legal`` and RoyaleGym's ladder bots, the strength measurement's anchors).
 
 Torch-free: the ladder (gate runner) and the evaluator both read it.
 """
@@ -22,6 +23,7 @@ import numpy as np
 
 from shared.config import EnvConfig
 from shared.messages import snapshot_of
+from shared.scripted import SCRIPTED_PLAYERS
 from shared.seeding import stream
 
 EVAL_ROLE = "eval"
@@ -64,9 +66,9 @@ def check_player(player: str) -> str | None:
         if len(sid) == 16 and all(c in "0123456789abcdef" for c in sid):
             return None
         return f"player {player!r}: a snapshot id is 16 lowercase hex characters (snap:<snapshot_id>)"
-    if player in ANCHORS:
+    if player in SCRIPTED_PLAYERS:
         return None
-    return f"player {player!r}: expected snap:<snapshot_id> or one of {', '.join(ANCHORS)}"
+    return f"player {player!r}: expected snap:<snapshot_id> or one of {', '.join(SCRIPTED_PLAYERS)}"
 
 
 SCORE_OF_OUTCOME = {1: 1.0, 0: 0.5, -1: 0.0}

@@ -17,11 +17,12 @@ torch_version
 engine                 the game itself: engine class, calibration and build digests, the
                        compiled binary's sha256, the card catalogue digest
 env_spec_digest        the env config by value (decision clock, truncation, reward and its
-                       weights)
-obs_digest,            what the policy sees and can do (read off the built env)
-action_digest
-frame_stack            the trunk's input width
-arch_digest            the network (NetConfig without the device and the autocast setting)
+                       weights, deck; ``env.ability_buttons`` only while on)
+obs_digest,            what the policy sees and can do (read off the built env; the
+action_digest          action digest holds the ability buttons' count, ``n_buttons``)
+frame_stack            the trunk's input width (``obs.frame_stack``)
+arch_digest            the network (NetConfig without the device and the autocast setting,
+                       with obs.frame_stack when it is not 1)
 codec_version,         how a row is stored (the table) and sent (``services.wire_codec``: 1
 codec_table_digest     packed rows, 2 zstd frames; shared/codec.py). Codec 2 is lossless, so
                        it cannot change a number; it is in the identity all the same so that
@@ -31,7 +32,18 @@ algo_digest            PPO, GAE, schedules, reward scaling, LR backoff, CUDA aut
                        ``learner.algorithm = "dqn"`` the algorithm and the ``dqn`` section
 rollout_digest         battles and shards per rollout, local rollouts, mask-only scripted seats
 ladder_digest          who the learner plays: mix, scripted opponents, pool, gate, rater
+user_code              the user's own packages the env's components come from, by content:
+                       {top-level package: sha256 of its .py files} (shared/components.py);
+                       an edit to ``mybot/rewards.py`` is another run. None: no user code
+extensions             each extension section the run uses: its digest by value and the
+                       distribution and version providing it (shared/extensions.py). None:
+                       none used
 =====================  =================================================================
+
+``env.extra_component_modules`` (the allow-list) and ``timestep_limit`` are not in it: listing a
+module, or stopping sooner, cannot change a number the run writes. user_code and extensions are
+left out of the canonical encoding when None (``run_id``), so a run without them keeps the
+run id it had before either field existed.
 
 Not in it (recorded, diffed and printed on resume, never refused): run_name, runs_dir,
 services (addresses, ports, timeouts; its wire_codec is codec_version), checkpoint cadence and keep, alarm thresholds, round
@@ -46,7 +58,9 @@ from typing import Any
 
 import msgspec
 
+from shared.components import user_code as user_code_of
 from shared.config import RunConfig
+from shared.extensions import ExtensionRecord, extension_records
 from shared.messages import EngineBuild
 
 IDENTITY_VERSION = 1
@@ -70,6 +84,29 @@ class RunIdentity(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
     algo_digest: str
     rollout_digest: str
     ladder_digest: str
+    user_code: dict[str, str] | None = None
+    extensions: list[ExtensionRecord] | None = None
+
+
+# New EnvConfig fields left out of env_spec_digest while unset, so every env that does not use
+# them keeps the digest (and so the run id) it had before they existed.
+_ENV_OPTIONAL = ("reward_fn", "obs_builder", "action_parser", "seat_decks")
+
+
+def env_spec_digest_of(env) -> str:
+    """The env config by value, without the allow-list (``extra_component_modules``: listing
+    cannot move a number), without the component fields that are unset, and without
+    ``ability_buttons`` while it is off."""
+    data = msgspec.to_builtins(env)
+    data.pop("extra_component_modules", None)
+    if not data.get("ability_buttons"):
+        # recorded while on (the action digest has n_buttons too); left out while off, so a run
+        # without buttons keeps the identity it had before the field existed
+        data.pop("ability_buttons", None)
+    for name in _ENV_OPTIONAL:
+        if data.get(name) is None:
+            data.pop(name, None)
+    return digest(data)
 
 
 def digest(value: Any) -> str:
@@ -88,8 +125,11 @@ def _without(struct, *names: str) -> dict:
 def config_digests(cfg: RunConfig) -> dict[str, str]:
     """The identity digests that depend on the config alone."""
     return {
-        "env_spec_digest": digest(cfg.env),
-        "arch_digest": digest(_without(cfg.net, "device", "autocast")),
+        "env_spec_digest": env_spec_digest_of(cfg.env),
+        # frame_stack widens the trunk's input; recorded only when stacking, so a run without
+        # it keeps the arch digest it had before the field existed
+        "arch_digest": digest(_without(cfg.net, "device", "autocast")
+                              | ({"frame_stack": cfg.obs.frame_stack} if cfg.obs.frame_stack != 1 else {})),
         # PPO runs keep the digest they had before the DQN learner existed; a DQN run adds its own.
         "algo_digest": digest({"ppo": cfg.ppo, "advantage": cfg.advantage, "autocast": cfg.net.autocast,
                                **({"algorithm": cfg.learner.algorithm, "dqn": cfg.dqn} if cfg.learner.algorithm != "ppo" else {})}),
@@ -107,7 +147,7 @@ def config_identity(cfg: RunConfig) -> dict[str, Any]:
     moves."""
     return {"master_seed": cfg.master_seed, "determinism_tier": cfg.determinism.tier,
             "torch_threads": cfg.determinism.torch_threads, "codec_version": cfg.services.wire_codec,
-            **config_digests(cfg)}
+            "frame_stack": cfg.obs.frame_stack, **config_digests(cfg)}
 
 
 def describe_device(device: str) -> str:
@@ -133,15 +173,20 @@ def compute_identity(cfg: RunConfig, *, engine: EngineBuild, obs_digest: str, ac
         engine=engine,
         obs_digest=obs_digest,
         action_digest=action_digest,
-        frame_stack=1,
         codec_table_digest=codec_table_digest,
+        user_code=user_code_of(cfg.env) or None,
+        extensions=extension_records(cfg.extensions),
         **config_identity(cfg),
     )
 
 
 def run_id(identity: RunIdentity) -> str:
     """The first sixteen hex characters of the sha256 of the identity's canonical JSON."""
-    return hashlib.sha256(msgspec.json.encode(identity, order="sorted")).hexdigest()[:16]
+    data = msgspec.to_builtins(identity)
+    for name in ("user_code", "extensions"):
+        if data.get(name) is None:
+            data.pop(name, None)
+    return hashlib.sha256(msgspec.json.encode(data, order="sorted")).hexdigest()[:16]
 
 
 def identity_differences(a: RunIdentity, b: RunIdentity) -> dict[str, tuple[Any, Any]]:
@@ -159,7 +204,13 @@ def identity_differences(a: RunIdentity, b: RunIdentity) -> dict[str, tuple[Any,
     return out
 
 
-def action_digest_of(spec) -> str:
-    """What the policy can do: the action space's size and layout and the decision clock."""
-    return digest({"n_actions": spec.n_actions, "hand_slots": spec.hand_slots, "height": spec.height,
-                   "width": spec.width, "decision_ms": spec.decision_ms, "parser": "TileActionParser"})
+def action_digest_of(spec, parser: str = "TileActionParser") -> str:
+    """What the policy can do: the action space's size and layout, the decision clock, the
+    parser (``TileActionParser``, RoyaleGym's default, or the ``env.action_parser`` path), and
+    the ability buttons after the grid (``n_buttons``, recorded only when not 0 so a run without
+    buttons keeps the digest it had before they existed)."""
+    value = {"n_actions": spec.n_actions, "hand_slots": spec.hand_slots, "height": spec.height,
+             "width": spec.width, "decision_ms": spec.decision_ms, "parser": parser}
+    if getattr(spec, "n_buttons", 0):
+        value["n_buttons"] = spec.n_buttons
+    return digest(value)

@@ -17,7 +17,8 @@ Seams and their messages:
     rollout  -> learner     Hello, Round, Heartbeat, Failure
     learner  -> rollout     Welcome, Refused, Plan, Step, Close, Rejoin
     learner  -> ladder      PlanRequest, ReportEpisodes           (replies PlanReply, Ack, Error)
-    learner  -> ladder      AdmitCandidate, LadderStatusRequest   (replies Admitted, LadderStatus, Error)
+    learner  -> ladder      AdmitCandidate, LadderStatusRequest, MeasureStrength
+                                                          (replies Admitted, LadderStatus, Ack, Error)
     evaluator -> ladder     EvalJobRequest, EvalReport            (replies EvalJob, NoJob, Ack, Error)
     evaluator -> checkpoint LoadSnapshot                          (replies SnapshotLoaded, NotFound, Error)
     learner  -> checkpoint  SaveCheckpoint, LoadLatest            (replies Saved, Loaded, NotFound, Error)
@@ -187,6 +188,9 @@ class EpisodeRecord(Struct, forbid_unknown_fields=True, kw_only=True):
     """Signed episode sum of each reward term (weighted), from the final info."""
     reward_terms_abs: dict[str, float] = {}
     """Episode sum of |F_t| of each reward term (weighted): how loud each term was."""
+    deck: list[str] = []
+    """The card names dealt to this seat at the episode's reset (shared/envs.py dealt_deck);
+    empty in logs written before it existed."""
     provenance: EpisodeProvenance | None = None
     """Set by the learner for a training episode whose every decision it saw (None in logs
     written before it existed, and for evaluation games): see ``EpisodeProvenance``."""
@@ -208,6 +212,10 @@ class Hello(_Msg, tag="hello"):
     codecs: list[int] = msgspec.field(default_factory=lambda: [1])
     """The wire codecs this rollout speaks (shared/codec.py ``WIRE_CODECS``). A rollout built
     before codec 2 sends no such field and speaks codec 1 only."""
+    user_code: dict[str, str] = {}
+    """{user package: sha256 of its source} for the packages ``ROYALEFLEET_USER_PACKAGES``
+    names (shared/components.py ``hello_user_code``); the learner refuses a rollout whose digests
+    differ from its identity's ``user_code``, naming both."""
 
 
 class Round(_Msg, tag="round"):
@@ -454,6 +462,41 @@ class Admitted(_Msg, tag="admitted"):
     status: Literal["admitted_free", "pending", "duplicate", "admitted_seed"]
 
 
+class MeasureStrength(_Msg, tag="measure_strength"):
+    """The learner stored its actor of iteration ``iteration`` as snapshot ``snapshot_id`` (16
+    hex) for the standing strength measurement (``evaluation.strength``): the ladder plans its
+    games against each scripted anchor (services/ladder/strength.py) and answers Ack(count =
+    jobs planned; 0 for a snapshot it measures already). The learner does not wait for the games."""
+
+    request_id: int
+    run_name: str
+    snapshot_id: str
+    env_steps: int
+    iteration: int
+    timesteps: int = 0
+
+
+class StrengthSummary(Struct, forbid_unknown_fields=True, kw_only=True):
+    """The newest measured strength snapshot (services/ladder/strength.py): ``score`` against
+    each anchor (a draw counts half) over ``games`` games each, its Wilson 95 % interval
+    ``score_lo`` .. ``score_hi``, and the Bradley-Terry-Davidson rating in Elo
+    (``scripted:noop`` pinned at 0) with its standard error."""
+
+    snapshot: str
+    iteration: int
+    env_steps: int
+    games: dict[str, int]
+    score: dict[str, float]
+    score_lo: dict[str, float]
+    score_hi: dict[str, float]
+    rating: float
+    rating_se: float
+    measured: int
+    """Strength snapshots measured so far in the run."""
+    pending: int
+    """Strength snapshots waiting for (or in) play."""
+
+
 class LadderStatusRequest(_Msg, tag="ladder_status_request"):
     request_id: int
     run_name: str
@@ -488,6 +531,8 @@ class LadderStatus(_Msg, tag="ladder_status"):
     gate_score_lower_bound: float | None = None
     """the Wilson 95 % lower bound of the last gate's score against its champion
     (condition 1; services/ladder/gate_runner.py); None before the first gate."""
+    strength: StrengthSummary | None = None
+    """The newest strength measurement; None until a strength snapshot's games are all played."""
 
 
 # ----------------------------------------------------------------- learner <-> checkpoint
@@ -642,7 +687,8 @@ class EvalReport(_Msg, tag="eval_report"):
 
 ToLearner = Union[Hello, Round, Heartbeat, Failure, BattleStates, StatesSet]
 ToRollout = Union[Welcome, Refused, Plan, Step, Close, Rejoin, GetStates, SetState]
-ToLadder = Union[PlanRequest, ReportEpisodes, AdmitCandidate, LadderStatusRequest, EvalJobRequest, EvalReport]
+ToLadder = Union[PlanRequest, ReportEpisodes, AdmitCandidate, LadderStatusRequest, EvalJobRequest, EvalReport,
+                 MeasureStrength]
 FromLadder = Union[PlanReply, Ack, Error, Admitted, LadderStatus, EvalJob, NoJob]
 ToCheckpoint = Union[SaveCheckpoint, LoadLatest, SaveSnapshot, LoadSnapshot]
 FromCheckpoint = Union[Saved, Loaded, NotFound, Error, SnapshotSaved, SnapshotLoaded]

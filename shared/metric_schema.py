@@ -37,6 +37,15 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "throughput/collected_steps_per_second": ("timesteps/s", "learner timesteps collected / collection seconds"),
     "throughput/overall_steps_per_second": ("timesteps/s", "learner timesteps trained / iteration seconds"),
     "throughput/env_steps_per_second": ("decisions/s", "battle decisions / collection seconds"),
+    "throughput/rollout_idle_frac": ("ratio", "mean over the rollouts present at this row and the last of the share of "
+                                     "the wall time between them they were not stepping (from a Step sent to the "
+                                     "shard's next round; services/learner/fleet_idle.py); absent at a process's "
+                                     "first row"),
+    "throughput/inference_batch_rows_mean": ("rows", "mean learner rows per central-inference actor forward of the "
+                                             "collection (batched inference: every ready round at once in the "
+                                             "throughput tier; one round per forward under run_exact)"),
+    "throughput/inference_batch_rows_p90": ("rows", "90th percentile of the learner rows per actor forward"),
+    "throughput/inference_forwards": ("count", "central-inference actor forwards in the collection"),
     "throughput/inference_ms_per_round": ("ms", "mean learner inference time per received round"),
     "throughput/wire_bytes_per_row": ("bytes", "array bytes received per observation row, scalars included (compressed under wire codec 2)"),
     "throughput/wire_encode_us_per_row": ("us", "rollout CPU time compressing rows (wire codec 2) per observation row received; 0 under codec 1"),
@@ -89,6 +98,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "policy/legal_actions_p95": ("actions", "95th percentile of legal actions (no-op included) over the learner's trainable rows"),
     "policy/noop_rate": ("fraction", "share of the learner's choice rows (more than one legal action) on which it waited"),
     "policy/cards_played": ("cards", "cards the learner played this iteration"),
+    "policy/button_presses": ("presses", "ability-button presses the learner chose this iteration (env.ability_buttons; absent without buttons)"),
+    "policy/button_presses_accepted": ("presses", "the learner's ability-button presses the engine accepted (deploy_status 0) this iteration"),
     "policy/cards_per_match": ("cards", "cards the learner played per episode (the no-op collapse metric)"),
     # ppo
     "ppo/kl": ("nats", "choice-row KL (Schulman k3), last epoch"),
@@ -199,6 +210,18 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "ladder/pfsp_effective": ("flag", "1 when every PFSP prediction of the resident set came from the fit, 0 when some fell back to an even 0.5; absent while the pool is empty"),
     "ladder/rating/{member}": ("Elo", "fitted rating of one pool member (at most ladder.pool.pool_working_size members)"),
     "ladder/rating_se/{member}": ("Elo", "standard error of one pool member's rating"),
+    # the standing strength measurement (services/ladder/strength.py), through the ladder's status:
+    # every key absent (never 0 or 0.5) until a strength snapshot's games are all played.
+    "strength/iteration": ("count", "learner iteration of the newest measured strength snapshot (evaluation.strength.every_iterations)"),
+    "strength/env_steps": ("decisions", "run/env_steps when the newest measured strength snapshot was taken"),
+    "strength/rating": ("Elo", "that snapshot's Bradley-Terry-Davidson rating against the scripted anchors, scripted:noop = 0"),
+    "strength/rating_se": ("Elo", "standard error of strength/rating"),
+    "strength/measured": ("count", "strength snapshots measured so far in the run"),
+    "strength/pending": ("count", "strength snapshots waiting for (or in) play"),
+    "strength/score/{anchor}": ("fraction", "that snapshot's score against one scripted anchor (a draw counts half)"),
+    "strength/score_lo/{anchor}": ("fraction", "Wilson 95 % lower bound of strength/score"),
+    "strength/score_hi/{anchor}": ("fraction", "Wilson 95 % upper bound of strength/score"),
+    "strength/games/{anchor}": ("games", "games behind strength/score (both sides of each seed)"),
     "ladder/gate_score_lower_bound": ("fraction", "the last gate's Wilson 95 % lower bound of the candidate's score against the champion (passes at ladder.gate.champion_lower_bound); absent before a gate"),
 }
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from shared.codec import MIN_TABLE_STATES, Codec, decide_table
@@ -38,8 +39,11 @@ class PreflightError(RuntimeError):
     pass
 
 
-def run_preflight(env_cfg: EnvConfig, master_seed: int, min_states: int = MIN_TABLE_STATES) -> Preflight:
-    """Raises PreflightError if the environment breaks an assumption the codec relies on."""
+def run_preflight(env_cfg: EnvConfig, master_seed: int, min_states: int = MIN_TABLE_STATES, *,
+                  frame_stack: int = 1) -> Preflight:
+    """Raises PreflightError if the environment breaks an assumption the codec relies on.
+    ``frame_stack`` (``obs.frame_stack``) goes into the spec (``ObsSpec.frame_stack``); the
+    codec and its sample do not depend on it."""
     from royalegym import RandomLegalOpponent
 
     t0 = time.perf_counter()
@@ -68,4 +72,6 @@ def run_preflight(env_cfg: EnvConfig, master_seed: int, min_states: int = MIN_TA
     high = env.observation_space("blue")["spatial"].high.reshape(len(spec.plane_names), -1).max(axis=1)
     table = decide_table(spec, high, np.stack(samples))
     assert statics is not None
+    if frame_stack != 1:
+        spec = msgspec.structs.replace(spec, frame_stack=int(frame_stack))
     return Preflight(spec, build, table, statics, Codec(table, statics), time.perf_counter() - t0)

@@ -421,6 +421,11 @@ def default_potential_reward(
     )
 
 
+default_potential_reward.config_problems = shaping_weight_problems
+"""What ``env.reward_fn`` with this class path refuses at load (shared/components.py
+``problems``): exactly what the function refuses at build."""
+
+
 class TermMagnitudes:
     """Per seat, the episode's sum of ``|weighted term value|`` per step, for
     ``env/reward_terms_step_abs/<term>``.

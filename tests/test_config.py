@@ -57,6 +57,8 @@ def test_profiles_differ_only_in_numbers_they_declare():
         "ppo.timesteps_per_iteration": (4096, 32768),
         "ppo.batch_size": (1024, 4096),
         "determinism.torch_threads": (2, 4),
+        # the cpu profile's own: a candidate within the first hour at ~55 env steps/s (docs/ladder.md)
+        "ladder.pool.candidate_every_env_steps": (100_000, 4_000_000),
     }
 
 
@@ -124,7 +126,9 @@ def test_every_field_problem_is_listed_at_once_each_naming_its_field():
     assert the_one(problems, "ppo.n_epochs") == "ppo.n_epochs: Expected `int`, got `bool` (got True)"
     assert the_one(problems, "ppo.clip_rnge") == "ppo.clip_rnge: unknown field; did you mean 'clip_range'?"
     assert the_one(problems, "rollout.battles") == "rollout.battles: Expected `int` >= 1 (got 0)"
-    assert the_one(problems, "ppo2") == "ppo2: unknown field; did you mean 'ppo'?"
+    assert the_one(problems, "ppo2") == (
+        "ppo2: unknown field, and no installed package provides a section 'ppo2' (entry point group "
+        "royalefleet.extensions; installed sections: none); did you mean 'ppo'?")
     assert "tpu" in the_one(problems, "net.device")
     assert "(got [0.5, 0.5])" in the_one(problems, "ladder.mix")
     assert the_one(problems, "services.learner_port") == "services.learner_port: Expected `int` <= 65535 (got 70000)"
@@ -132,7 +136,8 @@ def test_every_field_problem_is_listed_at_once_each_naming_its_field():
 
 def test_an_unknown_field_with_no_close_name_lists_the_struct_fields():
     problems = refusal({"profile": "tiny", "env": {"zzzz": 1}})
-    assert problems == ["env.zzzz: unknown field; EnvConfig has max_steps, decision_ms, reward, reward_weights, deck"]
+    assert problems == ["env.zzzz: unknown field; EnvConfig has max_steps, decision_ms, reward, reward_weights, deck, "
+                        "reward_fn, obs_builder, action_parser, extra_component_modules, seat_decks, ability_buttons"]
 
 
 @pytest.mark.parametrize("doc, expected", [

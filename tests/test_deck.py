@@ -45,3 +45,94 @@ def test_a_deck_of_other_than_8_different_cards_is_refused_at_config_load(deck):
     bad = type(cfg.env)(deck=deck)
     problems = check_consistency(type(cfg)(env=bad))
     assert f"env.deck: {list(deck)} must be 8 different card names (or empty for random decks)" in problems
+
+
+# ----------------------------------------------------------------------------- env.seat_decks
+
+HOG = ("HogRider", "Musketeer", "Cannon", "Skeletons", "Fireball", "Log", "Knight", "Zap")
+
+
+def _curriculum(**kw):
+    from shared.config import SeatDecks
+
+    return EnvConfig(max_steps=10, seat_decks=SeatDecks(**kw))
+
+
+def test_a_curriculum_deals_the_learners_deck_where_the_learner_sits_against_the_field():
+    from shared.envs import dealt_deck, seat_deal
+
+    cfg = _curriculum(deck=STARTER, field=[HOG])
+    env = build_env(cfg)
+    for learner_seat in (0, 1):
+        env.state_mutator.inner = seat_deal(cfg, learner_seat)
+        for seed in range(3):
+            obs, _ = env.reset(seed=seed)
+            assert sorted(dealt_deck(env, learner_seat)) == sorted(STARTER)
+            assert sorted(dealt_deck(env, 1 - learner_seat)) == sorted(HOG)
+            assert cards_seen(obs[("blue", "red")[learner_seat]]) <= STARTER_IDS
+    env.state_mutator.inner = seat_deal(cfg, -1)  # a mirror battle: the learner's deck on both seats
+    env.reset(seed=5)
+    assert dealt_deck(env, 0) == dealt_deck(env, 1) and sorted(dealt_deck(env, 0)) == sorted(STARTER)
+
+
+def test_the_deal_is_a_pure_function_of_the_reset_seed_and_weights_by_repetition():
+    from shared.envs import dealt_deck, seat_deal
+
+    cfg = _curriculum(deck=STARTER, field=[HOG, HOG, HOG, STARTER])
+    first, second = build_env(cfg), build_env(cfg)
+    first.state_mutator.inner, second.state_mutator.inner = seat_deal(cfg, 0), seat_deal(cfg, 0)
+    red = []
+    for seed in range(40):
+        first.reset(seed=seed)
+        second.reset(seed=1000 + seed)
+        second.reset(seed=seed)  # another history before it: the same deal all the same
+        assert dealt_deck(first, 1) == dealt_deck(second, 1)
+        red.append(sorted(dealt_deck(first, 1)) == sorted(HOG))
+    # HogRider listed 3 times in 4: 40 draws at p = 0.75 land in [20, 38] with probability > 0.9999
+    assert 20 <= sum(red) <= 38
+
+
+def test_a_field_of_none_deals_random_decks_to_the_other_seat():
+    from shared.envs import dealt_deck, seat_deal
+
+    cfg = _curriculum(deck=STARTER, field=None)
+    env = build_env(cfg)
+    env.state_mutator.inner = seat_deal(cfg, 1)
+    others = set()
+    for seed in range(4):
+        env.reset(seed=seed)
+        assert sorted(dealt_deck(env, 1)) == sorted(STARTER)
+        others.add(tuple(sorted(dealt_deck(env, 0))))
+        assert len(set(dealt_deck(env, 0))) == 8
+    assert len(others) == 4
+
+
+def test_a_bad_curriculum_is_refused_at_load_naming_the_field():
+    from shared.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as err:
+        load_config({"profile": "tiny", "env": {"deck": list(STARTER), "seat_decks": {
+            "deck": list(STARTER), "field": [["Knight"] * 8], "kwargs": {"mirror_p": 0.5},
+            "cls": "mybot.decks.Mine"}}})
+    assert err.value.problems == [
+        "env.seat_decks: set together with env.deck; the curriculum deals the learner's deck, so leave env.deck empty",
+        "env.seat_decks.field[0]: ['Knight', 'Knight', 'Knight', 'Knight', 'Knight', 'Knight', 'Knight', 'Knight'] "
+        "must be 8 different card names",
+        "env.seat_decks.kwargs: ['mirror_p'] are decided by the deal itself; remove them (set deck, field and shuffle "
+        "on env.seat_decks)",
+        "env.seat_decks.cls: module 'mybot.decks' is not listed in env.extra_component_modules (listed: []); add "
+        "'mybot' there to allow it",
+    ]
+    with pytest.raises(ValueError, match=r"env.seat_decks.field\[0\]: unknown card name\(s\) \['Hogrider'\]"):
+        build_env(_curriculum(deck=STARTER, field=[("Hogrider",) + HOG[1:]]))
+
+
+def test_the_curriculum_is_in_the_identity_and_the_allow_list_is_not():
+    from shared.config import SeatDecks
+    from shared.identity import env_spec_digest_of
+
+    plain = EnvConfig()
+    assert env_spec_digest_of(plain) == env_spec_digest_of(EnvConfig(extra_component_modules=["mybot"]))
+    a = env_spec_digest_of(EnvConfig(seat_decks=SeatDecks(deck=STARTER)))
+    b = env_spec_digest_of(EnvConfig(seat_decks=SeatDecks(deck=STARTER, field=[HOG])))
+    assert len({env_spec_digest_of(plain), a, b}) == 3

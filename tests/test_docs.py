@@ -79,9 +79,11 @@ def test_ladder_timeline_matches_the_cpu_profile():
     iterations = math.ceil(cfg.ladder.pool.candidate_every_env_steps / env_steps)
     g = GateConfig()
     gate_matches = g.champion_games + 2 * g.anchor_games + g.stratified_snapshots * g.stratified_games
-    assert (mirror, cycles, env_steps, iterations, gate_matches) == (8, 171, 2736, 1462, 2200)
+    old_iterations = math.ceil(4_000_000 / env_steps)  # the reference's cadence, before issue 20
+    assert (mirror, cycles, env_steps, iterations, old_iterations, gate_matches) == (8, 171, 2736, 37, 1462, 2200)
     text = (ROOT / "docs" / "ladder.md").read_text()
-    for number in ("2,736", "1,462", "2,200", "4,000,000", "T = ceil(4,096 / 24) = 171"):
+    for number in ("2,736", "1,462", "2,200", "4,000,000", "100,000", "every 37 iterations",
+                   "T = ceil(4,096 / 24) = 171"):
         assert number in text
 
 
@@ -90,3 +92,19 @@ def test_readme_lists_every_identity_digest():
     for name in [*config_digests(cpu()), "master_seed", "determinism.tier", "determinism.torch_threads",
                  "rollout.mask_only_scripted", "local.rollouts"]:
         assert f"`{name}`" in text, name
+
+
+def test_ladder_profile_table_matches_every_profile():
+    from shared.config import PROFILES
+
+    text = (ROOT / "docs" / "ladder.md").read_text()
+    for name in ("cpu", "laptop", "workstation", "many_core"):
+        cfg = PROFILES[name]()
+        n = cfg.rollout.battles * cfg.local.rollouts
+        mirror, _, _ = role_counts(tuple(cfg.ladder.mix), n)
+        env_steps = math.ceil(cfg.ppo.timesteps_per_iteration / (n + mirror)) * n
+        every = cfg.ladder.pool.candidate_every_env_steps
+        first = math.ceil(every / env_steps)
+        second = math.ceil(2 * every / env_steps)
+        row = f"| `{name}` | {env_steps:,} | {every:,} | iteration {first}"
+        assert row in text and f"iteration {second}" in text.split(row, 1)[1].split("\n", 1)[0], name

@@ -118,8 +118,9 @@ def test_royalefleet_eval_scripted_against_scripted(cfg, tmp_path, capsys):
     # Wilson 95 % of 4 / 4: (1 + z^2/8) / (1 + z^2/4) -/+ z sqrt(z^2/64) / (1 + z^2/4) = 0.5101 .. 1
     assert out.strip().endswith("scripted:random_legal vs scripted:noop: score 1.0000 over 4 games (4 won, 0 drawn, "
                                 "0 lost; 2 seeds x 2 sides), Wilson 95 % interval [0.5101, 1.0000]")
-    assert main(["eval", RAND, "scripted:push", "--games", "4", "--config", str(path)]) == 2
-    assert "player 'scripted:push': expected snap:<snapshot_id> or one of scripted:noop, scripted:random_legal" \
+    assert main(["eval", RAND, "scripted:pusher", "--games", "4", "--config", str(path)]) == 2
+    assert ("player 'scripted:pusher': expected snap:<snapshot_id> or one of scripted:noop, scripted:random_legal, "
+            "scripted:random, scripted:first-affordable, scripted:defend, scripted:push, scripted:patient") \
         in capsys.readouterr().err
 
 

@@ -136,3 +136,13 @@ def test_overlap_is_refused_under_run_exact_naming_the_tier():
     assert 'rollout.overlap: overlapped collection is refused under determinism.tier "run_exact"' in str(exc.value)
     assert load_config({"profile": "tiny", "rollout": {"overlap": True},
                         "determinism": {"tier": "throughput"}}).rollout.overlap
+
+
+def test_overlap_with_frame_stacking_is_refused_naming_both_fields():
+    with pytest.raises(ConfigError) as exc:
+        load_config({"profile": "tiny", "rollout": {"overlap": True}, "obs": {"frame_stack": 2},
+                     "determinism": {"tier": "throughput"}})
+    assert "rollout.overlap: overlapped collection does not support obs.frame_stack=2 yet" in str(exc.value)
+    assert "set rollout.overlap false or obs.frame_stack 1" in str(exc.value)
+    assert load_config({"profile": "tiny", "obs": {"frame_stack": 2},
+                        "determinism": {"tier": "throughput"}}).obs.frame_stack == 2

@@ -69,6 +69,7 @@ def test_every_line_of_a_run_folder(tmp_path):
         f"  ladder     pool 1 member(s), champion {CHAMP} (1 so far), 1 candidate(s) pending; gates 0 run, 0 passed, "
         "0 failed in a row",
         f"  gate       in flight: {CAND} vs {CHAMP}, phase anchors, 3 job(s) planned so far",
+        "  strength   none measured yet (0 snapshot(s) pending; off: evaluation.strength.every_iterations is 0)",
         "  alarms     2 fired (1 halting); last: iteration 3 [halt] nonfinite (docs/alarms.md)",
         "  purged     2 row(s) a resume moved out of metrics.jsonl (metrics.purged.jsonl)",
         "  replays    no recorded game yet (the evaluators record evaluation.replays_per_gate games of each gate); "
@@ -96,6 +97,7 @@ def test_a_fresh_run_folder_says_what_comes_when(tmp_path):
         "  halt       none",
         f"  ladder     no pool yet (the first snapshot comes at ladder.pool.candidate_every_env_steps, "
         f"{cfg.ladder.pool.candidate_every_env_steps:,} env steps)",
+        "  strength   none measured yet (0 snapshot(s) pending; off: evaluation.strength.every_iterations is 0)",
         "  alarms     none fired",
         "  replays    no recorded game yet (the evaluators record evaluation.replays_per_gate games of each gate); "
         "`royalefleet play` plays some now",

@@ -78,3 +78,21 @@ def test_a_resume_that_drops_the_optimizer_state_is_caught(tmp_path):
     # The first iteration after the resume already differs, and the state digest says so.
     assert problems and problems[0].startswith("iteration 2:"), problems
     assert "run/state_digest" in problems[0] or "field(s) differ" in problems[0]
+
+
+def test_a_frame_stacked_run_resumes_exactly_with_episodes_in_flight(tmp_path):
+    """obs.frame_stack = 2, one rollout of 4 battles (6 learner rows a cycle, T = 32), episodes of
+    up to 40 decisions (the tiny profile's): at the split every battle is 32 decisions in, so the
+    resumed iteration's first rows need the history the checkpoint carried
+    (frame_history/carry.msgpack); the rows still equal."""
+    lines, keep = [], tmp_path / "v"
+    cfg = load_config({"profile": "tiny", "runs_dir": str(tmp_path), "obs": {"frame_stack": 2}})
+    problems = verify_resume(cfg, iterations=2, split=1, rollouts=1, keep_dir=str(keep), say=lines.append)
+    assert problems == [], "\n".join(lines)
+    assert _in_flight(keep, 1) == [32] * 4
+    carry = keep / "split" / "checkpoints" / f"{1:08d}" / "frame_history" / "carry.msgpack"
+    import msgspec
+
+    doc = msgspec.msgpack.decode(carry.read_bytes())
+    # every learner-held seat (both seats of the mirror battle, one of each other) at the boundary
+    assert doc["k"] == 2 and len(doc["entries"]) >= 4 and all(e[5] == [True] for e in doc["entries"])

@@ -27,7 +27,9 @@ Phases (each one timed; the times are printed as it goes and in a table at the e
              helper processes and its scratch folder
 
 The test's settings are environment variables the Compose file documents (tiny profile via
-deploy/config/tiny.json, 4 battles a rollout, loopback ports picked free); the project is
+deploy/config/tiny-example-reward.json, whose reward comes from a user package of the test's own,
+deploy/podman/example_user, built into the images with FLEET_USER_CODE and checked in the
+restart phase against the result log; 4 battles a rollout, loopback ports picked free); the project is
 named royalefleet-it so a deployment on the same host is not touched.
 
 Environment: KEEP_IMAGES=1 keeps the built images and the base image (faster reruns);
@@ -308,6 +310,26 @@ def episodes_across_restart(records: list[dict], last: int, cycles: int) -> tupl
     return problems, continued
 
 
+EXAMPLE_CONFIG = "tiny-example-reward.json"
+EXAMPLE_PER_TICK = 0.01  # deploy/config/tiny-example-reward.json's fleet_example_bot.rewards.TickReward
+TICKS_PER_DECISION = 10  # the tiny profile's 500 ms decision
+
+
+def user_reward_problems(records: list[dict]) -> list[str]:
+    """Every episode whose return is not the example package's reward: ``per_tick`` for each
+    tick, so exactly ``EXAMPLE_PER_TICK * 10 * episode_steps`` (to float rounding), whoever won;
+    the shipped reward pays nothing per tick. Also a problem: no episode at all."""
+    if not records:
+        return ["the result log holds no episode"]
+    out = []
+    for r in records:
+        want = EXAMPLE_PER_TICK * TICKS_PER_DECISION * r["episode_steps"]
+        if abs(r["undiscounted_return"] - want) > 1e-9 * max(1.0, want):
+            out.append(f"battle {r['battle']} ordinal {r['ordinal']} {r['seat']}: return {r['undiscounted_return']!r} "
+                       f"over {r['episode_steps']} decisions, the example reward pays {want!r}")
+    return out
+
+
 def prom_query(port: int, query: str) -> list[dict]:
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query})
     try:
@@ -424,7 +446,11 @@ def main() -> int:
     state = {"base_made": False, "helpers": False, "images_before": None, "up": False}
     prom_port, learner_port = free_port(), free_port()
     settings = {
-        "FLEET_CONFIG": "tiny.json", "FLEET_ROLLOUTS": "2", "FLEET_BATTLES": "4", "FLEET_SHARDS": "2",
+        # A user reward from a package of the test's own (docs/compose.md "Your own code in the
+        # images"): built into both images, named by the config, digested by the rollouts' Hello.
+        "FLEET_CONFIG": EXAMPLE_CONFIG, "FLEET_USER_CODE": "deploy/podman/example_user",
+        "FLEET_USER_PACKAGES": "fleet_example_bot",
+        "FLEET_ROLLOUTS": "2", "FLEET_BATTLES": "4", "FLEET_SHARDS": "2",
         "FLEET_LEARNER_THREADS": "1", "FLEET_ITERATIONS": "0",
         "FLEET_LEARNER_PUBLISH": f"127.0.0.1:{learner_port}", "PROMETHEUS_PORT": str(prom_port),
         "BASE_IMAGE": BASE_IMAGE,
@@ -632,9 +658,15 @@ def main() -> int:
             if not restored or afresh:
                 raise Failed(f"iteration {last + 1} after the restart: {restored} battle(s) continued their recorded "
                              f"episodes, {afresh} started afresh (resume/ keys of its row); every battle should continue")
-            problems, continued = episodes_across_restart(results(work), last, row["run/cycles"])
+            records = results(work)
+            problems, continued = episodes_across_restart(records, last, row["run/cycles"])
             if problems:
                 raise Failed("episode ordinals across the restart: " + "; ".join(problems[:5]))
+            unpaid = user_reward_problems(records)
+            if unpaid:
+                raise Failed("the rollouts did not pay the example package's reward: " + "; ".join(unpaid[:5]))
+            log(f"all {len(records)} episodes in the result log paid fleet_example_bot.rewards.TickReward "
+                f"({EXAMPLE_PER_TICK} a tick): the user package reached both images")
             log(f"{restored} battle(s) continued their episodes ({row.get('resume/battles_unheld', 0)} unheld); "
                 f"{continued} episode(s) ending after the restart began before it; no ordinal repeated")
 

@@ -69,18 +69,22 @@ def play_game(env, a, b, *, job: int, seed: int, side: int, env_seed: int, maste
 
 def _play(env, a, b, *, job, seed, side, env_seed, master_seed, max_decisions) -> list[EpisodeRecord]:
     seated = (a, b) if side == 0 else (b, a)
+    # under frame stacking each seat of a game keeps its own history (players.StackedSeat)
+    seated = tuple(getattr(p, "for_game", lambda p=p: p)() for p in seated)
     rngs = [seat_rng(master_seed, job, seed, side, s) for s in (0, 1)]
     mask_only = [SEATS[s] for s in (0, 1) if seated[s].scripted_seat]
     obs, _ = env.reset(seed=int(env_seed), options={"mask_only": mask_only} if mask_only else None)
     returns = [0.0, 0.0]
     cards = [0, 0]
+    n_grid = getattr(getattr(env, "action_parser", None), "n_tile_actions", 1 << 30)
     for _ in range(max_decisions):
         chosen = {SEATS[s]: seated[s].act(obs[SEATS[s]], rngs[s]) for s in (0, 1)}
         obs, reward, term, trunc, info = env.step(chosen)
         for s in (0, 1):
             name = SEATS[s]
             returns[s] += float(reward[name])
-            if chosen[name] != 0 and int(info[name].get("deploy_status", -1)) == 0:
+            # a button press (env.ability_buttons) is not a card, as the rollout counts
+            if chosen[name] != 0 and int(info[name].get("deploy_status", -1)) == 0 and chosen[name] < n_grid:
                 cards[s] += 1
         if trunc["blue"] and not term["blue"]:
             raise GameError(f"job {job} seed {seed} side {side}: the env truncated an evaluation match; "

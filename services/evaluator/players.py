@@ -5,7 +5,8 @@ RoyaleGym's seat observation and ``rng`` is the seat's own generator of the game
 ``eval/act/job/{job}/seed/{seed}/side/{side}/seat/{seat}``).
 
 * ``ScriptedPlayer``: ``shared.envs.make_scripted``, exactly the training
-  opponents (``scripted:random_legal`` draws from ``rng``; ``scripted:noop`` always waits).
+  opponents (``scripted:random_legal`` draws from ``rng``; ``scripted:noop`` always waits;
+  ``scripted:<rung>`` is RoyaleGym's ladder bot of that name).
 * ``SnapshotPlayer``: the snapshot's fp16 actor (``actor.safetensors`` from the snapshot store)
   cast to float32, on the CPU. The observation is packed by ``shared.codec`` exactly as a
   rollout packs it and unpacked as the learner does (so the snapshot sees what it was trained
@@ -28,7 +29,7 @@ import numpy as np
 
 from shared.config import RunConfig
 from shared.envs import make_scripted
-from shared.evaluation import ANCHORS
+from shared.scripted import SCRIPTED_PLAYERS, unknown_scripted
 from shared.messages import snapshot_of
 
 EVAL_TORCH_THREADS = 1
@@ -41,11 +42,13 @@ class SnapshotRefused(ValueError):
 
 
 class ScriptedPlayer:
-    """A scripted anchor by its ladder id. Raises ValueError for another id."""
+    """A scripted player by its id (``shared.scripted.SCRIPTED_PLAYERS``: the run's anchors and
+    RoyaleGym's ladder bots). Its seat is ``mask_only``: it reads the mask planes alone. Raises
+    ValueError naming the id and the known ones for another id."""
 
     def __init__(self, player_id: str, random_legal_noop_prob: float):
-        if player_id not in ANCHORS:
-            raise ValueError(f"unknown scripted player {player_id!r}; known: {', '.join(ANCHORS)}")
+        if player_id not in SCRIPTED_PLAYERS:
+            raise ValueError(unknown_scripted(player_id))
         self.id = player_id
         self.scripted_seat = True
         self._bot = make_scripted(player_id, random_legal_noop_prob)
@@ -74,6 +77,36 @@ class SnapshotPlayer:
         actions, _ = self.policy.act(rows, np.array([n_legal]), u)
         return int(actions[0])
 
+    def for_game(self):
+        """The player of one seat of one game: itself, or under frame stacking
+        (``obs.frame_stack`` > 1) a ``StackedSeat`` holding that seat's history from the game's
+        first decision (services/evaluator/games.py seats these)."""
+        return self if self.policy.frame_stack == 1 else StackedSeat(self)
+
+
+class StackedSeat:
+    """A snapshot playing one seat of one game with frame stacking: every decision's packed row
+    (forced ones too) goes into the seat's history (``shared.nn.frame_stack.SeatHistory``), the
+    first decision's history is all missing (zeros), as in training."""
+
+    def __init__(self, player: SnapshotPlayer):
+        from shared.nn.frame_stack import SeatHistory
+
+        self.id, self.scripted_seat = player.id, False
+        self.policy, self.codec = player.policy, player.codec
+        self.history = SeatHistory(player.policy.frame_stack, player.codec.row_bytes)
+
+    def act(self, obs: dict, rng: np.random.Generator) -> int:
+        u = rng.random(1, dtype=np.float32)  # drawn at every decision, as SnapshotPlayer
+        n_legal = int(np.count_nonzero(obs["action_mask"]))
+        rows, _, _ = self.codec.pack_many([obs])
+        action = 0
+        if n_legal > 1:
+            actions, _ = self.policy.act(rows, np.array([n_legal]), u, self.history.history())
+            action = int(actions[0])
+        self.history.push(rows[0])
+        return action
+
 
 @dataclass
 class RunFacts:
@@ -101,7 +134,7 @@ def run_facts(cfg: RunConfig) -> RunFacts:
     from shared.identity import config_digests
     from shared.preflight import run_preflight
 
-    pf = run_preflight(cfg.env, cfg.master_seed)
+    pf = run_preflight(cfg.env, cfg.master_seed, frame_stack=cfg.obs.frame_stack)
     return RunFacts(spec=pf.spec, codec=pf.codec, arch_digest=config_digests(cfg)["arch_digest"],
                     obs_digest=pf.spec.digest(), codec_table_digest=table_digest(pf.table))
 

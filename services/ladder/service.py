@@ -3,6 +3,8 @@
 * PlanRequest -> PlanReply: ``shared.matchmaking.plan_assignments`` for the request's
   battles, with the role counts of an iteration of ``n_battles`` battles.
 * ReportEpisodes -> Ack(count) once the records are fsynced to that run's result log.
+* MeasureStrength -> Ack(jobs planned): a strength snapshot's games against the scripted
+  anchors (services/ladder/strength.py), handed to evaluators when no gate job is waiting.
 * AdmitCandidate -> Admitted(status): a pool candidate filed in ``<run>/ladder/pool.json``
   (services/ladder/run_pool.py); LadderStatusRequest -> LadderStatus for the learner's row.
 * Pool-role assignments draw from the resident set (PFSP, redrawn when the pool changes);
@@ -34,6 +36,7 @@ from shared.messages import (
 )
 from shared.messages import AdmitCandidate, Admitted, LadderStatusRequest
 from shared.messages import EvalJobRequest, EvalReport  # evaluator jobs (services/ladder/gate_runner.py)
+from shared.messages import MeasureStrength, NoJob  # strength jobs (services/ladder/strength.py)
 from shared.log_guard import RefusalLog
 from shared.transport import bind_router, curve_server_keys, recv, send
 
@@ -41,6 +44,7 @@ from services.ladder.gate_runner import GateRunner, ReportRefused
 from services.ladder.pool import PoolCorrupt
 from services.ladder.results import RecordRefused, ResultLog, check_records, check_run_name
 from services.ladder.run_pool import PoolRefusal, PoolWriteError, RunPool
+from services.ladder.strength import StrengthRunner
 
 MAX_ORDINAL = 2**31 - 1
 """Ordinals travel as int32 in a Round's ``ordinal`` array."""
@@ -108,9 +112,37 @@ class Metrics:
             "has enough games", registry=r)
         self.eval_games_recorded = Counter(
             p + "eval_games_recorded", "Evaluation games that reached the result log", registry=r)
+        # The standing strength measurement (services/ladder/strength.py): NaN until measured.
+        self.strength_score = Gauge(p + "strength_score", "The newest strength snapshot's score against each "
+                                    "scripted anchor (a draw counts half)", ["anchor"], registry=r)
+        self.strength_score_lo = Gauge(p + "strength_score_lo", "Wilson 95 % lower bound of strength_score",
+                                       ["anchor"], registry=r)
+        self.strength_score_hi = Gauge(p + "strength_score_hi", "Wilson 95 % upper bound of strength_score",
+                                       ["anchor"], registry=r)
+        self.strength_rating = Gauge(p + "strength_rating", "The newest strength snapshot's Bradley-Terry-Davidson "
+                                     "rating, Elo (scripted:noop = 0); NaN before the first measurement", registry=r)
+        self.strength_rating_se = Gauge(p + "strength_rating_se", "Standard error of strength_rating, Elo", registry=r)
+        self.strength_iteration = Gauge(p + "strength_iteration", "Learner iteration of the newest measured strength "
+                                        "snapshot; NaN before the first", registry=r)
+        self.strength_pending = Gauge(p + "strength_pending", "Strength snapshots waiting for (or in) play", registry=r)
+        self.sync_strength(None, 0)
         self.seen_gates: tuple[int, int] | None = None
         self.seen_champion: str | None = None
         self.seen_eval_games: int | None = None
+
+    def sync_strength(self, summary, pending: int) -> None:
+        """Set the strength gauges from a ``StrengthSummary`` (None: NaN, never 0)."""
+        nan = float("nan")
+        self.strength_pending.set(pending)
+        for gauge, value in ((self.strength_rating, summary and summary.rating),
+                             (self.strength_rating_se, summary and summary.rating_se),
+                             (self.strength_iteration, summary and summary.iteration)):
+            gauge.set(nan if value is None else value)
+        if summary is not None:
+            for anchor in summary.score:
+                self.strength_score.labels(anchor).set(summary.score[anchor])
+                self.strength_score_lo.labels(anchor).set(summary.score_lo[anchor])
+                self.strength_score_hi.labels(anchor).set(summary.score_hi[anchor])
 
 
 class LadderService:
@@ -139,7 +171,15 @@ class LadderService:
         self._synced = time.monotonic()
         self._pool_problem: str | None = None
         self.gates = GateRunner(config, self.runs_dir, say=say)  # the gate's jobs and decisions
+        self.strength = StrengthRunner(config, self.runs_dir, next_job_id=self._allocate_job_id, say=say)
+        self.gates.next_job_id = max(self.gates.next_job_id, self.strength.max_job_id + 1)  # one id space
+        self.metrics.sync_strength(self.strength.summary, len(self.strength.waiting()))
         self._gate_problem: str | None = None
+
+    def _allocate_job_id(self) -> int:
+        job_id = self.gates.next_job_id
+        self.gates.next_job_id += 1
+        return job_id
 
     # ----------------------------------------------------------------- start-up
 
@@ -169,10 +209,22 @@ class LadderService:
             if isinstance(body, LadderStatusRequest):
                 status = self.pool.status(body)
                 status.gate_score_lower_bound = self.gates.last_lower_bound
+                status.strength = self.strength.summary
                 return status
+            if isinstance(body, MeasureStrength):
+                reply = self.strength.submit(body)
+                self.metrics.sync_strength(self.strength.summary, len(self.strength.waiting()))
+                return reply
             if isinstance(body, EvalJobRequest):
-                return self.gates.request_job(body)
+                job = self.gates.request_job(body)  # a gate first: it decides the pool
+                if isinstance(job, NoJob):
+                    job = self.strength.request_job(body) or job
+                return job
             if isinstance(body, EvalReport):
+                if self.strength.owns(body.job_id):
+                    reply = self.strength.report(body)
+                    self.metrics.sync_strength(self.strength.summary, len(self.strength.waiting()))
+                    return reply
                 return self.gates.report(body)
             raise BadRequest(f"the ladder does not serve {type(body).__name__}")
         except (BadRequest, PoolRefusal, ReportRefused) as exc:

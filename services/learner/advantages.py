@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from services.learner.frame_history import after_cells, of_cells
 from services.learner.gae import compute_gae
 from services.learner.rectangle import Rectangle
 
@@ -35,19 +36,22 @@ class Advantages:
 
 
 def values_and_advantages(policy, rect: Rectangle, return_scaler, *, gamma: float, lam: float,
-                          standardize_rewards: bool) -> Advantages:
-    """The value pass and GAE of ``rect`` (the critic of ``policy`` as it stands)."""
+                          standardize_rewards: bool, frame_history=None) -> Advantages:
+    """The value pass and GAE of ``rect`` (the critic of ``policy`` as it stands).
+    ``frame_history``: the learner's ``FrameHistory`` (each cell's previous rows under
+    ``obs.frame_stack`` > 1; ignored at 1)."""
     T = rect.T
     t0 = time.perf_counter()
     cells = rect.learner_cells()
     values = np.zeros((T + 1, rect.R), np.float32)
-    values[cells] = policy.values(rect.rows[cells])
+    values[cells] = policy.values(rect.rows[cells], history=of_cells(frame_history, *np.nonzero(cells)))
     final_values = np.zeros((T, rect.R), np.float32)
     if rect.final_rows:
         # (cycle, slot) order, never arrival order: a CPU forward can round a row differently
         # depending on its place in the batch, so the batch itself must be reproducible.
         keys = sorted(rect.final_rows)
-        fv = policy.values(np.stack([rect.final_rows[k] for k in keys]))
+        fv = policy.values(np.stack([rect.final_rows[k] for k in keys]),
+                           history=after_cells(frame_history, *np.array(keys).T))
         for (t, r), v in zip(keys, fv):
             final_values[t, r] = v
     t_critic = time.perf_counter() - t0

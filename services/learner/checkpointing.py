@@ -18,6 +18,11 @@ battle_states       ``battle_states/{states.msgpack,index.json}``   every battle
                                                                     optional: a checkpoint
                                                                     without it resumes with
                                                                     every episode afresh
+frame_history       ``frame_history/carry.msgpack``                 each seat's last k - 1 rows
+                                                                    at the boundary (obs.
+                                                                    frame_stack; services/
+                                                                    learner/frame_history.py);
+                                                                    optional
 codec               ``codec/table.json``                            the codec table
 config              ``config/config.json``                          the resolved config
 identity            ``identity/identity.json``                      the RunIdentity
@@ -48,7 +53,7 @@ import hashlib
 
 import msgspec
 
-from services.learner import battle_states
+from services.learner import battle_states, frame_history
 from shared.nn.statefiles import (
     bytes_to_module, bytes_to_optimizer, module_to_bytes, optimizer_to_bytes, set_torch_rng_state,
     torch_rng_state,
@@ -175,6 +180,8 @@ COMPONENTS = (
               _load_ordinals),
     Component("battle_states", battle_states.FILES, lambda L: L.battle_states.files(),
               lambda L, f: L.battle_states.load(f), optional=True),
+    Component("frame_history", frame_history.FILES, lambda L: L.frame_history.files(),
+              lambda L, f: L.frame_history.load(f), optional=True),
     # The DQN learner's target network, optimizer, replay and open windows; absent from a PPO
     # run's checkpoint (services/learner/dqn/learner.py).
     Component("dqn", _dqn_files(), lambda L: L.dqn.checkpoint_files() if getattr(L, "dqn", None) else {},

@@ -32,12 +32,14 @@ from services.learner.frozen import FrozenStats
 from services.learner.provenance import ProvenanceTracker
 from services.learner.rectangle import Rectangle
 from shared import transport
+from shared.components import user_code_refusal
 from shared.codec import WIRE_CODECS, WIRE_RAW, WIRE_ZSTD, RowDecompressor, WireError, decompress_round
 from shared.messages import (
     GROUP_LEARNER, BattleStates, Failure, Heartbeat, Hello, ProtocolError, Refused, Rejoin, Round, StatesSet, Step,
     snapshot_of,
 )
 from shared.log_guard import RefusalLog, printable
+from shared.nn.frame_stack import History
 from shared.seeding import stream
 
 
@@ -62,6 +64,8 @@ class CollectStats:
     codec_clipped: int = 0
     codec_rounded: int = 0
     frozen: FrozenStats = field(default_factory=FrozenStats)
+    batch_rows: list = field(default_factory=list)
+    """Learner rows of each actor forward of the collection (``infer_rounds``)."""
 
 
 class Collector:
@@ -83,12 +87,31 @@ class Collector:
         self.hello_limits = hello_limits
         """What a Hello may claim (services/learner/admission.py); None checks only the shape."""
         self.refusal_log = RefusalLog(say)
+        self.user_code: dict[str, str] | None = None
+        """The identity's ``user_code``; a Hello whose digests differ is refused (both named)."""
         self.stop_requested = False
         self.refused_count = 0
         self.on_states = None
         """(member, BattleStates | StatesSet) -> None: services/learner/battle_states.py."""
         self.provenance = ProvenanceTracker()
         """Stamps finished episodes with where their decisions were taken (royalefleet replay)."""
+        self.frame_history = None
+        """obs.frame_stack > 1: services/learner/frame_history.py (each cell's previous rows)."""
+        self.step_sent: dict[tuple[str, int], float] = {}
+        """(instance, shard) -> monotonic time its last Step was sent (``rollout_idle_frac``)."""
+        self.busy_seconds: dict[str, float] = {}
+        """instance -> seconds its shards spent stepping (Step sent to the next round's arrival),
+        summed over the run: one process steps its shards one after another."""
+        self.batched = False
+        """Answer every ready round in batched forwards (``rollout.inference_max_batch_rows``);
+        False (run_exact): one forward per round, the canonical composition."""
+        self.batch_rows = 1024
+        self.max_wait_s = 0.0
+
+    def configure_batching(self, tier: str, max_batch_rows: int, max_wait_ms: float) -> None:
+        """Batched inference in the throughput tier; per round (canonical) under run_exact."""
+        self.batched = tier == "throughput"
+        self.batch_rows, self.max_wait_s = max_batch_rows, max_wait_ms / 1000.0
 
     # ------------------------------------------------------------------ messages
 
@@ -143,6 +166,11 @@ class Collector:
             self._refused("hello", f"refused rollout {msg.instance}@{msg.host}: {reason}")
             self._send(identity, Refused(reason=reason))
             return
+        reason = user_code_refusal(self.user_code, msg.user_code)
+        if reason:
+            self._refused("hello", f"refused rollout {printable(msg.instance, 40)}@{printable(msg.host, 80)}: {reason}")
+            self._send(identity, Refused(reason=reason))
+            return
         fleet_battles = sum(m.battles for m in self.fleet.members.values() if not m.lost and m.instance != msg.instance)
         if self.hello_limits is not None:
             problem = self.hello_limits.refusal(msg, fleet_battles)
@@ -191,6 +219,9 @@ class Collector:
         T = rect.T
         stats = CollectStats()
         self.provenance.begin(iteration, policy.model.actor)
+        fh = self.frame_history
+        if fh is not None:
+            fh.begin(rect, slot_map.battle_ids)
         self.refused_count = 0
         expected: dict[tuple[str, int], int] = {}
         deadline: dict[tuple[str, int], float] = {}
@@ -224,6 +255,9 @@ class Collector:
         def on_round(member: Member, body: Round, arrays: dict) -> None:
             if member.instance not in by_instance:
                 return  # registered during this iteration: its rounds come after its Plan
+            sent = self.step_sent.pop((member.instance, body.shard), None)
+            if sent is not None:  # the shard stepped from our Step to this round: the rollout was busy
+                self.busy_seconds[member.instance] = self.busy_seconds.get(member.instance, 0.0) + time.monotonic() - sent
             pending.append((member, body, arrays))
 
         def file_round(member: Member, body: Round, arrays: dict, label_iteration: int, from_wire: bool = True) -> None:
@@ -246,6 +280,8 @@ class Collector:
                     arrays = decompress_round(arrays, self.decompressor if member.wire_codec == WIRE_ZSTD else None)
                     stats.wire_decode_seconds += time.thread_time() - t0
                 learner, frozen_slots, frozen_rows = rect.store_obs(c, slots, group, arrays["tick"], arrays["rows"])
+                if fh is not None:
+                    fh.file(c, slots, group, arrays["ordinal"], frozen_slots, frozen_rows)
                 if c > 0:
                     fs = arrays["final_slots"]
                     if len(fs) and (fs.min() < 0 or fs.max() >= len(slots)):
@@ -281,43 +317,76 @@ class Collector:
             if c == T:
                 member.held[body.shard] = (body, arrays)
                 return
+            ready.append((member, body, arrays, c, slots, group, learner, frozen_slots, frozen_rows))
+
+        def answer(rounds: list) -> None:
+            """Infer the filed rounds' learner rows (one forward per round under run_exact, one
+            per batch of ready rounds otherwise: ``infer_rounds``), then each round's frozen
+            seats, and send each round its own Step."""
+            if not rounds:
+                return
             t0 = time.perf_counter()
-            rows = rect.rows[c, learner]
-            actions, log_probs = policy.act(rows, rect.n_legal[c, learner], u_for(c)[learner])
+            requests = [(rect.rows[r[3], r[6]], rect.n_legal[r[3], r[6]], u_for(r[3])[r[6]],
+                         None if fh is None else fh.at(r[3], r[6])) for r in rounds]
+            places: list = []
+            answers = infer_rounds(policy, requests, self.batch_rows if self.batched else 0, stats.batch_rows, places)
             stats.inference_seconds += time.perf_counter() - t0
+            for r, (actions, log_probs), place in zip(rounds, answers, places):
+                step(*r, actions, log_probs, place)
+
+        def step(member, body, arrays, c, slots, group, learner, frozen_slots, frozen_rows, actions, log_probs,
+                 place) -> None:
             rect.actions[c, learner] = actions
             rect.log_probs[c, learner] = log_probs
             rect.acted[c, learner] = True
             rect.policy_lag[c, learner] = getattr(policy, "last_lag", 0)  # overlap.BehaviourPolicy says
             out = np.zeros(len(slots), np.int16)
             out[group == GROUP_LEARNER] = actions
-            inferred = [(learner, rect.n_legal[c, learner], actions, None)]
+            inferred = [(learner, rect.n_legal[c, learner], actions, None, place)]
             if len(frozen_slots):
                 local = np.flatnonzero((group >= 0) & (group != GROUP_LEARNER))
                 frozen_legal = rect.legal_counts(frozen_rows)
                 out[local], snapshot_ids = self._play_frozen(
                     frozen, stats.frozen, slot_map.battle_ids[frozen_slots // 2], arrays["ordinal"][local],
-                    frozen_rows, frozen_legal, frozen_u_for(c)[frozen_slots])
+                    frozen_rows, frozen_legal, frozen_u_for(c)[frozen_slots],
+                    None if fh is None else fh.at(c, frozen_slots))
                 inferred.append((frozen_slots, frozen_legal, out[local], snapshot_ids))
             self.provenance.observe(c, slot_map.battle_ids, slots, arrays["ordinal"], member.fresh and c == 0, inferred)
             if not self._send(member.identity, Step(iteration=iteration, cycle=c, shard=body.shard), {"actions": out}):
                 self.say(f"could not send a step to {member.label()}")
+            else:
+                self.step_sent[(member.instance, body.shard)] = time.monotonic()
 
         # A held cycle-T round is this iteration's cycle 0: the battles did not move since.
+        ready: list = []
         for m, body, arrays in held:
             file_round(m, Round(instance=body.instance, iteration=iteration, cycle=0, shard=body.shard),
                        _cycle0_arrays(arrays), iteration, from_wire=False)
+        answer(ready)
+        ready.clear()
+
+        def outstanding() -> int:
+            """Live shards whose next round (cycle <= T) is neither filed nor waiting."""
+            waiting = {(m.instance, b.shard) for m, b, _ in pending}
+            return sum(1 for k, c in expected.items() if c <= T and not by_instance[k[0]].lost and k not in waiting)
 
         while any(expected[k] <= T for k in expected if not by_instance[k[0]].lost):
             if self.stop_requested:
                 break
             t0 = time.perf_counter()
             self.poll(50, on_round)
+            if pending and self.batched and self.max_wait_s > 0:
+                # SEED RL's batching: wait (boundedly) for more shards to join the forward.
+                until = time.perf_counter() + self.max_wait_s
+                while outstanding() and time.perf_counter() < until:
+                    self.poll(max(0, int(1000 * (until - time.perf_counter()))), on_round)
             stats.wait_seconds += time.perf_counter() - t0
             for m, body, arrays in pending:
                 if not m.lost:
                     file_round(m, body, arrays, body.iteration)
             pending.clear()
+            answer(ready)
+            ready.clear()
             now = time.monotonic()
             for key, c in expected.items():
                 m = by_instance[key[0]]
@@ -327,6 +396,8 @@ class Collector:
                     self.fleet.mark_lost(m)
                 if m.lost and m.instance not in stats.lost:
                     stats.lost.append(m.instance)
+        if fh is not None:
+            fh.end()
         stats.refused = self.refused_count
         # Canonical order, never arrival order: the row's means are float sums, and the result
         # log is a record; both must not depend on which rollout answered first.
@@ -335,7 +406,7 @@ class Collector:
 
 
     def _play_frozen(self, frozen, fstats: FrozenStats, battles: np.ndarray, ordinals: np.ndarray, rows: np.ndarray,
-                     n_legal: np.ndarray, uniforms: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
+                     n_legal: np.ndarray, uniforms: np.ndarray, history=None) -> tuple[np.ndarray, list[str | None]]:
         """Actions (B,) of frozen seats: each by the snapshot of its battle's assignment at its
         ordinal; the no-op (counted by reason, its episode tainted) when that cannot play.
         Returns the actions and each seat's snapshot id (None: no assignment)."""
@@ -347,13 +418,72 @@ class Collector:
         if frozen is None:
             actions, reasons = np.zeros(len(rows), np.int64), ["no_actors"] * len(rows)
         else:
-            actions, reasons = frozen.play(ids, rows, n_legal, uniforms)
+            extra = () if history is None else (history,)  # frame stacking only
+            actions, reasons = frozen.play(ids, rows, n_legal, uniforms, *extra)
         for b, o, reason in zip(battles, ordinals, reasons):
             if reason is not None:
                 fstats.noop(reason, int(b), int(o))
         fstats.rows += len(rows)
         fstats.seconds += time.perf_counter() - t0
         return actions, ids
+
+
+def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list | None = None,
+                 places: list | None = None) -> list:
+    """Actions and log-probs for each request ``(rows (n, row_bytes) uint8, n_legal (n,),
+    uniforms (n,) float64[, history])``, in request order: [(actions (n,) int64, log_probs (n,)
+    float32)]. ``history`` (under frame stacking, ``shared.nn.frame_stack.History`` of the n
+    rows, or None) travels with its rows into a batched forward.
+
+    ``max_batch_rows`` 0: one ``policy.act`` per request (the canonical composition: a
+    request's answer depends on its rows alone, bit for bit). Otherwise consecutive requests are
+    concatenated into forwards of at most ``max_batch_rows`` rows (a request larger than that
+    is one forward of its own); each row's action is still drawn from its own uniform, so only
+    fp32 rounding of the logits can depend on the composition (docs/protocol.md gives the
+    tolerance). ``batch_sizes`` gets the rows of each forward; ``places`` gets, per request,
+    None (its own forward) or (offset, total): where its choice rows sat among the forward's
+    choice rows (``Policy.act`` forwards only those), for the replay stamp (provenance.py)."""
+    if places is None:
+        places = []
+    if not max_batch_rows:
+        out = [policy.act(*r) for r in requests]
+        if batch_sizes is not None:
+            batch_sizes.extend(len(r[0]) for r in requests)
+        places.extend([None] * len(requests))
+        return out
+    out, group, rows_in = [], [], 0
+
+    def flush():
+        if not group:
+            return
+        if len(group) == 1:
+            places.append(None)
+        else:
+            choice = [int(np.count_nonzero(g[1] > 1)) for g in group]
+            offsets = np.cumsum([0] + choice[:-1])
+            places.extend((int(o), sum(choice)) for o in offsets)
+        if len(group) == 1:
+            out.append(policy.act(*group[0]))
+        else:
+            joined = [np.concatenate([g[i] for g in group]) for i in range(3)]
+            if len(group[0]) > 3 and group[0][3] is not None:
+                joined.append(History(np.concatenate([g[3].rows for g in group]),
+                                      np.concatenate([g[3].valid for g in group])))
+            actions, log_probs = policy.act(*joined)
+            cuts = np.cumsum([len(g[0]) for g in group])[:-1]
+            out.extend(zip(np.split(actions, cuts), np.split(log_probs, cuts)))
+        if batch_sizes is not None:
+            batch_sizes.append(sum(len(g[0]) for g in group))
+        group.clear()
+
+    for r in requests:
+        if group and rows_in + len(r[0]) > max_batch_rows:
+            flush()
+            rows_in = 0
+        group.append(r)
+        rows_in += len(r[0])
+    flush()
+    return out
 
 
 def _cycle0_arrays(arrays: dict) -> dict:

@@ -145,10 +145,11 @@ class FrozenActors:
                 pass
 
     def play(self, snapshot_ids: list[str | None], rows: np.ndarray, n_legal: np.ndarray,
-             uniforms: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
+             uniforms: np.ndarray, history=None) -> tuple[np.ndarray, list[str | None]]:
         """Actions for frozen seats: row ``i`` (packed, uint8 (B, row_bytes)) is played by
         snapshot ``snapshot_ids[i]`` with uniform ``uniforms[i]`` (float64, (B,)); ``n_legal``
-        (B,) int are its legal-action counts. Rows are grouped by snapshot (in sorted id order,
+        (B,) int are its legal-action counts; ``history`` the rows' ``shared.nn.frame_stack.History``
+        under frame stacking (None otherwise). Rows are grouped by snapshot (in sorted id order,
         each group in row order), so a batch depends on the rows, not on arrival.
 
         Returns (actions (B,) int64, per row None or the reason it played the no-op instead:
@@ -169,7 +170,7 @@ class FrozenActors:
                 for i in idx:
                     reasons[i] = exc.reason
                 continue
-            a, _ = policy.act(rows[idx], n_legal[idx], uniforms[idx])
+            a, _ = policy.act(rows[idx], n_legal[idx], uniforms[idx], None if history is None else history.take(idx))
             actions[idx] = a
         return actions, reasons
 

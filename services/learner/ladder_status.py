@@ -39,6 +39,22 @@ def ladder_row(status: LadderStatus) -> dict:
         row["ladder/rating/" + member] = rating
     for member, se in status.rating_se.items():
         row["ladder/rating_se/" + member] = se
+    row.update(strength_row(status.strength))
+    return row
+
+
+def strength_row(s) -> dict:
+    """``strength/...`` row keys of a ``StrengthSummary``: {} (every key absent, never 0 or 0.5)
+    until the ladder has measured a strength snapshot."""
+    if s is None:
+        return {}
+    row: dict = {"strength/iteration": s.iteration, "strength/env_steps": s.env_steps, "strength/rating": s.rating,
+                 "strength/rating_se": s.rating_se, "strength/measured": s.measured, "strength/pending": s.pending}
+    for anchor, score in s.score.items():
+        row["strength/score/" + anchor] = score
+        row["strength/score_lo/" + anchor] = s.score_lo[anchor]
+        row["strength/score_hi/" + anchor] = s.score_hi[anchor]
+        row["strength/games/" + anchor] = s.games[anchor]
     return row
 
 

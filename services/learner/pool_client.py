@@ -16,6 +16,7 @@ import numpy as np
 
 from services.learner.episode_courier import EpisodeCourier
 from services.learner.ladder_status import LadderStatusPoller
+from services.learner.strength_hook import request_strength
 from shared import transport
 from shared.config import RunConfig
 from shared.matchmaking import plan_assignments, role_counts
@@ -67,9 +68,12 @@ class PoolClient:
         """Episodes to the result log (services/learner/episode_courier.py)."""
         self.courier.deliver(episodes, iteration, self._timeout())
 
-    def snapshot_actor(self, actor, *, run_id: str, identity, iteration: int, env_steps: int) -> None:
-        """A frozen copy of ``actor`` (fp16, no critic, no optimizer) into the snapshot store
-        and offered to the pool: a candidate every ``ladder.pool.candidate_every_env_steps``."""
+    def snapshot_actor(self, actor, *, run_id: str, identity, iteration: int, env_steps: int,
+                       timesteps: int = 0, candidate: bool = True, strength: bool = False) -> None:
+        """A frozen copy of ``actor`` (fp16, no critic, no optimizer) into the snapshot store:
+        offered to the pool as a ``candidate`` every ``ladder.pool.candidate_every_env_steps``,
+        and/or measured against the scripted anchors (``strength``) every
+        ``evaluation.strength.every_iterations`` (services/learner/strength_hook.py)."""
         from shared.nn.statefiles import module_to_bytes
 
         blob = module_to_bytes(copy.deepcopy(actor).half())
@@ -85,8 +89,13 @@ class PoolClient:
             self.say(f"learner: snapshot not written: {exc}")
             return
         if isinstance(reply, SnapshotSaved):
-            self.say(f"learner: pool candidate snapshot {reply.snapshot_id} at {env_steps:,} env steps")
-            self.admit_candidate(reply.snapshot_id, env_steps=env_steps, iteration=iteration)
+            if candidate:
+                self.say(f"learner: pool candidate snapshot {reply.snapshot_id} at {env_steps:,} env steps")
+                self.admit_candidate(reply.snapshot_id, env_steps=env_steps, iteration=iteration)
+            if strength:
+                request_strength(self.ladder, self.cfg.run_name, reply.snapshot_id, iteration=iteration,
+                                 env_steps=env_steps, timesteps=timesteps,
+                                 timeout_s=self.cfg.services.ladder_status_timeout_s, say=self.say)
         else:
             self.say(f"learner: the checkpoint service refused the snapshot: {getattr(reply, 'reason', reply)}")
 

@@ -108,7 +108,9 @@ class ProvenanceTracker:
         slot order; ``slots`` the shard's global slots (local slot ``2 * i + seat``); ``ordinals``
         per local slot; ``restarted``: the shard's battles were (re)started for this round
         (a fresh member's cycle 0). ``inferred``: per forward kind (the learner's rows, the
-        frozen rows), (global slots, legal counts, actions, snapshot id per row or None).
+        frozen rows), (global slots, legal counts, actions, snapshot id per row or None[, place]);
+        ``place`` (offset, total), when the learner's rows shared a batched forward with other
+        rounds' (``collect.infer_rounds``): the forward's choice rows and where this round's began.
         On the per-round path: one pass over the shard's battles, plain ints, no structs."""
         positions = slots[::2] // 2
         it = self.iteration
@@ -126,8 +128,12 @@ class ProvenanceTracker:
             else:  # a gap: decisions this tracker did not see; the episode cannot be stamped
                 f.spans.append([it, cycle, _GAP, position, self.digest])
                 f.decisions += _GAP
-        for gslots, n_legal, actions, groups in inferred:
+        for entry in inferred:
+            gslots, n_legal, actions, groups = entry[:4]
+            place = entry[4] if len(entry) > 4 else None
             for i, size, k in forwarded_rows(n_legal, groups):
+                if place is not None:  # a batched forward (collect.infer_rounds): its size, this row's place in it
+                    size, k = place[1], place[0] + k
                 s = int(gslots[i])
                 f = self.battles.get(int(battle_ids[s // 2]))
                 if f is not None:

@@ -8,6 +8,7 @@ import time
 from types import SimpleNamespace
 
 import msgspec
+import numpy as np
 
 from services.learner import metric_log
 from services.learner.advantages import Advantages
@@ -53,6 +54,10 @@ def assemble_row(learner, c: Collected, adv: Advantages, upd: UpdateResult, lear
     row.update(choice_metrics(rect, adv.trainable))
     row.update(adv.scale_stats)
     row.update(learner.lr_backoff.metrics(learner.opt_actor, learner.opt_critic))
+    if stats.batch_rows:
+        row["throughput/inference_batch_rows_mean"] = float(np.mean(stats.batch_rows))
+        row["throughput/inference_batch_rows_p90"] = float(np.percentile(stats.batch_rows, 90))
+        row["throughput/inference_forwards"] = len(stats.batch_rows)
     if stats.rows_received:
         row["throughput/wire_bytes_per_row"] = stats.wire_bytes / stats.rows_received
         row["throughput/wire_encode_us_per_row"] = 1e6 * stats.wire_encode_seconds / stats.rows_received
@@ -95,6 +100,7 @@ def write_row(learner, row: dict) -> tuple[bytes, bool]:
         learner.say(f"learner: metric row of iteration {row['run/iteration']} NOT written to {learner.metrics_path} "
                     f"({exc}); it is kept with this iteration's checkpoint, which a resume restores it from")
     learner.metrics.export(row)
+    learner.curves.write(row)  # TensorBoard's view of the same row (services/learner/curves.py)
     learner.say(progress_line(row))
     return line, written
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from services.learner.buttons import button_metrics
 from services.learner.rectangle import Rectangle
 from shared.config import RunConfig
 from shared.messages import snapshot_of
@@ -41,12 +42,14 @@ def choice_metrics(rect: Rectangle, trainable: np.ndarray) -> dict:
 def play_metrics(rect: Rectangle, pf, T: int) -> dict:
     """Where the learner plays: ``policy/tile_top1_share`` (share of its card plays on its most
     used tile: tile spam) and ``policy/card_tile_top10_share`` (share on its ten most used
-    (card, tile) pairs: an exploited artefact). Absent when it played no card."""
-    acted = rect.acted & (rect.actions > 0)
+    (card, tile) pairs: an exploited artefact). Absent when it played no card. With ability
+    buttons, ``policy/button_presses`` counts its presses (services/learner/buttons.py)."""
+    spec = pf.spec
+    out = button_metrics(rect, spec)
+    acted = rect.acted & (rect.actions > 0) & ~spec.is_button(rect.actions)
     t_idx, r_idx = np.nonzero(acted)
     if not len(t_idx):
-        return {}
-    spec = pf.spec
+        return out
     tiles_per_slot = spec.height * spec.width
     a = rect.actions[t_idx, r_idx] - 1
     hand_slot, tile = a // tiles_per_slot, a % tiles_per_slot
@@ -56,7 +59,7 @@ def play_metrics(rect: Rectangle, pf, T: int) -> dict:
     card = hand[np.arange(len(a)), hand_slot].argmax(axis=1)
     _, tile_counts = np.unique(tile, return_counts=True)
     _, pair_counts = np.unique(card * tiles_per_slot + tile, return_counts=True)
-    return {
+    return out | {
         "policy/tile_top1_share": float(tile_counts.max() / len(a)),
         "policy/card_tile_top10_share": float(np.sort(pair_counts)[::-1][:10].sum() / len(a)),
         "policy/cards_played": int(len(a)),

@@ -25,6 +25,8 @@ import signal
 import sys
 import time
 
+import numpy as np
+
 from services.learner import checkpointing, resume
 from services.learner.admission import HelloLimits
 from services.learner.advantages import values_and_advantages
@@ -33,11 +35,15 @@ from services.learner.boundary import JOIN_WAIT_S, STARTUP_WAIT_S, wait_for_roll
 from services.learner.collection import Collected, collect_iteration
 from services.learner.determinism import DeterminismError, apply_determinism
 from services.learner.halt import HALTED_FILE, mark_halted
+from services.learner.curves import TensorBoardCurves
 from services.learner.fleet import Fleet
+from services.learner.strength_hook import strength_due
+from services.learner.frame_history import make_frame_history
+from services.learner.fleet_idle import IdleMeter
 from services.learner.frozen import FrozenActors, checkpoint_fetcher
 from services.learner.pool_client import PoolClient
 from services.learner.row import assemble_row, write_row
-from services.learner.row_keys import episode_metrics, evaluate_schedules, lost_cells, progress_line
+from services.learner.row_keys import evaluate_schedules, progress_line
 from services.learner.stops import AlarmHalt, SaveHalt, StopRequested
 from services.learner.update import run_update
 from services.learner.vram import DeviceMemoryError
@@ -49,7 +55,6 @@ from shared.seeding import stream
 from shared.writer_token import checkpoint_token
 
 # Names other modules and the tests import from here.
-_lost_cells, _episode_metrics = lost_cells, episode_metrics
 __all__ = ["AlarmHalt", "DeterminismError", "JOIN_WAIT_S", "Learner", "STARTUP_WAIT_S", "SaveHalt", "StopRequested",
            "apply_determinism", "evaluate_schedules", "main", "make_learner", "progress_line"]
 
@@ -87,7 +92,7 @@ class Learner:
         self.run_dir = os.path.join(runs_dir, cfg.run_name)
         os.makedirs(self.run_dir, exist_ok=True)
 
-        self.pf = run_preflight(cfg.env, cfg.master_seed)
+        self.pf = run_preflight(cfg.env, cfg.master_seed, frame_stack=cfg.obs.frame_stack)
         say(f"learner: {describe_table(self.pf.table)}; {self.pf.codec.row_bytes} B a row (preflight {self.pf.seconds:.1f} s); "
             f"wire codec {cfg.services.wire_codec} served to rollouts that speak it")
         say(f"learner: engine {self.pf.engine.describe()}")
@@ -162,6 +167,12 @@ class Learner:
                                    self.metrics.refused, HelloLimits.at_start(cfg, self.pf.codec.row_bytes),
                                    wire_codec=cfg.services.wire_codec,
                                    decompressor=RowDecompressor(self.pf.codec.row_bytes, cfg.services.max_message_mb << 20))
+        self.collector.configure_batching(cfg.determinism.tier, cfg.rollout.inference_max_batch_rows,
+                                          cfg.rollout.inference_max_wait_ms)
+        self.frame_history = make_frame_history(cfg.obs.frame_stack, self.pf.codec.row_bytes)  # obs.frame_stack
+        self.collector.frame_history = self.frame_history if cfg.obs.frame_stack > 1 else None
+        self.idle_meter = IdleMeter()  # throughput/rollout_idle_frac
+        self.collector.user_code = self.identity.user_code  # a Hello with other user code is refused
         self.battle_states = BattleStateBook(self.pf.engine, say)  # exact battles in the checkpoint
         self.collector.on_states = self.battle_states.on_message
         self.iteration = 0
@@ -173,6 +184,7 @@ class Learner:
         """Checkpoint saves failed in a row (``resume.save_checkpoint``); ``checkpoint.max_failed_saves`` halts."""
         self.snapshot: checkpointing.Snapshot | None = None
         self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
+        self.curves = TensorBoardCurves(self.run_dir, self.say)
         say(f"learner: run id {self.run_id}; listening for rollouts on {bind}; run folder {self.run_dir}")
 
     # ------------------------------------------------------------------ helpers
@@ -257,6 +269,9 @@ class Learner:
         further iteration is wanted."""
         if not self.cfg.rollout.overlap or (0 < self.iterations_limit <= c.iteration):
             return None
+        limit = self.cfg.timestep_limit
+        if 0 < limit <= self.timesteps + int(np.count_nonzero(c.rect.trainable())):
+            return None  # this update reaches timestep_limit: no further iteration is wanted
         from services.learner.overlap import BehaviourPolicy, OverlappedCollection, behaviour_snapshot
         from shared.nn.policy import Policy
 
@@ -279,7 +294,7 @@ class Learner:
         if self.dqn is not None:
             adv, upd, behaviour_row = self.dqn.train(c)
         else:
-            adv = values_and_advantages(self.policy, rect, self.return_scaler, gamma=c.sched["gamma"],
+            adv = values_and_advantages(self.policy, rect, self.return_scaler, frame_history=self.frame_history, gamma=c.sched["gamma"],
                                         lam=cfg.advantage.gae_lambda, standardize_rewards=cfg.advantage.standardize_rewards)
             upd = run_update(self, rect, adv, iteration=it, sched=c.sched, inference_precision=c.inference_precision,
                              behaviour_model=getattr(c.policy, "behaviour_model", None))
@@ -292,9 +307,11 @@ class Learner:
         every = cfg.ladder.pool.candidate_every_env_steps
         crossed = (self.env_steps + c.stats.env_steps) // every > self.env_steps // every
         self.env_steps += c.stats.env_steps
-        if crossed and upd.n_train:
+        measure = strength_due(cfg.evaluation.strength.every_iterations, it)
+        if (crossed or measure) and upd.n_train:
             self.pool.snapshot_actor(self.model.actor, run_id=self.run_id, identity=self.identity,
-                                     iteration=self.iteration, env_steps=self.env_steps)
+                                     iteration=self.iteration, env_steps=self.env_steps, timesteps=self.timesteps,
+                                     candidate=crossed, strength=measure)
         learner_eps = [e for e in c.stats.episodes if e.player == "learner"]
         self.episodes += len(learner_eps)
         row, reported = assemble_row(self, c, adv, upd, learner_eps)
@@ -328,6 +345,8 @@ class Learner:
         row["run/run_id"] = self.run_id
         if self.resumed_with_drift:
             row["run/resumed_with_drift"] = 1
+        row.update(self.idle_meter.row_keys(self.collector.busy_seconds,
+                                            [m.instance for m in self.fleet.members.values() if not m.lost]))
         row["time/checkpoint"] = time.perf_counter() - t0
         row["time/iteration"] = time.perf_counter() - c.t_start
         row["throughput/overall_steps_per_second"] = row["health/trainable_rows"] / row["time/iteration"]
@@ -361,6 +380,16 @@ class Learner:
 
     # ------------------------------------------------------------------ main loop
 
+    def _timestep_limit_reached(self) -> bool:
+        """``timestep_limit`` (``--timesteps N``): a total of the run's learner timesteps, checked
+        at each iteration boundary, so the run stops at the first one at or past it."""
+        limit = self.cfg.timestep_limit
+        if 0 < limit <= self.timesteps:
+            self.say(f"learner: {self.timesteps:,} learner timesteps at iteration {self.iteration} reach "
+                     f"timestep_limit {limit:,} (a total of the run): stopping")
+            return True
+        return False
+
     def run(self) -> int:
         if not resume.halt_cleared(self):
             self.closed = True  # nothing trained, nothing to checkpoint
@@ -376,6 +405,8 @@ class Learner:
                      "is the run's total: nothing to train (pass a larger total to go on)")
         try:
             while not self.stopping and (self.iterations_limit <= 0 or self.iteration < self.iterations_limit):
+                if self._timestep_limit_reached():
+                    break
                 self.run_iteration()
             # An operator halt that lands between two iterations ends the loop without a
             # StopRequested; it is a halt all the same.

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from services.learner.advantages import Advantages
+from services.learner.frame_history import of_cells
 from services.learner.ppo import UpdateData, ppo_update
 from services.learner.rectangle import Rectangle
 from services.learner.stops import StopRequested
@@ -58,7 +59,9 @@ def run_update(learner, rect: Rectangle, adv: Advantages, *, iteration: int, sch
     if not n_train:
         return UpdateResult(0, {}, time.perf_counter() - t0)
     # CUDA: the trainable rows go to the device once, here; CPU: numpy per minibatch.
-    batch_of = learner.policy.fetcher(batch.obs.rows, batch.obs.index)
+    t_idx, r_idx = np.divmod(batch.obs.index, rect.R)
+    stacked = None if cfg.obs.frame_stack == 1 else (lambda c: of_cells(learner.frame_history, t_idx[c], r_idx[c]))
+    batch_of = learner.policy.fetcher(batch.obs.rows, batch.obs.index, stacked)
 
     def fetch(idx):
         # Called once per minibatch: the point where a stop request abandons the

@@ -92,6 +92,10 @@ def check_update_fits(model, opt_actor, opt_critic, spec, ppo, row_bytes: int, d
         "vector": torch.zeros((b, spec.vector_size), device=device),
         "mask": torch.ones((b, spec.n_actions), dtype=torch.bool, device=device),
     }
+    if spec.frame_stack > 1:  # the previous decisions' planes (shared/nn/frame_stack.py)
+        from shared.nn.frame_stack import history_channels
+
+        obs["history"] = torch.zeros((b, history_channels(spec), spec.height, spec.width), device=device)
     try:
         dist = MaskedCategorical(model.actor_logits(obs), obs["mask"])
         loss = model.value(obs).sum() + dist.entropy().sum()

@@ -99,6 +99,9 @@ class BattleState(msgspec.Struct, forbid_unknown_fields=True):
     env: EnvBookkeeping
     potentials: list[str]
     """Per potential term, in reward order: "gamma|Phi(blue)|Phi(red)" as exact fractions."""
+    decks: list[list[int]] | None = None
+    """The card ids dealt to [blue, red] at the episode's reset (shared/envs.py DealRecorder), so
+    a restored episode's records name the decks it was dealt; None in states saved before."""
 
 
 def _potential_terms(reward_fn) -> list:
@@ -152,7 +155,7 @@ def save(battle, engine_build: EngineBuild) -> bytes:
             leak_steps=[int(env._leak_steps[0]), int(env._leak_steps[1])],
             term_sums=[dict(env._term_sums[0]), dict(env._term_sums[1])],
             truncation_steps=int(trunc.steps) if trunc is not None and hasattr(trunc, "steps") else -1),
-        potentials=_potentials(env),
+        potentials=_potentials(env), decks=getattr(env.state_mutator, "last_decks", None),
     )
     return msgspec.msgpack.encode(state)
 
@@ -189,6 +192,8 @@ def restore(battle, blob: bytes, *, battle_id: int, engine_build: EngineBuild, m
         memory = _unpack_memory(s.memory)
         env = battle.env
         env.reset(options={"snapshot": Snapshot(zlib.decompress(s.engine)), "mask_only": list(s.mask_only)})
+        if hasattr(env.state_mutator, "last_decks"):  # a snapshot reset deals nothing: the saved deal
+            env.state_mutator.last_decks = s.decks
         if int(env.engine.state_hash()) != s.engine_hash:
             raise StateRefused("hash", f"battle {s.battle}: the engine state hashes to {env.engine.state_hash()} "
                                        f"after the load, the state says {s.engine_hash}")

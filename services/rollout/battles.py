@@ -23,7 +23,7 @@ import numpy as np
 
 from shared.codec import Codec
 from shared.config import EnvConfig
-from shared.envs import build_env, episode_record, make_scripted
+from shared.envs import build_env, dealt_deck, episode_record, make_scripted, seat_deal
 from shared.messages import GROUP_FROZEN, GROUP_LEARNER, GROUP_SCRIPTED, SEATS, Assignment, EpisodeRecord, snapshot_of
 from shared.rewards import TermMagnitudes, set_gamma
 from shared.seeding import derive_int, stream, stream_path
@@ -89,6 +89,9 @@ class Shard:
         self.noop_prob = random_legal_noop_prob
         self.mask_only = mask_only_scripted
         self.battles = [Battle(battle_id=-1, env=build_env(env_cfg)) for _ in range(n_battles)]
+        # env.seat_decks: one curriculum mutator per learner seat (-1 mirror, 0 blue, 1 red),
+        # swapped into a battle's env before each reset (shared/envs.py seat_deal).
+        self.deals = {s: seat_deal(env_cfg, s) for s in (-1, 0, 1)} if env_cfg.seat_decks is not None else {}
         self.table: dict[tuple[int, int], Assignment] = {}
 
     @property
@@ -115,6 +118,8 @@ class Shard:
         seed = derive_int(self.master_seed, stream_path("env/battle/{battle}/ordinal/{ordinal}",
                                                         battle=battle.battle_id, ordinal=ordinal))
         mask_only = [SEATS[s] for s in (0, 1) if battle.groups[s] == GROUP_SCRIPTED] if self.mask_only else []
+        if self.deals:
+            battle.env.state_mutator.inner = self.deals[a.learner_seat]
         battle.obs, _ = battle.env.reset(seed=seed, options={"mask_only": mask_only} if mask_only else None)
         battle.tick = 0
         battle.cards_played = [0, 0]
@@ -153,6 +158,8 @@ class Shard:
         illegal = 0
         t0 = time.perf_counter()
         for i, battle in enumerate(self.battles):
+            # actions from here on press ability buttons (RoyaleGym's parser; none without them)
+            n_grid = getattr(getattr(battle.env, "action_parser", None), "n_tile_actions", 1 << 30)
             chosen = {}
             for seat in (0, 1):
                 name, obs = SEATS[seat], battle.obs[SEATS[seat]]
@@ -176,7 +183,8 @@ class Shard:
                 truncated[slot] = bool(trunc[name]) and not bool(term[name])
                 deploy[slot] = int(info[name].get("deploy_status", -1))
                 battle.returns[seat] += float(rew[name])
-                if chosen[name] != 0 and deploy[slot] == 0:
+                # an ability-button press (env.ability_buttons) is not a card played
+                if chosen[name] != 0 and deploy[slot] == 0 and chosen[name] < n_grid:
                     battle.cards_played[seat] += 1
             battle.obs = obs
             if ended:
@@ -197,7 +205,7 @@ class Shard:
             role=battle.assignment.role if battle.assignment else "mirror",
             player=battle.players[seat], opponent=battle.players[1 - seat],
             cards_played=battle.cards_played[seat], undiscounted_return=battle.returns[seat],
-            reward_terms_abs=battle.terms.finish(seat),
+            reward_terms_abs=battle.terms.finish(seat), deck=dealt_deck(battle.env, seat),
         )
 
     def _result(self, reward, terminated, truncated, deploy, final_slots, final_obs, episodes,

@@ -6,7 +6,7 @@ increase() in Prometheus, never by differencing raw values.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from shared.messages import PROTOCOL_REFUSALS
 
@@ -32,5 +32,33 @@ class RolloutMetrics:
         self.codec_clipped = Counter(PREFIX + "obs_codec_clipped", "Observation values clipped to fit the codec", registry=r)
         self.codec_rounded = Counter(PREFIX + "obs_codec_rounded", "Observation values rounded to fit the codec", registry=r)
         self.illegal_actions = Counter(PREFIX + "illegal_actions", "Actions sent by the learner (learner and frozen seats) the mask did not allow", registry=r)
+        self.idle_seconds = Counter(PREFIX + "idle_seconds", "Seconds spent waiting for the learner while holding "
+                                    "battles (no Step or Plan to act on)", registry=r)
+        self.held_seconds = Counter(PREFIX + "held_seconds", "Wall seconds spent holding battles (idle or stepping)",
+                                    registry=r)
+        self.idle_frac = Gauge(PREFIX + "idle_frac", "Share of the last IDLE_WINDOW_S of holding battles spent waiting "
+                               "for the learner (services/rollout/metrics.py IdleWindow)", registry=r)
         if port:
             start_http_server(port, addr=host, registry=r)
+
+
+IDLE_WINDOW_S = 10.0
+"""The window of ``royalefleet_rollout_idle_frac``: long enough to span several rounds, short
+enough to show an update's pause (without ``rollout.overlap``) as a rise."""
+
+
+class IdleWindow:
+    """Feeds the idle counters and the windowed gauge: ``add(idle_s, held_s)`` after each wait."""
+
+    def __init__(self, metrics: RolloutMetrics, window_s: float = IDLE_WINDOW_S):
+        self.metrics, self.window_s = metrics, window_s
+        self.idle = self.held = 0.0
+
+    def add(self, idle_s: float, held_s: float) -> None:
+        self.metrics.idle_seconds.inc(idle_s)
+        self.metrics.held_seconds.inc(held_s)
+        self.idle += idle_s
+        self.held += held_s
+        if self.held >= self.window_s:
+            self.metrics.idle_frac.set(self.idle / self.held)
+            self.idle = self.held = 0.0

@@ -24,9 +24,10 @@ import zmq
 
 from services.rollout import battle_state
 from services.rollout.battles import AssignmentMissing, Shard
-from services.rollout.metrics import RolloutMetrics
+from services.rollout.metrics import IdleWindow, RolloutMetrics
 from shared import transport
 from shared.codec import WIRE_CODECS, WIRE_ZSTD, Codec, RowCompressor, compress_round
+from shared.components import hello_user_code
 from shared.envs import build_env, engine_build, make_scripted
 from shared.log_guard import RefusalLog
 from shared.messages import (
@@ -44,6 +45,8 @@ class RolloutService:
         self.say = say
         self.refusal_log = RefusalLog(say)  # escaped, at most one line per reason every 10 s
         self.metrics = metrics or RolloutMetrics(None)
+        self.idle_window = IdleWindow(self.metrics)  # royalefleet_rollout_idle_frac
+        self.held_since = time.monotonic()
         self.instance = uuid.uuid4().hex[:12]
         self.sock = transport.connect_dealer(learner, max_bytes=max_message_mb << 20,
                                              curve=transport.curve_client_keys())
@@ -52,6 +55,8 @@ class RolloutService:
         self.welcome: Welcome | None = None
         self.shards: list[Shard] = []
         self.engine = None
+        self.user_code = hello_user_code()
+        """Digests of the user packages ROYALEFLEET_USER_PACKAGES names, sent in every Hello."""
         self.compressor: RowCompressor | None = None
         """Set when the learner's Welcome names wire codec 2."""
         self.last_sent = self.last_heard = time.monotonic()
@@ -72,7 +77,7 @@ class RolloutService:
             self.engine = engine_build(self._probe_env)
         self._send(Hello(instance=self.instance, host=socket.gethostname(), pid=os.getpid(),
                          battles=self.n_battles, shards=self.n_shards, engine=self.engine,
-                         codecs=list(WIRE_CODECS)))
+                         codecs=list(WIRE_CODECS), user_code=self.user_code))
         self.say(f"rollout {self.instance}: hello to {self.learner} ({self.n_battles} battles in {self.n_shards} shards)")
 
     def request_stop(self, *_):
@@ -226,7 +231,15 @@ class RolloutService:
                 self._hello()
             elif now - self.last_sent > hb:
                 self._send(Heartbeat(instance=self.instance, state="ready" if self.shards else "waiting"))
-            if not self.sock.poll(int(min(hb, 0.5) * 1000), zmq.POLLIN):
+            t_wait = time.monotonic()
+            got = self.sock.poll(int(min(hb, 0.5) * 1000), zmq.POLLIN)
+            if self.shards:  # holding battles: the time since the last wait is idle + work
+                t_now = time.monotonic()
+                self.idle_window.add(t_now - t_wait, t_now - self.held_since)
+                self.held_since = t_now
+            else:
+                self.held_since = time.monotonic()
+            if not got:
                 continue
             try:
                 _, msg, arrays = transport.recv(self.sock, self.decoder)

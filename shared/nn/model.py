@@ -14,7 +14,9 @@ description, no code taken from it):
   no bias (the GroupNorm after each one has its own).
 * Actor head (pointer head): the action space IS a (slot, y, x) C-order grid plus the no-op
   at index 0, so each hand slot's card embedding becomes a query that is dotted with per-tile
-  features. About 1/25 of the parameters of a flat ``Linear(., 2305)`` head.
+  features. About 1/25 of the parameters of a flat ``Linear(., 2305)`` head. With ability
+  buttons (``env.ability_buttons``) a button head scores the ``n_buttons`` actions after the
+  grid from the pooled tile features and the buttons' readiness bits.
 * Critic head: ``[mean-pool, max-pool] ++ Linear(V, E)(vector) ++ legal_frac`` ->
   ``Linear(., value_hidden) -> ReLU -> Linear(value_hidden, 1)``.
 
@@ -22,8 +24,10 @@ The two networks share no parameter, so the learner gives each its own Adam and 
 loss can be backpropagated once (the entropy gradient into the critic is exactly zero).
 
 Observation batch ("obs"): a dict of tensors on the model's device,
-``spatial`` (B, C_planes, H, W) float32, ``vector`` (B, V) float32 and ``mask`` (B, A) bool
-with A = 1 + hand_slots * H * W and ``mask[:, 0]`` (the no-op) True on every row.
+``spatial`` (B, C_planes, H, W) float32, ``vector`` (B, V) float32, ``mask`` (B, A) bool, and
+with frame stacking (``spec.frame_stack`` k > 1) ``history`` (B, (k-1) (C_planes + hand_slots),
+H, W) float32 (``shared.nn.frame_stack.history_planes``),
+with A = 1 + hand_slots * H * W + n_buttons and ``mask[:, 0]`` (the no-op) True on every row.
 """
 
 from __future__ import annotations
@@ -110,13 +114,14 @@ def coarser(a: str, b: str) -> str:
 
 def mask_planes(mask: torch.Tensor, spec: ObsSpec) -> torch.Tensor:
     """(B, A) bool -> (B, hand_slots, H, W) bool: plane ``s`` at (y, x) is action
-    ``1 + s*H*W + y*W + x`` (the action encoding of ObsSpec, C order)."""
-    return mask[:, 1:].reshape(mask.shape[0], spec.hand_slots, spec.height, spec.width)
+    ``1 + s*H*W + y*W + x`` (the action encoding of ObsSpec, C order). The ability buttons
+    after the grid (``spec.n_buttons``) are not planes."""
+    return mask[:, 1 : spec.n_grid_actions].reshape(mask.shape[0], spec.hand_slots, spec.height, spec.width)
 
 
 def legal_fraction(mask: torch.Tensor, spec: ObsSpec) -> torch.Tensor:
     """(B, A) bool -> (B, hand_slots) float32: share of each slot's H*W tiles that are legal."""
-    return mask[:, 1:].reshape(mask.shape[0], spec.hand_slots, -1).float().mean(-1)
+    return mask[:, 1 : spec.n_grid_actions].reshape(mask.shape[0], spec.hand_slots, -1).float().mean(-1)
 
 
 def coordinate_planes(spec: ObsSpec, *, device, dtype=torch.float32) -> torch.Tensor:
@@ -128,8 +133,10 @@ def coordinate_planes(spec: ObsSpec, *, device, dtype=torch.float32) -> torch.Te
 
 
 def board_input_channels(spec: ObsSpec, net: NetConfig) -> int:
-    """Stem input channels: planes + per-slot mask planes + 2 coordinates + vector embedding."""
-    return len(spec.plane_names) + spec.hand_slots + 2 + net.vector_embed
+    """Stem input channels: planes + per-slot mask planes + 2 coordinates + vector embedding,
+    and with frame stacking (``spec.frame_stack`` k > 1) the previous k - 1 decisions' planes
+    and mask planes (shared/nn/frame_stack.py)."""
+    return spec.frame_stack * (len(spec.plane_names) + spec.hand_slots) + 2 + net.vector_embed
 
 
 # ----------------------------------------------------------------------------- trunk
@@ -175,7 +182,9 @@ class BoardTrunk(nn.Module):
         planes = mask_planes(mask, self.spec).to(spatial.dtype)
         coords = coordinate_planes(self.spec, device=spatial.device, dtype=spatial.dtype).expand(b, 2, h, w)
         embedded = self.vector_embed(vector)  # (B, E), broadcast over every tile
-        board = torch.cat([spatial, planes, coords, embedded[:, :, None, None].expand(-1, -1, h, w)], dim=1)
+        # the previous k - 1 decisions' planes (obs["history"], shared/nn/frame_stack.py)
+        stacked = [obs["history"].to(spatial.dtype)] if self.spec.frame_stack > 1 else []
+        board = torch.cat([spatial, planes, *stacked, coords, embedded[:, :, None, None].expand(-1, -1, h, w)], dim=1)
         x = F.relu(self.stem_norm(self.stem(board)))
         return self.blocks(x)
 
@@ -219,6 +228,11 @@ class PointerActor(nn.Module):
         self.query_bias = nn.Linear(c + 2, 1)
         self.noop = nn.Linear(2 * c, 1)
         self.noop_bias = float(net.noop_bias)  # a constant, not a parameter (net.noop_bias)
+        # The button head (the reference's button_head): one logit per ability button from the
+        # pooled tile features and the buttons' readiness (the mask's last n_buttons bits).
+        # Only built with buttons, so a network without them keeps its parameters and draws.
+        self.n_buttons = spec.n_buttons
+        self.button_head = nn.Linear(2 * c + spec.n_buttons, spec.n_buttons) if spec.n_buttons else None
 
     def hand_card_ids(self, vector: torch.Tensor) -> torch.Tensor:
         """(B, V) -> (B, hand_slots) int64: argmax of each slot's one-hot."""
@@ -246,8 +260,12 @@ class PointerActor(nn.Module):
 
         pooled = torch.cat([tiles.mean(dim=(2, 3)), tiles.amax(dim=(2, 3))], dim=1)  # (B, 2C)
         noop_logit = self.noop(pooled) + self.noop_bias  # (B, 1)
+        parts = [noop_logit, tile_logits.reshape(b, -1)]
+        if self.button_head is not None:
+            ready = obs["mask"][:, self.spec.n_grid_actions :].to(pooled.dtype)  # (B, n_buttons)
+            parts.append(self.button_head(torch.cat([pooled, ready], dim=1)))  # (B, n_buttons)
         # float32 always: the masked softmax fills illegal entries with finfo(float32).min.
-        return torch.cat([noop_logit, tile_logits.reshape(b, -1)], dim=1).float()
+        return torch.cat(parts, dim=1).float()
 
 
 # ----------------------------------------------------------------------------- critic
@@ -312,7 +330,7 @@ class ActorCritic(nn.Module):
         output), zero biases, GroupNorm (1, 0), embeddings N(0, 0.02). Draw order is the module
         registration order, so the weights depend on the seed and the architecture only."""
         gen = torch.Generator(device="cpu").manual_seed(int(seed))
-        head = {self.actor.query, self.actor.query_bias, self.actor.noop}
+        head = {self.actor.query, self.actor.query_bias, self.actor.noop, self.actor.button_head}
         done: set[int] = set()
         for module in self.modules():
             if isinstance(module, (nn.Conv2d, nn.Linear)):

@@ -29,8 +29,17 @@ class Policy:
 
             self.device_rows = DeviceRows(codec, self.device)
 
-    def obs_batch(self, rows: np.ndarray) -> dict[str, torch.Tensor]:
-        """(B, row_bytes) uint8 -> the model's obs dict on the device."""
+    def _spec(self):
+        """The observation layout of the model (an ActorCritic, or a snapshot's ActorOnly)."""
+        spec = getattr(self.model, "spec", None)
+        return spec if spec is not None else getattr(getattr(self.model, "actor", None), "spec", None)
+
+    @property
+    def frame_stack(self) -> int:
+        """k of the model's input (``ObsSpec.frame_stack``; 1 for a model without a spec)."""
+        return int(getattr(self._spec(), "frame_stack", 1))
+
+    def _expand(self, rows: np.ndarray) -> dict[str, torch.Tensor]:
         if self.device_rows is not None:
             return self.device_rows.expand(self.device_rows.upload(rows))
         u = self.codec.unpack(rows)
@@ -39,15 +48,56 @@ class Policy:
         # alignment depends on the allocator's history, which a resumed process does not share.
         return {k: torch.tensor(v, device=self.device) for k, v in u.items()}
 
-    def fetcher(self, rows: np.ndarray, index: np.ndarray):
+    def obs_batch(self, rows: np.ndarray, history=None) -> dict[str, torch.Tensor]:
+        """(B, row_bytes) uint8 -> the model's obs dict on the device. With frame stacking
+        (``spec.frame_stack`` k > 1) ``history`` is the rows' ``shared.nn.frame_stack.History``
+        and becomes ``obs["history"]``; None there is no history at all (every frame ``FILL``).
+        Raises ValueError for a history of another shape."""
+        obs = self._expand(rows)
+        k = self.frame_stack
+        if k > 1:
+            obs["history"] = self.history_tensor(history, len(rows), k)
+        return obs
+
+    def history_tensor(self, history, b: int, k: int) -> torch.Tensor:
+        """(B, (k-1) (C + hand_slots), H, W) float32 on the device for a ``History`` of B rows."""
+        from shared.nn.frame_stack import empty_history, history_planes
+
+        if history is None:
+            history = empty_history(b, k, self.codec.row_bytes)
+        if history.rows.shape != (b, k - 1, self.codec.row_bytes) or history.valid.shape != (b, k - 1):
+            raise ValueError(f"history of shape {history.rows.shape} / {history.valid.shape} for {b} rows; expected "
+                             f"({b}, {k - 1}, {self.codec.row_bytes}) / ({b}, {k - 1})")
+        expanded = self._expand(np.ascontiguousarray(history.rows.reshape(b * (k - 1), -1)))
+        valid = torch.as_tensor(np.ascontiguousarray(history.valid), device=self.device)
+        return history_planes(expanded, valid, self._spec())
+
+    def fetcher(self, rows: np.ndarray, index: np.ndarray, history=None):
         """The update's ``fetch``: ``cells`` (int indices into ``index``) -> the obs dict of rows
         ``rows[index[cells]]`` (``rows`` (M, row_bytes) uint8, the rectangle's rows flattened).
 
         CUDA: the N = len(index) rows are gathered once into pinned slabs and copied to the
         device (N x row_bytes bytes there, ``services/learner/vram.py`` counts them); each
         minibatch is then a gather and an expansion on the device, with no row crossing the bus
-        again. CPU: each minibatch is gathered and unpacked by numpy (``obs_batch``)."""
+        again. CPU: each minibatch is gathered and unpacked by numpy (``obs_batch``).
+
+        ``history`` (frame stacking): ``cells -> History`` of those rows
+        (services/learner/frame_history.py), expanded per minibatch as inference expands it."""
         index = np.asarray(index, dtype=np.int64)
+        if self.frame_stack > 1:
+            base = self._fetcher(rows, index)
+            k = self.frame_stack
+
+            def fetch_stacked(cells):
+                obs = base(cells)
+                h = None if history is None else history(np.asarray(cells))
+                obs["history"] = self.history_tensor(h, len(obs["mask"]), k)
+                return obs
+
+            return fetch_stacked
+        return self._fetcher(rows, index)
+
+    def _fetcher(self, rows: np.ndarray, index: np.ndarray):
         if self.device_rows is None:
             return lambda cells: self.obs_batch(rows[index[cells]])
         on_device = self.device_rows.gather(rows, index)
@@ -59,13 +109,14 @@ class Policy:
         return fetch
 
     @torch.no_grad()
-    def act(self, rows: np.ndarray, n_legal: np.ndarray, uniforms: np.ndarray):
-        """Actions (B,) int64 and their log-probs (B,) float32 under the current actor."""
+    def act(self, rows: np.ndarray, n_legal: np.ndarray, uniforms: np.ndarray, history=None):
+        """Actions (B,) int64 and their log-probs (B,) float32 under the current actor.
+        ``history``: the rows' ``History`` under frame stacking (``obs_batch``)."""
         actions = np.zeros(len(rows), np.int64)
         log_probs = np.zeros(len(rows), np.float32)
         choice = np.flatnonzero(n_legal > 1)
         if len(choice):
-            obs = self.obs_batch(rows[choice])
+            obs = self.obs_batch(rows[choice], None if history is None else history.take(choice))
             dist = MaskedCategorical(self.model.actor_logits(obs), obs["mask"])
             a = dist.sample(torch.from_numpy(uniforms[choice]).to(self.device))
             actions[choice] = a.cpu().numpy()
@@ -73,9 +124,11 @@ class Policy:
         return actions, log_probs
 
     @torch.no_grad()
-    def values(self, rows: np.ndarray, chunk: int = 1024) -> np.ndarray:
-        """V(s) (B,) float32 for packed rows, in chunks to bound memory."""
+    def values(self, rows: np.ndarray, chunk: int = 1024, history=None) -> np.ndarray:
+        """V(s) (B,) float32 for packed rows, in chunks to bound memory. ``history``: the rows'
+        ``History`` under frame stacking."""
         out = np.zeros(len(rows), np.float32)
         for lo in range(0, len(rows), chunk):
-            out[lo : lo + chunk] = self.model.value(self.obs_batch(rows[lo : lo + chunk])).float().cpu().numpy()
+            part = None if history is None else history.take(slice(lo, lo + chunk))
+            out[lo : lo + chunk] = self.model.value(self.obs_batch(rows[lo : lo + chunk], part)).float().cpu().numpy()
         return out

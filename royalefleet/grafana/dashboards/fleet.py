@@ -75,7 +75,27 @@ def checkpoints() -> list[dict]:
     ]
 
 
-ROWS = [("Fleet", fleet), ("Rounds and wire", rounds), ("Checkpoints", checkpoints)]
+def scale() -> list[dict]:
+    """Rollout idle fraction, the central inference's batch size, policy lag under overlap."""
+    return [
+        ts("Rollout idle fraction", [
+            (L("throughput/rollout_idle_frac"), "fleet mean (the learner's view)"),
+            ("royalefleet_rollout_idle_frac", "{{instance}} (its own view, last 10 s)"),
+        ], unit="percentunit",
+           description="Share of the wall time a rollout waits for the learner (inference, the update, the "
+                       "boundary). Without rollout.overlap the update's pause dominates it (docs/iteration.md, "
+                       "\"Overlap\")."),
+        ts("Inference batch size", [(L("throughput/inference_batch_rows_mean"), "rows a forward (mean)"),
+                                    (L("throughput/inference_batch_rows_p90"), "rows a forward (p90)")],
+           description="Learner rows per central-inference actor forward: every ready round at once in the "
+                       "throughput tier, one round under run_exact (docs/protocol.md, \"Batched inference\")."),
+        ts("Policy lag and overlap", [(L("ppo/policy_lag_mean"), "policy lag (mean)"),
+                                      (L("throughput/overlap_rows_frac"), "rows inferred during the update"),
+                                      ("rate(royalefleet_learner_untrained_rows_total[1h])", "untrained rows/s")]),
+    ]
+
+
+ROWS = [("Fleet", fleet), ("Rounds and wire", rounds), ("Checkpoints", checkpoints), ("Scale", scale)]
 """(row title, the function giving its panels), top to bottom. Panel ids follow this order,
 so a row added at the end leaves every existing id (and the alert rules' panel link) alone."""
 

@@ -77,7 +77,28 @@ def evaluators() -> list[dict]:
     ]
 
 
-ROWS = [("Ratings", ratings), ("Pool", pool), ("Gate", gate), ("Evaluators", evaluators)]
+def strength() -> list[dict]:
+    """The standing strength measurement against the scripted anchors (services/ladder/strength.py)."""
+    score, lo, hi = L("strength/score/{anchor}"), L("strength/score_lo/{anchor}"), L("strength/score_hi/{anchor}")
+    rating, se = L("strength/rating"), L("strength/rating_se")
+    return [
+        ts("Strength: score against each scripted anchor (Wilson 95 %)", [
+            (score, "{{anchor}}"), (lo, "{{anchor}} lower"), (hi, "{{anchor}} upper"),
+        ], unit="percentunit", width=24,
+           description="The newest strength snapshot (the learner's actor every evaluation.strength.every_iterations) "
+                       "against each anchor, a draw counting half; no line until the first snapshot is measured."),
+        ts("Strength: rating with 95 % interval (Elo, scripted:noop = 0)", [
+            (rating, "rating"), (f"{rating} - 1.96 * {se}", "lower"), (f"{rating} + 1.96 * {se}", "upper"),
+        ], description="One Bradley-Terry-Davidson fit of every measured strength snapshot's games."),
+        ts("Strength: measurements", [(L("strength/iteration"), "iteration measured"),
+                                      (L("strength/measured"), "snapshots measured"),
+                                      (L("strength/pending"), "snapshots pending")],
+           description="Pending grows when the evaluators cannot keep up (a waiting snapshot is then replaced by "
+                       "the newer one)."),
+    ]
+
+
+ROWS = [("Ratings", ratings), ("Pool", pool), ("Gate", gate), ("Evaluators", evaluators), ("Strength", strength)]
 """(row title, the function giving its panels), top to bottom. Panel ids follow this order,
 so a row added at the end leaves every existing id (and the alert rules' panel link) alone."""
 
