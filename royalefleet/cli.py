@@ -39,6 +39,8 @@ def _load(args) -> object:
         overrides.setdefault("local", {})["rollouts"] = args.rollouts
     if getattr(args, "battles", None) is not None:
         overrides.setdefault("rollout", {})["battles"] = args.battles
+    if getattr(args, "algorithm", None) is not None:
+        overrides.setdefault("learner", {})["algorithm"] = args.algorithm
     if getattr(args, "timesteps", None) is not None:
         overrides["timestep_limit"] = args.timesteps
     return load_config(args.config, profile_name=args.profile, overrides=overrides or None)
@@ -196,6 +198,9 @@ def stack_options(sp) -> None:
                     "every start (sets timestep_limit; not in the run identity; 0: no limit)")
     sp.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
     sp.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
+    sp.add_argument("--algorithm", choices=("ppo", "dqn"),
+                    help="the learner (overrides learner.algorithm): ppo, or dqn (n-step Double DQN from "
+                    "prioritized replay; docs/design.md)")
     sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
     sp.add_argument("--allow-identity-drift", action="store_true",
                     help="resume a checkpoint whose run identity differs, recording the drift (drift.json)")

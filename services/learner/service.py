@@ -114,6 +114,12 @@ class Learner:
         say(f"learner: actor {counts['actor']:,} parameters, critic {counts['critic']:,}; device {self.device}, "
             f"{cfg.determinism.torch_threads} threads, tier {cfg.determinism.tier}")
         self.policy = Policy(self.model, self.pf.codec, self.device)
+        self.dqn = None
+        """The DQN learner's stages and state (``learner.algorithm = "dqn"``; services/learner/dqn/learner.py)."""
+        if cfg.learner.algorithm == "dqn":
+            from services.learner.dqn.learner import DqnLearner
+
+            self.dqn = DqnLearner(self)
         self.return_scaler = ReturnScaler(cfg.advantage.reward_clip)
         self.lr_backoff = LrBackoff(cfg.ppo.lr_backoff)
         self.closed = False
@@ -233,7 +239,8 @@ class Learner:
         if self.overlapped is not None:
             c = self.join_overlap()
         else:
-            c = collect_iteration(self, self.iteration + 1, self.env_steps, self.policy)
+            policy = self.dqn.behaviour(self.iteration + 1) if self.dqn is not None else self.policy
+            c = collect_iteration(self, self.iteration + 1, self.env_steps, policy)
         if self.stopping or c is None:
             self._count_untrained(c)
             raise StopRequested
@@ -284,10 +291,13 @@ class Learner:
         self.battle_states.request(self.sock, c.members, it)
         c.ordinals = dict(self.fleet.ordinal)  # the boundary's: an overlapped collection moves fleet.ordinal on
         behaviour = self._start_overlap(c)
-        adv = values_and_advantages(self.policy, rect, self.return_scaler, frame_history=self.frame_history, gamma=c.sched["gamma"],
-                                    lam=cfg.advantage.gae_lambda, standardize_rewards=cfg.advantage.standardize_rewards)
-        upd = run_update(self, rect, adv, iteration=it, sched=c.sched, inference_precision=c.inference_precision,
-                         behaviour_model=getattr(c.policy, "behaviour_model", None))
+        if self.dqn is not None:
+            adv, upd, behaviour_row = self.dqn.train(c)
+        else:
+            adv = values_and_advantages(self.policy, rect, self.return_scaler, frame_history=self.frame_history, gamma=c.sched["gamma"],
+                                        lam=cfg.advantage.gae_lambda, standardize_rewards=cfg.advantage.standardize_rewards)
+            upd = run_update(self, rect, adv, iteration=it, sched=c.sched, inference_precision=c.inference_precision,
+                             behaviour_model=getattr(c.policy, "behaviour_model", None))
         if behaviour is not None:
             behaviour.switch(self.policy, 0)  # the rest of iteration it + 1 is inferred by the updated actor
 
@@ -305,6 +315,9 @@ class Learner:
         learner_eps = [e for e in c.stats.episodes if e.player == "learner"]
         self.episodes += len(learner_eps)
         row, reported = assemble_row(self, c, adv, upd, learner_eps)
+        if self.dqn is not None:  # no PPO ran: its keys would describe an update that did not happen
+            row = {k: v for k, v in row.items() if not k.startswith("ppo/")}
+            row.update(behaviour_row)
         return self.report(c, row, reported)
 
     def report(self, c: Collected, row: dict, reported: list) -> dict:
