@@ -54,11 +54,22 @@ def record(cfg: RunConfig, folder: str, *, iterations: int, say=print) -> tuple[
     return found[-1], rows
 
 
+def replay_config(cfg: RunConfig, rollouts: int) -> RunConfig:
+    """``cfg`` for ``rollouts`` synthetic rollouts: ``ppo.timesteps_per_iteration`` times
+    ``rollouts``, so every rollout's shards go through the recording's T cycles an iteration
+    and replay the very rounds the real rollout sent in that iteration (with a fixed iteration a
+    larger fleet would replay only each episode's opening, where every row is forced and no
+    forward runs), and one PPO epoch (the update is not what is measured; it shortens the run)."""
+    ppo = msgspec.structs.replace(cfg.ppo, timesteps_per_iteration=cfg.ppo.timesteps_per_iteration * rollouts,
+                                  n_epochs=1)
+    return msgspec.structs.replace(cfg, ppo=ppo, local=msgspec.structs.replace(cfg.local, rollouts=rollouts))
+
+
 def replay(cfg: RunConfig, path: str, rollouts: int, *, iterations: int, say=print) -> list[dict]:
-    """The metric rows of a stack whose ``rollouts`` rollouts replay ``path``."""
+    """The metric rows of a stack whose ``rollouts`` rollouts replay ``path`` (``replay_config``)."""
     from royalefleet.bench import stack_speed
 
-    k = msgspec.structs.replace(cfg, local=msgspec.structs.replace(cfg.local, rollouts=rollouts))
+    k = replay_config(cfg, rollouts)
     return stack_speed(k, iterations, say, rollouts=rollouts, rollout_env={REPLAY_ENV: path}, rollout_module=MODULE)
 
 
@@ -77,14 +88,16 @@ def run_synthetic_bench(cfg: RunConfig, fleet_sizes: list[int], *, iterations: i
         rec = Recording.load(path)
         round_rows = [_held_slots(m) for s in rec.shards for m in s]
         per_round = sum(round_rows) / len(round_rows)
-        say(f"  recorded {rec.rounds()} rounds ({os.path.getsize(path) / 2**20:.1f} MiB), {per_round:.1f} rows "
+        say(f"  recorded {rec.rounds()} rounds ({os.path.getsize(path) / 2**10:,.0f} KiB), {per_round:.1f} rows "
             f"a round")
         columns.append(("real x1", summarise(rows), f"{before} -> {_load()}"))
+        _said(columns[-1], say)
         for k in fleet_sizes:
             before = _load()
             say(f"{k} synthetic rollout(s): {before} ...")
             columns.append((f"synth x{k}", summarise(replay(cfg, path, k, iterations=iterations, say=say)),
                             f"{before} -> {_load()}"))
+            _said(columns[-1], say)
     real = columns[0][1]["collect_rows_per_s"]
     say("")
     say(f"{'':<40}" + "".join(f"{name:>12}" for name, _, _ in columns))
@@ -101,6 +114,12 @@ def run_synthetic_bench(cfg: RunConfig, fleet_sizes: list[int], *, iterations: i
     for name, _, load in columns:
         say(f"{name}: {load}")
     return 0
+
+
+def _said(column, say) -> None:
+    name, s, load = column
+    say(f"  {name}: {s['collect_rows_per_s']:,.0f} learner rows/s served, inference batch {s['batch_rows']:.1f} rows "
+        f"(p90 {s['batch_rows_p90']:.1f}); {load}")
 
 
 def _held_slots(frames: list[bytes]) -> int:

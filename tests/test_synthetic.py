@@ -138,7 +138,8 @@ def test_a_learner_serves_two_synthetic_rollouts_for_an_iteration(recorded):
     assert len(rows) == 1
     row = rows[0]
     assert row["run/battles"] == 8  # both synthetic rollouts' 4 battles
-    assert row["health/trainable_rows"] == cfg.ppo.timesteps_per_iteration
+    # the iteration is twice the recording's, so each shard replays the recording's T = 24 cycles
+    assert row["health/trainable_rows"] == 2 * cfg.ppo.timesteps_per_iteration == 2 * 8 * 24
     assert row["health/rows_invalid"] == 0 and row["health/rollouts_lost"] == 0
     assert row["health/messages_refused"] == 0
     assert time.monotonic() - t0 < 120
