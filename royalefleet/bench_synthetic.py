@@ -95,8 +95,11 @@ def run_synthetic_bench(cfg: RunConfig, fleet_sizes: list[int], *, iterations: i
         for k in fleet_sizes:
             before = _load()
             say(f"{k} synthetic rollout(s): {before} ...")
-            columns.append((f"synth x{k}", summarise(replay(cfg, path, k, iterations=iterations, say=say)),
-                            f"{before} -> {_load()}"))
+            rows = replay(cfg, path, k, iterations=iterations, say=say)
+            if not rows:
+                say(f"  synth x{k}: the stack ended without a metric row (nan below); rerun it alone to read "
+                    f"its learner's log")
+            columns.append((f"synth x{k}", summarise(rows), f"{before} -> {_load()}"))
             _said(columns[-1], say)
     real = columns[0][1]["collect_rows_per_s"]
     say("")
