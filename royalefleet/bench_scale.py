@@ -55,6 +55,7 @@ def summarise(rows: list[dict]) -> dict:
         "lag": _mean(steady, "ppo/policy_lag_mean"),
         "batch_rows": _mean(steady, "throughput/inference_batch_rows_mean"),
         "batch_rows_p90": _mean(steady, "throughput/inference_batch_rows_p90"),
+        "inference_ms": _mean(steady, "throughput/inference_ms_per_round"),
     }
 
 
@@ -108,13 +109,13 @@ def run_rollouts_bench(cfg: RunConfig, fleet_sizes: list[int], *, iterations: in
     return 0
 
 
-def parse_fleet_sizes(text: str) -> list[int]:
-    """``"1,2,4"`` -> [1, 2, 4]. Raises ValueError naming the bad entry."""
+def parse_fleet_sizes(text: str, option: str = "--rollouts") -> list[int]:
+    """``"1,2,4"`` -> [1, 2, 4]. Raises ValueError naming the bad entry and ``option``."""
     sizes = []
     for part in text.split(","):
         part = part.strip()
         if not part.isdigit() or int(part) < 1:
-            raise ValueError(f"--rollouts: {part!r} is not a positive whole number; give sizes like 1,2,4")
+            raise ValueError(f"{option}: {part!r} is not a positive whole number; give sizes like 1,2,4")
         sizes.append(int(part))
     return sizes
 

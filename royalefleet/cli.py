@@ -138,6 +138,16 @@ def cmd_bench(args) -> int:
             print(f"bench: {exc}", file=sys.stderr)
             return 2
         return run_rollouts_bench(_load(args), sizes, iterations=args.iterations)
+    if args.synthetic:
+        from royalefleet.bench_scale import parse_fleet_sizes
+        from royalefleet.bench_synthetic import run_synthetic_bench
+
+        try:
+            sizes = parse_fleet_sizes(args.synthetic, "--synthetic")
+        except ValueError as exc:
+            print(f"bench: {exc}", file=sys.stderr)
+            return 2
+        return run_synthetic_bench(_load(args), sizes, iterations=args.iterations)
     if args.wire or args.wire_codec_only:
         from royalefleet.bench_wire import run_wire_bench
 
@@ -320,6 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--rollouts", dest="fleet_sizes", metavar="N,N,...",
                     help="one stack per fleet size (e.g. 1,2,4): collection rows/s and scaling efficiency "
                     "(rows/s per rollout relative to one)")
+    bn.add_argument("--synthetic", metavar="N,N,...",
+                    help="the learner's serving capacity alone: one real rollout records --iterations of its "
+                    "rounds, then per fleet size (e.g. 1,2,4,8) the real learner serves that many synthetic "
+                    "rollouts replaying them over the protocol with no env cost; one table of learner rows/s "
+                    "and mean inference batch beside the real rollout's (every battle a mirror, throughput tier; "
+                    "royalefleet/synthetic.py, docs/throughput.md)")
     bn.set_defaults(func=cmd_bench)
     return p
 
