@@ -428,6 +428,14 @@ class Collector:
         return actions, ids
 
 
+def _act(policy, request: tuple):
+    """``policy.act`` of one request, its history passed only when there is one (a policy that
+    never stacks frames, such as overlap's ``BehaviourPolicy``, takes three arguments)."""
+    if len(request) > 3 and request[3] is not None:
+        return policy.act(*request)
+    return policy.act(*request[:3])
+
+
 def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list | None = None,
                  places: list | None = None) -> list:
     """Actions and log-probs for each request ``(rows (n, row_bytes) uint8, n_legal (n,),
@@ -446,7 +454,7 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
     if places is None:
         places = []
     if not max_batch_rows:
-        out = [policy.act(*r) for r in requests]
+        out = [_act(policy, r) for r in requests]
         if batch_sizes is not None:
             batch_sizes.extend(len(r[0]) for r in requests)
         places.extend([None] * len(requests))
@@ -463,7 +471,7 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
             offsets = np.cumsum([0] + choice[:-1])
             places.extend((int(o), sum(choice)) for o in offsets)
         if len(group) == 1:
-            out.append(policy.act(*group[0]))
+            out.append(_act(policy, group[0]))
         else:
             joined = [np.concatenate([g[i] for g in group]) for i in range(3)]
             if len(group[0]) > 3 and group[0][3] is not None:
