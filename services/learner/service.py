@@ -236,13 +236,17 @@ class Learner:
     def run_iteration(self) -> dict:
         """One iteration, stage by stage; returns its metric row. Under ``rollout.overlap`` its
         rectangle was collected while the previous iteration trained (``overlap.py``)."""
-        if self.overlapped is not None:
+        overlapped = self.overlapped is not None
+        if overlapped:
             c = self.join_overlap()
         else:
             policy = self.dqn.behaviour(self.iteration + 1) if self.dqn is not None else self.policy
             c = collect_iteration(self, self.iteration + 1, self.env_steps, policy)
         if self.stopping or c is None:
-            self._count_untrained(c)
+            if overlapped:
+                # every row it inferred goes untrained, lag 0 or 1 (after the update ended the
+                # live actor inferred the rest): counted, never silently dropped
+                self._count_untrained(c)
             raise StopRequested
         return self.train_and_report(c)
 
@@ -255,7 +259,7 @@ class Learner:
     def _count_untrained(self, c) -> None:
         from services.learner.overlap import untrained_rows
 
-        n = untrained_rows(c) if c is not None and c.rect.policy_lag.any() else 0
+        n = untrained_rows(c)
         if n:
             self.untrained_rows += n
             self.metrics.untrained_rows.inc(n)
