@@ -148,7 +148,7 @@ def inference_capacity(cfg: RunConfig, fleet_sizes=(1, 2, 4, 8), n_rounds: int =
     for r in rounds:
         rows = r["rows"]
         n_legal = POPCOUNT[rows[:, pf.codec.omask:]].sum(1).astype(np.int32)
-        reqs.append((rows, n_legal, rng.random(len(rows))))
+        reqs.append((rows, n_legal, rng.random(len(rows)), None))  # no frame history
     out = []
     for k in fleet_sizes:
         width = k * cfg.rollout.shards  # rounds ready at once

@@ -980,6 +980,9 @@ def check_consistency(cfg: RunConfig) -> list[str]:
             )
         if cfg.rollout.overlap:
             problems.append("rollout.overlap: the DQN learner does not overlap collection with its update; set it false")
+        if cfg.obs.frame_stack > 1:
+            problems.append(f"obs.frame_stack: the DQN learner's Q rows read one frame; obs.frame_stack "
+                            f"{cfg.obs.frame_stack} needs its replay to carry the history: set obs.frame_stack 1")
     if cfg.dqn.epsilon_floor > cfg.dqn.epsilon_start:
         problems.append(f"dqn.epsilon_floor: {cfg.dqn.epsilon_floor} is above dqn.epsilon_start={cfg.dqn.epsilon_start}")
     problems += schedule_problems("ppo.ent_coef", cfg.ppo.ent_coef, low=0.0)

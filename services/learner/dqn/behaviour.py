@@ -84,7 +84,10 @@ class DqnBehaviour:
         self.last: dict[str, np.ndarray] = {}
 
     @torch.no_grad()
-    def act(self, rows: np.ndarray, n_legal: np.ndarray, uniforms: np.ndarray, heads: np.ndarray | None = None):
+    def act(self, rows: np.ndarray, n_legal: np.ndarray, uniforms: np.ndarray, heads: np.ndarray | None = None,
+            *, history=None):
+        if history is not None:  # the config refuses obs.frame_stack > 1 with dqn at load
+            raise ValueError("the DQN behaviour policy reads one frame; obs.frame_stack must be 1")
         B = len(rows)
         actions = np.zeros(B, np.int64)
         explored = np.zeros(B, bool)

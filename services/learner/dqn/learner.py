@@ -63,8 +63,8 @@ class TallyBehaviour(DqnBehaviour):
         self.model = model
         self.choice = self.explored = self.greedy = self.greedy_noop = 0
 
-    def act(self, rows, n_legal, uniforms, heads=None):
-        actions, log_probs = super().act(rows, n_legal, uniforms, heads)
+    def act(self, rows, n_legal, uniforms, heads=None, *, history=None):
+        actions, log_probs = super().act(rows, n_legal, uniforms, heads, history=history)
         choice = n_legal > 1
         ex = self.last["explored"]
         self.choice += int(choice.sum())
