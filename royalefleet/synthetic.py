@@ -2,8 +2,9 @@
 ``royalefleet bench --synthetic 1,2,4,8`` (the learner's serving capacity alone).
 
 Two roles, both real ``RolloutService`` loops (Hello/Welcome, heartbeats, Rejoin, Close over
-ZeroMQ with the wire codec), chosen by an environment variable because the launcher configures
-every service through its environment (``royalefleet/launcher.py``):
+ZeroMQ with the wire codec), chosen by ``--record``/``--replay`` or their environment variable
+(the launcher configures every service through its environment, ``royalefleet/launcher.py``);
+the other settings are the rollout's (``Settings``, ``shared.service_settings``):
 
 * ``ROYALEFLEET_SYNTHETIC_RECORD=<folder>``: a real rollout that also keeps every Round it sends,
   exactly as sent (the envelope and each array frame), and writes them on exit to
@@ -34,11 +35,16 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from dataclasses import dataclass
 
 import msgspec
 import zstandard
 
+from services.rollout.metrics import RolloutMetrics
 from services.rollout.service import RolloutService
+from services.rollout.service import Settings as RolloutSettings
+from shared import service_settings
+from shared.service_settings import option
 from shared.messages import (
     BattleStates, CodecTable, Decoder, EngineBuild, Failure, Heartbeat, Hello, Plan, ProtocolError, Round, SetState, StatesSet,
     Step, ToLearner, encode,
@@ -232,29 +238,62 @@ class SyntheticRollout(RolloutService):
         return sum(s.wraps for s in self.shards)
 
 
+@dataclass(frozen=True)
+class Settings(RolloutSettings):
+    """A synthetic or recording rollout's settings: the rollout's (``services.rollout.service.
+    Settings``) plus which role (``shared.service_settings``: flag, else variable, else default)."""
+
+    record: str | None = option(None, env=RECORD_ENV,
+                                help="a real rollout that also writes every Round it sends to "
+                                "<folder>/<instance>.rounds on exit (the folder must exist)")
+    replay: str | None = option(None, env=REPLAY_ENV,
+                                help="a synthetic rollout replaying this recording (a .rounds file); its "
+                                "battles and shards are the recording's, --battles/--shards are ignored")
+
+
+PROG = "python -m royalefleet.synthetic"
+
+
+def parse_settings(argv: list[str] | None = None, environ=None) -> Settings:
+    """Settings from flags, else variables, else defaults; exits 2 naming the problem when
+    neither or both of record and replay are given, or (recording) when battles are no
+    multiple of shards."""
+    a = service_settings.parse_settings(
+        Settings, argv, environ, prog=PROG,
+        description="A rollout for `royalefleet bench --synthetic`: records a real rollout's rounds "
+        f"(--record / {RECORD_ENV}) or replays a recording over the real protocol with no env "
+        f"(--replay / {REPLAY_ENV}). Every flag also reads an environment variable (shown).")
+    problem = None
+    if (a.record is None) == (a.replay is None):
+        problem = (f"give exactly one of --record <folder> ({RECORD_ENV}) or --replay <file> ({REPLAY_ENV}); "
+                   f"got {'both' if a.record is not None else 'neither'}")
+    elif a.record is not None and a.battles % a.shards:
+        problem = f"--battles {a.battles} must be a positive multiple of --shards {a.shards}"
+    if problem:
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    return a
+
+
 def main(argv=None) -> int:
-    """``python -m royalefleet.synthetic``: configured like ``python -m services.rollout`` by its
-    ``ROYALEFLEET_*`` variables, plus ``ROYALEFLEET_SYNTHETIC_RECORD`` or ``_REPLAY``."""
-    env = os.environ.get
-    learner = env("ROYALEFLEET_LEARNER", "tcp://127.0.0.1:5555")
-    max_mb = int(env("ROYALEFLEET_MAX_MESSAGE_MB", "64"))
+    """``python -m royalefleet.synthetic``: configured like ``python -m services.rollout`` (flags or
+    its ``ROYALEFLEET_*`` variables), plus ``--record`` or ``--replay`` (``Settings``)."""
+    a = parse_settings(argv)
 
     def say(text):
         print(text, flush=True)
 
-    if env(REPLAY_ENV):
+    metrics = RolloutMetrics(a.metrics_port or None, a.metrics_host)
+    if a.replay is not None:
         try:
-            rec = Recording.load(env(REPLAY_ENV))
+            rec = Recording.load(a.replay)
         except ValueError as exc:
             say(f"synthetic rollout: {exc}")
             return 2
-        service = SyntheticRollout(learner, rec, max_message_mb=max_mb, say=say)
-    elif env(RECORD_ENV):
-        battles, shards = int(env("ROYALEFLEET_BATTLES", "16")), int(env("ROYALEFLEET_SHARDS", "2"))
-        service = RecordingRollout(learner, battles, shards, max_message_mb=max_mb, say=say, folder=env(RECORD_ENV))
+        service = SyntheticRollout(a.learner, rec, metrics=metrics, max_message_mb=a.max_message_mb, say=say)
     else:
-        say(f"python -m royalefleet.synthetic needs {RECORD_ENV}=<folder> or {REPLAY_ENV}=<file>")
-        return 2
+        service = RecordingRollout(a.learner, a.battles, a.shards, metrics=metrics, max_message_mb=a.max_message_mb,
+                                   say=say, folder=a.record)
     signal.signal(signal.SIGTERM, service.request_stop)
     signal.signal(signal.SIGINT, service.request_stop)
     try:

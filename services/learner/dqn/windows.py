@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shared.codec import legal_counts
+
 
 @dataclass(frozen=True)
 class WindowSpec:
@@ -134,11 +136,12 @@ class WindowBuilder:
     """Streams each slot's decisions into n-step windows across iterations (an episode spans
     many rectangles). ``push`` one decision per slot and cycle; ``end`` a slot's episode with
     its tail rule. A window is emitted as soon as its next observation is known, so the set of
-    windows equals ``episode_windows`` over the whole episode (tests/services/learner/dqn/test_dqn.py checks it).
+    windows equals ``episode_windows`` over the whole episode (tests/services/learner/dqn/
+    test_dqn.py checks it).
 
     With ``mask_offset`` (where a packed row's mask bits start) a window whose next row has no
-    legal action cannot bootstrap either, whatever the tail rule: seed 000's ``can_bootstrap``
-    is true exactly when the next legal slice is non-empty."""
+    legal action (``shared.codec.legal_counts`` 0) cannot bootstrap either, whatever the tail
+    rule: seed 000's ``can_bootstrap`` is true exactly when the next legal slice is non-empty."""
 
     def __init__(self, n: int, gamma: float, row_bytes: int, mask_offset: int | None = None):
         episode_windows(np.zeros(0), n, gamma, ended=None)  # validates n and gamma
@@ -184,7 +187,7 @@ class WindowBuilder:
         rewards = sum(self.gamma ** j * d.reward for j, d in enumerate(decisions))
         can = rule != "terminated"
         if can and self.mask_offset is not None:
-            can = bool(np.asarray(next_row)[self.mask_offset:].any())
+            can = bool(legal_counts(np.asarray(next_row)[None], self.mask_offset)[0] > 0)
         nxt = next_row if can else np.zeros(self.row_bytes, np.uint8)
         self._out.append((decisions[0].row, nxt, decisions[0].action, rewards, self.gamma ** k if can else 0.0, can,
                           rule != "open", decisions[0].player, k, decisions[0].head, decisions[0].epsilon))
