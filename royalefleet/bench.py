@@ -72,13 +72,16 @@ def bare_env_speed(cfg: RunConfig, seconds: float) -> tuple[float, int]:
     return sum(d / t for d, t in results), n
 
 
-def stack_speed(cfg: RunConfig, iterations: int, say) -> list[dict]:
+def stack_speed(cfg: RunConfig, iterations: int, say, **stack_options) -> list[dict]:
+    """The metric rows of a stack run for ``iterations`` on free ports in a throwaway folder;
+    ``stack_options`` go to ``Stack`` (the synthetic bench's ``rollout_env``/``rollout_module``)."""
     from royalefleet.launcher import Stack, on_free_ports
 
     services = on_free_ports(cfg.services)
     with tempfile.TemporaryDirectory(prefix="royalefleet-bench-") as tmp:
         run_cfg = msgspec.structs.replace(cfg, runs_dir=tmp, run_name="bench", services=services)
-        code = Stack(run_cfg, iterations=iterations, say=lambda s: say("  " + s) if s.startswith("it ") else None).run()
+        code = Stack(run_cfg, iterations=iterations, say=lambda s: say("  " + s) if s.startswith("it ") else None,
+                     **stack_options).run()
         path = str(RunDir(os.path.join(tmp, "bench")).metrics)
         rows = [json.loads(x) for x in open(path)] if os.path.exists(path) else []
     if code != 0:

@@ -55,6 +55,7 @@ def summarise(rows: list[dict]) -> dict:
         "lag": _mean(steady, "ppo/policy_lag_mean"),
         "batch_rows": _mean(steady, "throughput/inference_batch_rows_mean"),
         "batch_rows_p90": _mean(steady, "throughput/inference_batch_rows_p90"),
+        "inference_ms": _mean(steady, "throughput/inference_ms_per_round"),
     }
 
 
@@ -108,13 +109,13 @@ def run_rollouts_bench(cfg: RunConfig, fleet_sizes: list[int], *, iterations: in
     return 0
 
 
-def parse_fleet_sizes(text: str) -> list[int]:
-    """``"1,2,4"`` -> [1, 2, 4]. Raises ValueError naming the bad entry."""
+def parse_fleet_sizes(text: str, option: str = "--rollouts") -> list[int]:
+    """``"1,2,4"`` -> [1, 2, 4]. Raises ValueError naming the bad entry and ``option``."""
     sizes = []
     for part in text.split(","):
         part = part.strip()
         if not part.isdigit() or int(part) < 1:
-            raise ValueError(f"--rollouts: {part!r} is not a positive whole number; give sizes like 1,2,4")
+            raise ValueError(f"{option}: {part!r} is not a positive whole number; give sizes like 1,2,4")
         sizes.append(int(part))
     return sizes
 
@@ -147,7 +148,7 @@ def inference_capacity(cfg: RunConfig, fleet_sizes=(1, 2, 4, 8), n_rounds: int =
     for r in rounds:
         rows = r["rows"]
         n_legal = POPCOUNT[rows[:, pf.codec.omask:]].sum(1).astype(np.int32)
-        reqs.append((rows, n_legal, rng.random(len(rows))))
+        reqs.append((rows, n_legal, rng.random(len(rows)), None))  # no frame history
     out = []
     for k in fleet_sizes:
         width = k * cfg.rollout.shards  # rounds ready at once

@@ -40,6 +40,8 @@ def _load(args) -> object:
         overrides.setdefault("local", {})["rollouts"] = args.rollouts
     if getattr(args, "battles", None) is not None:
         overrides.setdefault("rollout", {})["battles"] = args.battles
+    if getattr(args, "algorithm", None) is not None:
+        overrides.setdefault("learner", {})["algorithm"] = args.algorithm
     if getattr(args, "timesteps", None) is not None:
         overrides["timestep_limit"] = args.timesteps
     return load_config(args.config, profile_name=args.profile, overrides=overrides or None)
@@ -137,6 +139,16 @@ def cmd_bench(args) -> int:
             print(f"bench: {exc}", file=sys.stderr)
             return 2
         return run_rollouts_bench(_load(args), sizes, iterations=args.iterations)
+    if args.synthetic:
+        from royalefleet.bench_scale import parse_fleet_sizes
+        from royalefleet.bench_synthetic import run_synthetic_bench
+
+        try:
+            sizes = parse_fleet_sizes(args.synthetic, "--synthetic")
+        except ValueError as exc:
+            print(f"bench: {exc}", file=sys.stderr)
+            return 2
+        return run_synthetic_bench(_load(args), sizes, iterations=args.iterations)
     if args.wire or args.wire_codec_only:
         from royalefleet.bench_wire import run_wire_bench
 
@@ -197,6 +209,9 @@ def stack_options(sp) -> None:
                     "every start (sets timestep_limit; not in the run identity; 0: no limit)")
     sp.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
     sp.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
+    sp.add_argument("--algorithm", choices=("ppo", "dqn"),
+                    help="the learner (overrides learner.algorithm): ppo, or dqn (n-step Double DQN from "
+                    "prioritized replay; docs/design.md)")
     sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
     sp.add_argument("--allow-identity-drift", action="store_true",
                     help="resume a checkpoint whose run identity differs, recording the drift (drift.json)")
@@ -317,6 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--rollouts", dest="fleet_sizes", metavar="N,N,...",
                     help="one stack per fleet size (e.g. 1,2,4): collection rows/s and scaling efficiency "
                     "(rows/s per rollout relative to one)")
+    bn.add_argument("--synthetic", metavar="N,N,...",
+                    help="the learner's serving capacity alone: one real rollout records --iterations of its "
+                    "rounds, then per fleet size (e.g. 1,2,4,8) the real learner serves that many synthetic "
+                    "rollouts replaying them over the protocol with no env cost; one table of learner rows/s "
+                    "and mean inference batch beside the real rollout's (every battle a mirror, throughput tier; "
+                    "royalefleet/synthetic.py, docs/throughput.md)")
     bn.set_defaults(func=cmd_bench)
     return p
 

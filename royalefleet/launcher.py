@@ -181,6 +181,9 @@ class Child:
     log_path: str
     echo: bool
     proc: subprocess.Popen | None = None
+    module: str | None = None
+    """The ``python -m`` module it runs; None: ``module_of(name)`` (the bench's synthetic
+    rollouts name ``royalefleet.synthetic``)."""
     restarts: int = 0
     given_up: bool = False  # exited and left down; said once
     threads: list = field(default_factory=list)
@@ -217,7 +220,7 @@ class Child:
         self.threads.append(t)
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", module_of(self.name)]
+        return [sys.executable, "-m", self.module or module_of(self.name)]
 
     def _log_failed(self, exc: OSError, say) -> None:
         if self.log_error is None:
@@ -317,7 +320,10 @@ def ports_in_use(cfg: RunConfig, rollouts: int) -> list[str]:
 
 class Stack:
     def __init__(self, cfg: RunConfig, *, iterations: int = 0, rollouts: int | None = None, say=print,
-                 echo_all: bool = False, learner_env: dict | None = None):
+                 echo_all: bool = False, learner_env: dict | None = None, rollout_env: dict | None = None,
+                 rollout_module: str | None = None):
+        """``rollout_env`` is added to every rollout's environment and ``rollout_module``
+        replaces ``services.rollout`` as what they run (``royalefleet bench --synthetic``)."""
         self.cfg = cfg
         self.say = lambda text: _say_safely(say, text)
         self.run_dir = os.path.join(cfg.runs_dir, cfg.run_name)
@@ -328,12 +334,16 @@ class Stack:
         self._write_config()
         envs = service_environments(cfg, self.config_path, os.path.abspath(cfg.runs_dir), iterations, self.n_rollouts)
         envs["learner"] |= learner_env or {}
+        for name in envs:
+            if name.startswith("rollout-"):
+                envs[name] |= rollout_env or {}
         # Only this stack's learner may write the run's checkpoints (shared/writer_token.py): a
         # fresh token per start, given to the learner and the checkpoint service alone.
         token = os.environ.get(TOKEN_ENV) or secrets.token_hex(16)
         envs["learner"][TOKEN_ENV] = envs["checkpoint"][TOKEN_ENV] = token
         self.children = {name: Child(name, env, os.path.join(self.log_dir, f"{name}.log"),
-                                     echo=echo_all or name == "learner")
+                                     echo=echo_all or name == "learner",
+                                     module=rollout_module if name.startswith("rollout-") else None)
                          for name, env in envs.items()}
         self.interrupts = 0
         self.gave_up: str | None = None

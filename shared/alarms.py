@@ -1,5 +1,6 @@
 """The alarm table: every alarm of the reference harness (RoyaleLearn 0.5.20, 25 alarms: 7 halt,
-18 warn) under the reference's names, and the one evaluator the learner runs on each metric row.
+18 warn) under the reference's names, then our own (the DQN learner's ``q_diverging`` and
+``behaviour_dead``), and the one evaluator the learner runs on each metric row.
 
 Mechanics (the reference's, reproduced exactly):
 
@@ -270,6 +271,23 @@ ALARMS: tuple[Alarm, ...] = (
         threshold=("capacity_ratio",), severity="warn", patience=3,
         meaning="rollout capacity is under 1.5 x what the update consumes: collection is the bottleneck",
         what_to_do="add rollouts or battles per rollout; check throughput/parent_wait_frac",
+    ),
+    # ------------------------------------------------------------ ours: the DQN learner (absent keys under PPO)
+    Alarm(
+        name="q_diverging", keys=("dqn/q_abs_max",), condition="gt", threshold=("dqn_q_abs_max",),
+        severity="halt", patience=3,
+        meaning="the Q values have left the range any return can reach: the bootstrapped targets feed on "
+                "themselves (a target network copied too often, a learning rate too high, or a discount used twice)",
+        what_to_do="lower dqn.lr, raise dqn.target_update_period, check dqn/td_bias and dqn/overestimation; "
+                   "the update uses the batch's discounts, never gamma again",
+    ),
+    Alarm(
+        name="behaviour_dead", keys=("dqn/greedy_noop_frac",), condition="ge", threshold=("dqn_greedy_noop_frac",),
+        severity="warn", patience=5,
+        meaning="the Q rows rank the no-op first on almost every choice row: only epsilon's uniform draws play "
+                "cards, and as epsilon decays the behaviour policy stops playing",
+        what_to_do="look at dqn/q_abs_mean and the reward terms; hold epsilon higher (dqn.epsilon_floor) or "
+                   "lengthen dqn.epsilon_decay_iterations",
     ),
 )
 

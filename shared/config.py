@@ -506,6 +506,14 @@ class AlarmConfig(_Cfg):
     transitivity_residual: Fraction01 = 0.1
     """``transitivity`` (warn, patience 3) fires when ladder/transitivity_residual is above
     this: a scalar rating no longer describes who beats whom."""
+    dqn_q_abs_max: PosFloat = 100.0
+    """``q_diverging`` (halt, patience 3) fires when dqn/q_abs_max, the largest |Q(s, a)| of an
+    update's minibatches, is above this, in reward units: the rewards are bounded (terminal +-1
+    plus potential shaping), so no return comes near it (DQN runs only)."""
+    dqn_greedy_noop_frac: Fraction01 = 0.999
+    """``behaviour_dead`` (warn, patience 5) fires when dqn/greedy_noop_frac, the share of the
+    greedy choice rows on which the behaviour policy waited, is at or above this: the Q rows
+    rank the no-op first everywhere and only epsilon plays cards (DQN runs only)."""
     capacity_ratio: PosFloat = 1.5
     """``capacity_ratio`` (warn, patience 3) fires when throughput/rollout_capacity_ratio,
     rollout capacity over update capacity, is below this: the learner waits for rows."""
@@ -667,6 +675,70 @@ class DeterminismConfig(_Cfg):
     """Fixed torch intra-op threads (a fixed count is part of run-exactness)."""
 
 
+class LearnerConfig(_Cfg):
+    """Which learner trains on the fleet's rows (docs/design.md, "Typed batches and a second learner (DQN)")."""
+
+    algorithm: Literal["ppo", "dqn"] = "ppo"
+    """``ppo``: clipped PPO over each iteration's rectangle (``ppo``, ``advantage``). ``dqn``:
+    n-step Double DQN from prioritized replay (``dqn``; services/learner/dqn), its Q rows the
+    actor network's logits (one head; the pool and evaluators play its snapshots as they play a
+    PPO actor). Changes every number a run produces: part of algo_digest when it is ``dqn``."""
+
+
+class DqnConfig(_Cfg):
+    """The DQN learner (``learner.algorithm = "dqn"``): n-step windows, Double DQN targets,
+    prioritized replay of packed rows, a target network, K bootstrapped heads (seed 000's
+    ``DqnBatch``). Every field is part of algo_digest when the algorithm is ``dqn``, and moves
+    nothing under ``ppo``."""
+
+    n_step: Annotated[int, Meta(ge=1, le=10)] = 3
+    """Decisions of the seat's own per window (its own decisions, not env ticks). The n-step
+    estimator is uncorrected off-policy (Rainbow's convention): keep it small."""
+    heads: Annotated[int, Meta(ge=1, le=16)] = 1
+    """K, the ensemble's Q heads over one trunk; with ``behaviour = "thompson"`` each episode acts
+    by one head drawn per (slot, episode). The learner service runs K = 1 (the actor's logits)
+    and refuses more at load: the pool cannot play a K-head snapshot yet."""
+    bootstrap_p: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
+    """Bernoulli p of each record's membership in each head's bootstrap sample, drawn once at
+    insertion and stored with the record; 1 trains every head on every record."""
+    dueling: bool = False
+    """Split each head into a value and an advantage stream (Wang et al. 2016); refused at load
+    by the learner service for the same reason as ``heads`` > 1."""
+    behaviour: Literal["epsilon_greedy", "thompson"] = "epsilon_greedy"
+    """``epsilon_greedy``: a uniform legal action with probability epsilon, else the masked
+    argmax of the mean Q row; ``thompson``: greedy by one head drawn per episode."""
+    epsilon_start: Fraction01 = 1.0
+    """Epsilon at iteration 0 (a probability)."""
+    epsilon_floor: Fraction01 = 0.05
+    """Epsilon once the schedule has decayed (a probability); never above ``epsilon_start``."""
+    epsilon_decay_iterations: NonNegInt = 50
+    """Learner iterations over which epsilon falls linearly to the floor; 0 starts at the floor."""
+    replay_capacity: PosInt = 50_000
+    """Records the replay ring holds; the oldest is overwritten. A record is two packed rows
+    (15,375 B each on the 145-card catalogue), so 50,000 records are ~1.5 GiB."""
+    replay_memory_mb: PosFloat = 2048.0
+    """The replay's memory budget in MiB: capacity x (2 packed rows + 43 B + heads) must fit,
+    checked when the learner starts (services/learner/dqn/replay.py check_budget)."""
+    per_alpha: Fraction01 = 0.6
+    """Prioritization exponent: P(i) ~ p_i^alpha (0 is uniform sampling; Schaul et al. 2016)."""
+    per_beta: Fraction01 = 0.4
+    """Importance-weight exponent: w_i = (N P(i))^-beta / max w (1 corrects the bias fully)."""
+    batch_size: PosInt = 256
+    """Records per minibatch (one optimizer step each)."""
+    updates_per_iteration: PosInt = 64
+    """Optimizer steps per learner iteration."""
+    learning_starts: NonNegInt = 2048
+    """Records the replay must hold before the first optimizer step."""
+    target_update_period: PosInt = 500
+    """Optimizer steps between copies of the online network into the target network."""
+    lr: PosFloat = 1e-4
+    """Adam learning rate of the Q network, per optimizer step."""
+    max_grad_norm: PosFloat = 10.0
+    """Global L2 norm the Q network's gradient is clipped to before each step."""
+    huber_delta: PosFloat = 1.0
+    """Huber loss threshold on the TD error, in reward units."""
+
+
 class RunConfig(_Cfg):
     """One run, completely."""
 
@@ -710,6 +782,10 @@ class RunConfig(_Cfg):
     document; each must be provided by an installed package's ``royalefleet.extensions`` entry
     point, which validates it. In the identity, each with its provider's distribution and
     version (``RunIdentity.extensions``)."""
+    learner: LearnerConfig = msgspec.field(default_factory=LearnerConfig)
+    """Which learner trains (``LearnerConfig``)."""
+    dqn: DqnConfig = msgspec.field(default_factory=DqnConfig)
+    """The DQN learner's settings, read only when ``learner.algorithm = "dqn"``."""
 
 
 # ----------------------------------------------------------------------------- profiles
@@ -895,6 +971,20 @@ def check_consistency(cfg: RunConfig) -> list[str]:
             f"ppo.batch_size: {cfg.ppo.batch_size} is larger than ppo.timesteps_per_iteration="
             f"{cfg.ppo.timesteps_per_iteration}; an iteration would hold no whole batch"
         )
+    if cfg.learner.algorithm == "dqn":
+        if cfg.dqn.heads != 1 or cfg.dqn.dueling:
+            problems.append(
+                f"dqn.heads: the learner service's DQN reads the actor's logits as its one Q head (so the pool and "
+                f"evaluators play its snapshots unchanged); dqn.heads {cfg.dqn.heads} and dqn.dueling "
+                f"{str(cfg.dqn.dueling).lower()} need a Q network of their own: set dqn.heads 1 and dqn.dueling false"
+            )
+        if cfg.rollout.overlap:
+            problems.append("rollout.overlap: the DQN learner does not overlap collection with its update; set it false")
+        if cfg.obs.frame_stack > 1:
+            problems.append(f"obs.frame_stack: the DQN learner's Q rows read one frame; obs.frame_stack "
+                            f"{cfg.obs.frame_stack} needs its replay to carry the history: set obs.frame_stack 1")
+    if cfg.dqn.epsilon_floor > cfg.dqn.epsilon_start:
+        problems.append(f"dqn.epsilon_floor: {cfg.dqn.epsilon_floor} is above dqn.epsilon_start={cfg.dqn.epsilon_start}")
     problems += schedule_problems("ppo.ent_coef", cfg.ppo.ent_coef, low=0.0)
     problems += schedule_problems("ppo.ent_coef_noop", cfg.ppo.ent_coef_noop, low=0.0)
     problems += schedule_problems("advantage.gamma", cfg.advantage.gamma, low=1e-6, high=1.0)

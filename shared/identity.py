@@ -28,7 +28,8 @@ codec_table_digest     packed rows, 2 zstd frames; shared/codec.py). Codec 2 is 
                        it cannot change a number; it is in the identity all the same so that
                        a resume keeps the codec its run was started with (issue 14), and a
                        run with codec 1 keeps the identity it had before codec 2 existed
-algo_digest            PPO, GAE, schedules, reward scaling, LR backoff, CUDA autocast
+algo_digest            PPO, GAE, schedules, reward scaling, LR backoff, CUDA autocast; with
+                       ``learner.algorithm = "dqn"`` the algorithm and the ``dqn`` section
 rollout_digest         battles and shards per rollout, local rollouts, mask-only scripted seats
 ladder_digest          who the learner plays: mix, scripted opponents, pool, gate, rater
 user_code              the user's own packages the env's components come from, by content:
@@ -129,7 +130,9 @@ def config_digests(cfg: RunConfig) -> dict[str, str]:
         # it keeps the arch digest it had before the field existed
         "arch_digest": digest(_without(cfg.net, "device", "autocast")
                               | ({"frame_stack": cfg.obs.frame_stack} if cfg.obs.frame_stack != 1 else {})),
-        "algo_digest": digest({"ppo": cfg.ppo, "advantage": cfg.advantage, "autocast": cfg.net.autocast}),
+        # PPO runs keep the digest they had before the DQN learner existed; a DQN run adds its own.
+        "algo_digest": digest({"ppo": cfg.ppo, "advantage": cfg.advantage, "autocast": cfg.net.autocast,
+                               **({"algorithm": cfg.learner.algorithm, "dqn": cfg.dqn} if cfg.learner.algorithm != "ppo" else {})}),
         "rollout_digest": digest({"battles": cfg.rollout.battles, "shards": cfg.rollout.shards,
                                   "local_rollouts": cfg.local.rollouts,
                                   "mask_only_scripted": cfg.rollout.mask_only_scripted}),

@@ -41,6 +41,8 @@ HEALTHY: dict[str, float] = {
     "ladder/transitivity_residual": 0.03,
     "ladder/consecutive_gate_failures": 1.0,
     "throughput/rollout_capacity_ratio": 2.5,
+    "dqn/q_abs_max": 3.0,
+    "dqn/greedy_noop_frac": 0.9,
 }
 """A value in each alarm key's healthy band (the reference schema's), for the quiet series."""
 

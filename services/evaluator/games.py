@@ -6,7 +6,7 @@ A game is named by (job, seed index, side): ``side`` 0 seats player ``a`` blue, 
 truncation: a full match), and each seat draws from its own stream
 ``eval/act/job/{job}/seed/{seed}/side/{side}/seat/{seat}``. So a game is a pure function of the
 master seed, the env config, the two players' weights and those four numbers: the same job
-gives the same records wherever and whenever it is played (tests/test_evaluator_games.py).
+gives the same records wherever and whenever it is played (tests/services/evaluator/test_service.py).
 
 Each game becomes two EpisodeRecords (blue seat, red seat) with ``role="eval"``,
 ``iteration`` = the job id, ``battle`` = the seed index, ``ordinal`` = the side, and

@@ -62,7 +62,7 @@ from shared.config import RunConfig
 from shared.identity import RunIdentity
 from shared.messages import CodecTable
 
-STATE_FILES = ("actor/", "critic/", "optimizers/", "update_state/")
+STATE_FILES = ("actor/", "critic/", "optimizers/", "update_state/", "dqn/")
 ROW_FILE = "metric_row/row.json"
 
 
@@ -151,6 +151,12 @@ def _load_codec(learner, f) -> None:
         raise ResumeRefused("the checkpoint's codec table differs from this run's: the observation layout changed")
 
 
+def _dqn_files() -> tuple[str, ...]:
+    from services.learner.dqn.learner import FILES
+
+    return FILES
+
+
 COMPONENTS = (
     Component("actor", ("actor/model.safetensors",),
               lambda L: {"actor/model.safetensors": module_to_bytes(L.model.actor)},
@@ -176,6 +182,10 @@ COMPONENTS = (
               lambda L, f: L.battle_states.load(f), optional=True),
     Component("frame_history", frame_history.FILES, lambda L: L.frame_history.files(),
               lambda L, f: L.frame_history.load(f), optional=True),
+    # The DQN learner's target network, optimizer, replay and open windows; absent from a PPO
+    # run's checkpoint (services/learner/dqn/learner.py).
+    Component("dqn", _dqn_files(), lambda L: L.dqn.checkpoint_files() if getattr(L, "dqn", None) else {},
+              lambda L, f: L.dqn.load_checkpoint_files(f) if getattr(L, "dqn", None) else None, optional=True),
     Component("codec", ("codec/table.json",), lambda L: {"codec/table.json": _json(L.pf.table)}, _load_codec),
     # Read by people and, through the manifest's meta, by the resume's identity check; a load
     # keeps the run's own config and identity, so these two load nothing.
@@ -190,6 +200,8 @@ def capture(learner) -> Snapshot:
     files: dict[str, bytes] = {}
     for component in COMPONENTS:
         written = component.save(learner)
+        if component.optional and not written:
+            continue  # a component this learner does not have (dqn under PPO)
         if set(written) != set(component.files):
             raise RuntimeError(f"component {component.name} wrote {sorted(written)}, declares {component.files}")
         files.update(written)
@@ -242,6 +254,11 @@ def restore(learner, files: dict[str, bytes], *, skip: tuple[str, ...] = ()) -> 
     unknown = sorted(set(skip) - {c.name for c in COMPONENTS})
     if unknown:
         raise ResumeRefused(f"unknown component(s) {unknown}; components: {', '.join(c.name for c in COMPONENTS)}")
+    if getattr(learner, "dqn", None) is not None:
+        lacking = [n for n in _dqn_files() if n not in files]
+        if lacking:
+            raise ResumeRefused(f"checkpoint lacks the DQN learner's {', '.join(lacking)}: it was not written by a "
+                                "DQN run (learner.algorithm)")
     for component in COMPONENTS:
         if component.optional and not all(n in files for n in component.files):
             continue  # written before the component existed (battle_states: every episode afresh)

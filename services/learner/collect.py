@@ -433,9 +433,10 @@ class Collector:
 def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list | None = None,
                  places: list | None = None) -> list:
     """Actions and log-probs for each request ``(rows (n, row_bytes) uint8, n_legal (n,),
-    uniforms (n,) float64[, history])``, in request order: [(actions (n,) int64, log_probs (n,)
+    uniforms (n,) float64, history)``, in request order: [(actions (n,) int64, log_probs (n,)
     float32)]. ``history`` (under frame stacking, ``shared.nn.frame_stack.History`` of the n
-    rows, or None) travels with its rows into a batched forward.
+    rows; else None) travels with its rows into a batched forward, as ``policy.act``'s
+    ``history`` keyword.
 
     ``max_batch_rows`` 0: one ``policy.act`` per request (the canonical composition: a
     request's answer depends on its rows alone, bit for bit). Otherwise consecutive requests are
@@ -448,7 +449,7 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
     if places is None:
         places = []
     if not max_batch_rows:
-        out = [policy.act(*r) for r in requests]
+        out = [policy.act(*r[:3], history=r[3]) for r in requests]
         if batch_sizes is not None:
             batch_sizes.extend(len(r[0]) for r in requests)
         places.extend([None] * len(requests))
@@ -465,13 +466,12 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
             offsets = np.cumsum([0] + choice[:-1])
             places.extend((int(o), sum(choice)) for o in offsets)
         if len(group) == 1:
-            out.append(policy.act(*group[0]))
+            out.append(policy.act(*group[0][:3], history=group[0][3]))
         else:
             joined = [np.concatenate([g[i] for g in group]) for i in range(3)]
-            if len(group[0]) > 3 and group[0][3] is not None:
-                joined.append(History(np.concatenate([g[3].rows for g in group]),
-                                      np.concatenate([g[3].valid for g in group])))
-            actions, log_probs = policy.act(*joined)
+            history = None if group[0][3] is None else History(np.concatenate([g[3].rows for g in group]),
+                                                                np.concatenate([g[3].valid for g in group]))
+            actions, log_probs = policy.act(*joined, history=history)
             cuts = np.cumsum([len(g[0]) for g in group])[:-1]
             out.extend(zip(np.split(actions, cuts), np.split(log_probs, cuts)))
         if batch_sizes is not None:

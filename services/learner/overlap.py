@@ -57,9 +57,9 @@ class BehaviourPolicy:
     def switch(self, policy, lag: int) -> None:
         self._current = (policy, lag)  # one assignment: the thread reads the pair whole
 
-    def act(self, rows, n_legal, uniforms):
+    def act(self, rows, n_legal, uniforms, history=None):
         policy, lag = self._current
-        out = policy.act(rows, n_legal, uniforms)
+        out = policy.act(rows, n_legal, uniforms, history=history)
         self.last_lag = lag
         return out
 

@@ -66,6 +66,14 @@ class UpdateData:
     ``old_log_probs``; None: the same as the update's own. The ratio tolerance is the coarser
     of the two's."""
 
+    @classmethod
+    def from_batch(cls, batch, fetch: Callable[[np.ndarray], dict], *,
+                   old_log_prob_precision: str | None = None) -> "UpdateData":
+        """The update's view of a ``shared.batches.PpoBatch``, read by field name (no copy)."""
+        return cls(actions=batch.actions, old_log_probs=batch.behavior_log_probs, advantages=batch.advantages,
+                   returns=batch.returns, old_values=batch.values, n_legal=batch.n_legal, fetch=fetch,
+                   old_log_prob_precision=old_log_prob_precision)
+
 
 def make_optimizers(model, ppo: PPOConfig) -> tuple[torch.optim.Adam, torch.optim.Adam]:
     """One Adam per network, both at ``ppo.adam_eps`` (1e-8 by default; why: PPOConfig.adam_eps)."""

@@ -118,6 +118,12 @@ class Learner:
         say(f"learner: actor {counts['actor']:,} parameters, critic {counts['critic']:,}; device {self.device}, "
             f"{cfg.determinism.torch_threads} threads, tier {cfg.determinism.tier}")
         self.policy = Policy(self.model, self.pf.codec, self.device)
+        self.dqn = None
+        """The DQN learner's stages and state (``learner.algorithm = "dqn"``; services/learner/dqn/learner.py)."""
+        if cfg.learner.algorithm == "dqn":
+            from services.learner.dqn.learner import DqnLearner
+
+            self.dqn = DqnLearner(self)
         self.return_scaler = ReturnScaler(cfg.advantage.reward_clip)
         self.lr_backoff = LrBackoff(cfg.ppo.lr_backoff)
         self.closed = False
@@ -234,12 +240,17 @@ class Learner:
     def run_iteration(self) -> dict:
         """One iteration, stage by stage; returns its metric row. Under ``rollout.overlap`` its
         rectangle was collected while the previous iteration trained (``overlap.py``)."""
-        if self.overlapped is not None:
+        overlapped = self.overlapped is not None
+        if overlapped:
             c = self.join_overlap()
         else:
-            c = collect_iteration(self, self.iteration + 1, self.env_steps, self.policy)
+            policy = self.dqn.behaviour(self.iteration + 1) if self.dqn is not None else self.policy
+            c = collect_iteration(self, self.iteration + 1, self.env_steps, policy)
         if self.stopping or c is None:
-            self._count_untrained(c)
+            if overlapped:
+                # every row it inferred goes untrained, lag 0 or 1 (after the update ended the
+                # live actor inferred the rest): counted, never silently dropped
+                self._count_untrained(c)
             raise StopRequested
         return self.train_and_report(c)
 
@@ -252,7 +263,7 @@ class Learner:
     def _count_untrained(self, c) -> None:
         from services.learner.overlap import untrained_rows
 
-        n = untrained_rows(c) if c is not None and c.rect.policy_lag.any() else 0
+        n = untrained_rows(c)
         if n:
             self.untrained_rows += n
             self.metrics.untrained_rows.inc(n)
@@ -288,10 +299,13 @@ class Learner:
         self.battle_states.request(self.sock, c.members, it)
         c.ordinals = dict(self.fleet.ordinal)  # the boundary's: an overlapped collection moves fleet.ordinal on
         behaviour = self._start_overlap(c)
-        adv = values_and_advantages(self.policy, rect, self.return_scaler, frame_history=self.frame_history, gamma=c.sched["gamma"],
-                                    lam=cfg.advantage.gae_lambda, standardize_rewards=cfg.advantage.standardize_rewards)
-        upd = run_update(self, rect, adv, iteration=it, sched=c.sched, inference_precision=c.inference_precision,
-                         behaviour_model=getattr(c.policy, "behaviour_model", None))
+        if self.dqn is not None:
+            adv, upd, behaviour_row = self.dqn.train(c)
+        else:
+            adv = values_and_advantages(self.policy, rect, self.return_scaler, frame_history=self.frame_history, gamma=c.sched["gamma"],
+                                        lam=cfg.advantage.gae_lambda, standardize_rewards=cfg.advantage.standardize_rewards)
+            upd = run_update(self, rect, adv, iteration=it, sched=c.sched, inference_precision=c.inference_precision,
+                             behaviour_model=getattr(c.policy, "behaviour_model", None))
         if behaviour is not None:
             behaviour.switch(self.policy, 0)  # the rest of iteration it + 1 is inferred by the updated actor
 
@@ -309,6 +323,9 @@ class Learner:
         learner_eps = [e for e in c.stats.episodes if e.player == "learner"]
         self.episodes += len(learner_eps)
         row, reported = assemble_row(self, c, adv, upd, learner_eps)
+        if self.dqn is not None:  # no PPO ran: its keys would describe an update that did not happen
+            row = {k: v for k, v in row.items() if not k.startswith("ppo/")}
+            row.update(behaviour_row)
         return self.report(c, row, reported)
 
     def report(self, c: Collected, row: dict, reported: list) -> dict:

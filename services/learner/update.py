@@ -1,5 +1,8 @@
 """Stage 4 of an iteration: the PPO update over a rectangle's trainable rows
-(``services/learner/ppo.py``), then the LR backoff's look at its KL."""
+(``services/learner/ppo.py``), then the LR backoff's look at its KL.
+
+The seam: ``ppo_batch`` hands the update a typed ``shared.batches.PpoBatch`` (seed 000's
+fields, observations as packed rows by reference); the update reads it by field name."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from services.learner.frame_history import of_cells
 from services.learner.ppo import UpdateData, ppo_update
 from services.learner.rectangle import Rectangle
 from services.learner.stops import StopRequested
+from shared.batches import PackedObs, PpoBatch
 from shared.seeding import stream
 
 
@@ -25,6 +29,20 @@ class UpdateResult:
     seconds: float = 0.0
 
 
+def ppo_batch(rect: Rectangle, adv: Advantages, n_actions: int) -> PpoBatch:
+    """The trainable cells of ``rect`` as a ``PpoBatch``, in (cycle, slot) order: the same
+    rows, in the same order, as the update has always trained on. ``players`` is each record's
+    global slot. No row is copied: ``obs`` indexes the rectangle's packed rows."""
+    t_idx, r_idx = np.nonzero(adv.trainable)
+    obs = PackedObs(rect.rows.reshape(-1, rect.row_bytes), t_idx * rect.R + r_idx, rect.mask_offset, n_actions)
+    return PpoBatch(
+        obs=obs, players=r_idx.astype(np.int32), actions=rect.actions[t_idx, r_idx],
+        behavior_log_probs=rect.log_probs[t_idx, r_idx], advantages=adv.advantages[t_idx, r_idx],
+        returns=adv.returns[t_idx, r_idx], values=adv.values[t_idx, r_idx], n_legal=rect.n_legal[t_idx, r_idx],
+        policy_lag=rect.policy_lag[t_idx, r_idx], telemetry={"nan_trips": adv.nan_trips},
+    )
+
+
 def run_update(learner, rect: Rectangle, adv: Advantages, *, iteration: int, sched: dict,
                inference_precision: str | None, behaviour_model=None) -> UpdateResult:
     """Train ``learner.model`` on ``rect``. Raises StopRequested at the next minibatch once a
@@ -35,14 +53,15 @@ def run_update(learner, rect: Rectangle, adv: Advantages, *, iteration: int, sch
     row of the first batch (``overlap.behaviour_ratio_dev``), before the first step; the
     ratio inside the update stays against the rows' own log-probs."""
     cfg = learner.cfg
-    t_idx, r_idx = np.nonzero(adv.trainable)
-    n_train = len(t_idx) if not adv.nan_trips else 0
     t0 = time.perf_counter()
+    batch = ppo_batch(rect, adv, learner.pf.spec.n_actions)
+    n_train = len(batch) if not adv.nan_trips else 0
     if not n_train:
         return UpdateResult(0, {}, time.perf_counter() - t0)
     # CUDA: the trainable rows go to the device once, here; CPU: numpy per minibatch.
+    t_idx, r_idx = np.divmod(batch.obs.index, rect.R)
     stacked = None if cfg.obs.frame_stack == 1 else (lambda c: of_cells(learner.frame_history, t_idx[c], r_idx[c]))
-    batch_of = learner.policy.fetcher(rect.rows.reshape(-1, rect.row_bytes), t_idx * rect.R + r_idx, stacked)
+    batch_of = learner.policy.fetcher(batch.obs.rows, batch.obs.index, stacked)
 
     def fetch(idx):
         # Called once per minibatch: the point where a stop request abandons the
@@ -51,18 +70,13 @@ def run_update(learner, rect: Rectangle, adv: Advantages, *, iteration: int, sch
             raise StopRequested
         return batch_of(idx)
 
-    data = UpdateData(
-        actions=rect.actions[t_idx, r_idx], old_log_probs=rect.log_probs[t_idx, r_idx],
-        advantages=adv.advantages[t_idx, r_idx], returns=adv.returns[t_idx, r_idx],
-        old_values=adv.values[t_idx, r_idx], n_legal=rect.n_legal[t_idx, r_idx],
-        fetch=fetch, old_log_prob_precision=inference_precision,
-    )
+    data = UpdateData.from_batch(batch, fetch, old_log_prob_precision=inference_precision)
 
     def epoch_rng(e: int):
         return stream(cfg.master_seed, "ppo/minibatch/iteration/{iteration}/epoch/{epoch}", iteration=iteration, epoch=e)
 
     behaviour_dev = None
-    lags = rect.policy_lag[t_idx, r_idx]
+    lags = batch.policy_lag
     if behaviour_model is not None and lags.any():
         from services.learner.overlap import behaviour_ratio_dev, first_batch
 

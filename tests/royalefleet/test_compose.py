@@ -437,3 +437,18 @@ def test_the_dockerfile_targets():
         assert services[svc]["image"] == services["learner"]["image"]
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
     assert "*" in ignore and "!README.md" in ignore  # the package's readme is in the context
+
+
+def test_the_dqn_config_under_compose_is_the_cpu_config_with_the_dqn_learner():
+    """`FLEET_CONFIG=cpu-dqn.json docker compose up` runs the DQN learner: the learner and the
+    ladder read the same file; nothing else differs from cpu.json (so compose.yaml needs no
+    variable of its own), and its replay fits its memory budget."""
+    import msgspec
+
+    from services.learner.dqn.replay import record_bytes
+
+    cpu = load_config(str(ROOT / "deploy" / "config" / "cpu.json"))
+    dqn = load_config(str(ROOT / "deploy" / "config" / "cpu-dqn.json"))
+    assert dqn.learner.algorithm == "dqn"
+    assert msgspec.structs.replace(dqn, learner=cpu.learner) == cpu
+    assert dqn.dqn.replay_capacity * record_bytes(15_375, dqn.dqn.heads) <= dqn.dqn.replay_memory_mb * 2**20

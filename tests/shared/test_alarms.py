@@ -43,6 +43,10 @@ REFERENCE = {
     "gate_starved": ("warn", 1, (5.0,)),
     "capacity_ratio": ("warn", 3, (1.5,)),
 }
+OURS = {  # after the reference's, in table order: the DQN learner's
+    "q_diverging": ("halt", 3, (100.0,)),
+    "behaviour_dead": ("warn", 5, (0.999,)),
+}
 
 # Keys alarms read that the learner's row does not carry yet (the schema gets them with the
 # features that measure them). The table may only shrink this set, never read a new unknown key.
@@ -118,6 +122,8 @@ PLANTS = {
     "transitivity": {"ladder/transitivity_residual": 0.2},
     "gate_starved": {"ladder/consecutive_gate_failures": 5},
     "capacity_ratio": {"throughput/rollout_capacity_ratio": 1.1},
+    "q_diverging": {"dqn/q_abs_max": 250.0},
+    "behaviour_dead": {"dqn/greedy_noop_frac": 1.0},
 }
 
 # Other alarms the same plant makes hold (they read the same key).
@@ -137,12 +143,12 @@ def run(rows, cfg=None, state=None):
 
 
 def test_table_is_the_reference_table():
-    """25 alarms under the reference's names, 7 halting, with its severities, patiences and
+    """25 alarms under the reference's names, 7 halting, then our own (OURS), with their severities, patiences and
     default thresholds."""
-    assert ALARM_NAMES == tuple(REFERENCE)
-    assert sum(a.severity == "halt" for a in ALARMS) == 7
+    assert ALARM_NAMES == tuple(REFERENCE) + tuple(OURS)
+    assert sum(a.severity == "halt" for a in ALARMS if a.name in REFERENCE) == 7
     for a in ALARMS:
-        severity, patience, defaults = REFERENCE[a.name]
+        severity, patience, defaults = {**REFERENCE, **OURS}[a.name]
         assert (a.severity, a.patience) == (severity, patience), a.name
         assert thresholds(a) == pytest.approx(defaults), a.name
         assert a.meaning and a.what_to_do

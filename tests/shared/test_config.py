@@ -275,3 +275,37 @@ def test_loading_a_document_that_names_its_profile_does_not_import_torch():
                          cwd=pathlib.Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_dqn_settings_the_wired_learner_cannot_run_are_refused_at_load():
+    problems = refusal({"profile": "tiny", "learner": {"algorithm": "dqn"}, "rollout": {"overlap": True},
+                        "determinism": {"tier": "throughput"},
+                        "dqn": {"heads": 2, "epsilon_start": 0.1, "epsilon_floor": 0.2}})
+    assert the_one(problems, "dqn.heads").endswith("dqn.heads 2 and dqn.dueling false need a Q network of their own: "
+                                                   "set dqn.heads 1 and dqn.dueling false")
+    assert "rollout.overlap: the DQN learner does not overlap collection with its update; set it false" in problems
+    assert "dqn.epsilon_floor: 0.2 is above dqn.epsilon_start=0.1" in problems
+    assert load_config({"profile": "tiny", "learner": {"algorithm": "dqn"}}).learner.algorithm == "dqn"
+    with pytest.raises(ConfigError, match="learner.algorithm: Invalid enum value 'sac'"):
+        load_config({"profile": "tiny", "learner": {"algorithm": "sac"}})
+
+
+def test_dqn_settings_leave_a_ppo_run_identity_alone():
+    from shared.identity import config_digests, digest
+
+    cfg = profile("tiny")
+    before = digest({"ppo": cfg.ppo, "advantage": cfg.advantage, "autocast": cfg.net.autocast})
+    assert config_digests(cfg)["algo_digest"] == before  # the digest every PPO run had before DQN existed
+    changed = msgspec.structs.replace(cfg, dqn=msgspec.structs.replace(cfg.dqn, n_step=5))
+    assert config_digests(changed)["algo_digest"] == before
+    dqn = msgspec.structs.replace(cfg, learner=msgspec.structs.replace(cfg.learner, algorithm="dqn"))
+    dqn5 = msgspec.structs.replace(dqn, dqn=changed.dqn)
+    assert len({before, config_digests(dqn)["algo_digest"], config_digests(dqn5)["algo_digest"]}) == 3
+
+
+def test_up_algorithm_sets_the_learner():
+    from royalefleet import cli
+
+    parser = cli.build_parser()
+    assert cli._load(parser.parse_args(["up", "--profile", "tiny", "--algorithm", "dqn"])).learner.algorithm == "dqn"
+    assert cli._load(parser.parse_args(["up", "--profile", "tiny"])).learner.algorithm == "ppo"

@@ -103,8 +103,30 @@ def alarms() -> list[dict]:
     ]
 
 
+def dqn() -> list[dict]:
+    """DQN health (learner.algorithm = "dqn"; empty under PPO): TD error, Q magnitude and
+    overestimation, exploration, head disagreement, replay age and priority spread."""
+    return [
+        ts("TD error", [(L("dqn/td_error_abs"), "|TD|, masked pairs"), (L("dqn/loss"), "Huber loss")]),
+        ts("Q magnitude and overestimation", [(L("dqn/q_abs_mean"), "mean |Q(s, a)|"), (L("dqn/q_abs_max"), "max |Q(s, a)|"),
+                                             (L("dqn/td_bias"), "Q - n-step target"),
+                                             (L("dqn/overestimation"), "Q - realised n-step return")],
+           description="q_diverging halts when max |Q| stays above alarms.dqn_q_abs_max (100) for 3 iterations."),
+        ts("Behaviour policy", [(L("dqn/epsilon"), "epsilon"), (L("dqn/explore_frac"), "explored choice rows"),
+                                (L("dqn/at_epsilon_floor"), "at the floor"),
+                                (L("dqn/greedy_noop_frac"), "greedy rows waiting")], unit="percentunit",
+           description="behaviour_dead warns when the greedy rows wait on >= 99.9 % of choice rows for 5 iterations."),
+        ts("Head disagreement", [(L("dqn/head_disagreement"), "std over heads of Q(s, a)"),
+                                 (L("dqn/heads_used"), "heads acted by")]),
+        ts("Replay", [(L("dqn/replay_age_mean"), "mean age of drawn records"), (L("dqn/replay_size"), "records held")],
+           unit="none"),
+        ts("Priorities", [(L("dqn/priority_spread"), "max / min priority"), (L("dqn/is_weight_min"), "min IS weight")],
+           unit="none"),
+    ]
+
+
 ROWS = [("Throughput", throughput), ("PPO health", ppo), ("Rewards and outcomes", rewards),
-        ("Episode lengths", episodes), ("Alarms", alarms)]
+        ("Episode lengths", episodes), ("Alarms", alarms), ("DQN health", dqn)]
 """(row title, the function giving its panels), top to bottom. Panel ids follow this order,
 so a row added at the end leaves every existing id (and the alert rules' panel link) alone."""
 

@@ -47,7 +47,7 @@ def requests(codec, sizes, seed=0):
     out = []
     for i, n in enumerate(sizes):
         rows, n_legal = random_rows(codec, n, seed + i)
-        out.append((rows, n_legal, np.random.default_rng(100 + seed + i).random(n)))
+        out.append((rows, n_legal, np.random.default_rng(100 + seed + i).random(n), None))  # no frame history
     return out
 
 

@@ -103,7 +103,7 @@ def test_the_behaviour_policy_reports_the_lag_of_the_policy_that_answered():
         def __init__(self, tag):
             self.model, self.tag = tag, tag
 
-        def act(self, rows, n_legal, u):
+        def act(self, rows, n_legal, u, history=None):
             return self.tag, None
 
     hold = BehaviourPolicy(P("snapshot"), lag=1)
@@ -146,3 +146,9 @@ def test_overlap_with_frame_stacking_is_refused_naming_both_fields():
     assert "set rollout.overlap false or obs.frame_stack 1" in str(exc.value)
     assert load_config({"profile": "tiny", "obs": {"frame_stack": 2},
                         "determinism": {"tier": "throughput"}}).obs.frame_stack == 2
+
+
+def test_dqn_with_frame_stacking_is_refused_naming_the_field():
+    with pytest.raises(ConfigError) as exc:
+        load_config({"profile": "tiny", "learner": {"algorithm": "dqn"}, "obs": {"frame_stack": 2}})
+    assert "obs.frame_stack: the DQN learner's Q rows read one frame; obs.frame_stack 2" in str(exc.value)

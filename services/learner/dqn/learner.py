@@ -1,0 +1,161 @@
+"""The DQN learner's stages inside the learner service (``learner.algorithm = "dqn"``).
+
+The fleet stays as it is: the same rollouts, rounds, rectangle, ladder, checkpoint service and
+evaluators. What changes per iteration:
+
+* collection: central inference acts by ``DqnBehaviour`` (epsilon-greedy over the legal set
+  from the slot's one uniform) on the Q rows, which are the actor network's logits: the wired
+  learner has ONE Q head, the actor, so pool snapshots and evaluators play it unchanged (as the
+  masked softmax of its Q row, a Boltzmann policy at temperature 1; docs/design.md);
+* training: the rectangle's decisions into n-step windows (``windows.feed_rectangle``), the
+  windows into prioritized replay with their bootstrap masks, then ``dqn.updates_per_iteration``
+  Double DQN steps (``update.dqn_update``) once the replay holds ``dqn.learning_starts``
+  records, the target network copied every ``dqn.target_update_period`` steps.
+
+State kept in the checkpoint (``checkpoint_files``): the target network, the DQN optimizer, the
+optimizer-step count, the replay and the open windows. Every draw is name-addressed
+(``dqn/bootstrap_masks/iteration/{i}``, ``dqn/replay/iteration/{i}``), so a resumed run
+continues the same buffer and the same minibatches.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+import numpy as np
+import torch
+
+from services.learner.advantages import Advantages
+from services.learner.dqn.behaviour import DqnBehaviour, bootstrap_masks, epsilon
+from services.learner.dqn.network import make_target
+from services.learner.dqn.replay import PrioritizedReplay
+from services.learner.dqn.state_files import (REPLAY_FILES, WINDOW_FILES, replay_from_files, replay_to_files,
+                                              windows_from_files, windows_to_files)
+from services.learner.dqn.update import DqnUpdateSpec, dqn_update
+from services.learner.dqn.windows import WindowBuilder, feed_rectangle
+from services.learner.update import UpdateResult
+from shared.nn.statefiles import bytes_to_module, bytes_to_optimizer, module_to_bytes, optimizer_to_bytes
+from shared.seeding import stream
+
+STATE_FILES = ("dqn/target.safetensors", "dqn/optimizer.safetensors", "dqn/optimizer.json", "dqn/counters.json")
+FILES = STATE_FILES + REPLAY_FILES + WINDOW_FILES
+
+
+class QActor(torch.nn.Module):
+    """The actor's logits read as one head of Q rows: obs -> (B, 1, A)."""
+
+    def __init__(self, actor_critic):
+        super().__init__()
+        self.net = actor_critic
+
+    def forward(self, obs):
+        return self.net.actor_logits(obs)[:, None, :]
+
+
+class TallyBehaviour(DqnBehaviour):
+    """``DqnBehaviour`` that also counts, over one iteration, the choice rows it explored on and
+    the greedy ones it waited on (``update.behaviour_stats``'s keys), and carries ``model`` for
+    the collection (which clears its precision record and stamps its actor's digest)."""
+
+    def __init__(self, q_rows, eps: float, model):
+        super().__init__(q_rows, eps)
+        self.model = model
+        self.choice = self.explored = self.greedy = self.greedy_noop = 0
+
+    def act(self, rows, n_legal, uniforms, heads=None, *, history=None):
+        actions, log_probs = super().act(rows, n_legal, uniforms, heads, history=history)
+        choice = n_legal > 1
+        ex = self.last["explored"]
+        self.choice += int(choice.sum())
+        self.explored += int((choice & ex).sum())
+        self.greedy += int((choice & ~ex).sum())
+        self.greedy_noop += int((choice & ~ex & (actions == 0)).sum())
+        return actions, log_probs
+
+    def row(self, floor: float) -> dict[str, float]:
+        out = {"dqn/epsilon": float(self.eps), "dqn/at_epsilon_floor": float(self.eps <= floor), "dqn/heads_used": 1.0}
+        if self.choice:
+            out["dqn/explore_frac"] = self.explored / self.choice
+        if self.greedy:
+            out["dqn/greedy_noop_frac"] = self.greedy_noop / self.greedy
+        return out
+
+
+class DqnLearner:
+    """The DQN stages for ``learner`` (a ``services.learner.service.Learner``)."""
+
+    def __init__(self, learner):
+        cfg, d = learner.cfg, learner.cfg.dqn
+        self.learner, self.cfg = learner, d
+        codec = learner.pf.codec
+        self.replay = PrioritizedReplay(d.replay_capacity, codec.row_bytes, d.heads, alpha=d.per_alpha, beta=d.per_beta,
+                                        budget_mb=d.replay_memory_mb)
+        self.builder = WindowBuilder(d.n_step, 0.99, codec.row_bytes, mask_offset=codec.omask)  # gamma: per iteration
+        self.online = QActor(learner.model)
+        self.target = make_target(self.online)
+        self.opt = torch.optim.Adam(learner.model.actor.parameters(), lr=d.lr, eps=cfg.ppo.adam_eps)
+        self.steps = 0
+        """Optimizer steps since the run began (the target period counts across iterations)."""
+        learner.say(f"learner: DQN replay of {d.replay_capacity:,} records, {self.replay.nbytes / 2**20:.0f} MiB "
+                    f"(budget {d.replay_memory_mb:.0f} MiB)")
+
+    def behaviour(self, iteration: int) -> TallyBehaviour:
+        L = self.learner
+        eps = epsilon(iteration - 1, start=self.cfg.epsilon_start, floor=self.cfg.epsilon_floor,
+                      decay_iterations=self.cfg.epsilon_decay_iterations)
+
+        def q_rows(rows):
+            obs = L.policy.obs_batch(rows)
+            return self.online(obs), obs["mask"]
+
+        return TallyBehaviour(q_rows, eps, L.model)
+
+    def train(self, c) -> tuple[Advantages, UpdateResult, dict]:
+        """Windows, replay, update over ``c`` (a ``Collected``). Returns the (value-free)
+        ``Advantages`` the row reads (trainable cells, NaN count), the update result and the
+        behaviour's row keys."""
+        L, d, rect, it = self.learner, self.cfg, c.rect, c.iteration
+        t0 = time.perf_counter()
+        trainable = rect.trainable()
+        nan_trips = int(np.count_nonzero(~np.isfinite(rect.reward[trainable])))
+        behaviour = c.policy
+        # The schedule's gamma at the iteration's start sums this iteration's windows (a window's
+        # discount is gamma^k of the gamma it was summed with: no caller-side gamma later).
+        self.builder.gamma = float(c.sched["gamma"])
+        feed_rectangle(self.builder, rect, epsilon=behaviour.eps)
+        windows = self.builder.drain()
+        masks = bootstrap_masks(stream(L.cfg.master_seed, "dqn/bootstrap_masks/iteration/{iteration}", iteration=it),
+                                len(windows), d.heads, d.bootstrap_p)
+        self.replay.add(windows, masks)
+        stats: dict = {"dqn/replay_size": float(len(self.replay)), "dqn/windows_added": float(len(windows))}
+        if not nan_trips and len(self.replay) >= d.learning_starts:
+            spec = DqnUpdateSpec(d.updates_per_iteration, d.batch_size, d.target_update_period, d.max_grad_norm,
+                                 d.huber_delta)
+            stats.update(dqn_update(self.online, self.target, self.opt, self.replay, spec,
+                                    stream(L.cfg.master_seed, "dqn/replay/iteration/{iteration}", iteration=it),
+                                    L.policy.obs_batch, mask_offset=L.pf.codec.omask, n_actions=L.pf.spec.n_actions,
+                                    steps_before=self.steps, device=L.device))
+            self.steps += d.updates_per_iteration
+        zeros = np.zeros(trainable.shape, np.float32)
+        adv = Advantages(np.zeros((rect.T + 1, rect.R), np.float32), zeros, zeros, zeros, trainable, nan_trips)
+        n_train = int(trainable.sum()) if not nan_trips else 0
+        return adv, UpdateResult(n_train, stats, time.perf_counter() - t0), behaviour.row(d.epsilon_floor)
+
+    # -------------------------------------------------------------- checkpoint
+
+    def checkpoint_files(self) -> dict[str, bytes]:
+        files = {"dqn/target.safetensors": module_to_bytes(self.target)}
+        files["dqn/optimizer.safetensors"], files["dqn/optimizer.json"] = optimizer_to_bytes(self.opt)
+        files["dqn/counters.json"] = msgspec.json.encode({"steps": self.steps})
+        files.update(replay_to_files(self.replay))
+        files.update(windows_to_files(self.builder))
+        return files
+
+    def load_checkpoint_files(self, files: dict[str, bytes]) -> None:
+        bytes_to_module(self.target, files["dqn/target.safetensors"])
+        bytes_to_optimizer(self.opt, files["dqn/optimizer.safetensors"], files["dqn/optimizer.json"])
+        self.steps = int(msgspec.json.decode(files["dqn/counters.json"])["steps"])
+        replay_from_files(self.replay, files)
+        windows_from_files(self.builder, files)
+
