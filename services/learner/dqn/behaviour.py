@@ -64,11 +64,19 @@ MEAN_HEAD = -1
 """The head recorded for a decision acted by the mean over K > 1 heads (epsilon-greedy)."""
 
 
-def thompson_heads(master_seed: int, episodes: np.ndarray, heads: int) -> np.ndarray:
+def thompson_heads(master_seed: int, episodes: np.ndarray, heads: int, cache: dict | None = None) -> np.ndarray:
     """(n,) int64 heads for the rows of ``episodes`` ((n, 5) int64, ``EPISODE_KEYS``):
-    ``thompson_head(master_seed, 2 * battle + seat, ordinal, heads)`` per row."""
+    ``thompson_head(master_seed, 2 * battle + seat, ordinal, heads)`` per row. ``cache``
+    (slot, ordinal) -> head spares deriving a stream per row for an episode already drawn."""
     e = np.asarray(episodes, np.int64).reshape(-1, len(EPISODE_KEYS))
-    return np.array([thompson_head(master_seed, int(2 * b + s), int(o), heads) for b, s, o in e[:, 2:]], np.int64)
+    cache = {} if cache is None else cache
+    out = np.empty(len(e), np.int64)
+    for i, (b, s, o) in enumerate(e[:, 2:].tolist()):
+        key = (2 * b + s, o)
+        if key not in cache:
+            cache[key] = thompson_head(master_seed, key[0], key[1], heads)
+        out[i] = cache[key]
+    return out
 
 
 def bootstrap_masks(rng: np.random.Generator, records: int, heads: int, p: float) -> np.ndarray:
@@ -108,6 +116,7 @@ class DqnBehaviour:
     def __init__(self, q_rows, eps: float, *, thompson: tuple[int, int] | None = None, mean_head: int = 0):
         self.q_rows, self.eps, self.thompson, self.mean_head = q_rows, eps, thompson, mean_head
         self.acts_by_episode = thompson is not None
+        self._drawn: dict[tuple[int, int], int] = {}  # (slot, ordinal) -> head, this behaviour's episodes
         """Whether central inference must pass ``episodes`` (services/learner/collect.py)."""
         self.last: dict[str, np.ndarray] = {}
 
@@ -120,7 +129,7 @@ class DqnBehaviour:
             if episodes is None:
                 raise ValueError("the Thompson behaviour acts by each episode's head: central inference must pass "
                                  "the rows' episodes (EPISODE_KEYS)")
-            heads = thompson_heads(self.thompson[0], episodes, self.thompson[1])
+            heads = thompson_heads(self.thompson[0], episodes, self.thompson[1], self._drawn)
         B = len(rows)
         actions = np.zeros(B, np.int64)
         explored = np.zeros(B, bool)
