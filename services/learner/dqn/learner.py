@@ -17,8 +17,9 @@ evaluators. What changes per iteration:
   (``update.dqn_update``) once the replay holds ``dqn.learning_starts`` records, the target
   network copied every ``dqn.target_update_period`` steps.
 
-State kept in the checkpoint (``checkpoint_files``): the online Q network, the target network,
-the DQN optimizer, the optimizer-step count, the replay and the open windows. Every draw is name-addressed
+State kept in the checkpoint (``checkpoint_files``): the online Q network (at one head: the
+actor again), the target network, the DQN optimizer, the optimizer-step count, the replay and
+the open windows. Every draw is name-addressed
 (``dqn/bootstrap_masks/iteration/{i}``, ``dqn/replay/iteration/{i}``), so a resumed run
 continues the same buffer and the same minibatches.
 """
@@ -44,7 +45,8 @@ from services.learner.update import UpdateResult
 from shared.nn.statefiles import bytes_to_module, bytes_to_optimizer, module_to_bytes, optimizer_to_bytes
 from shared.seeding import stream
 
-STATE_FILES = ("dqn/online.safetensors", "dqn/target.safetensors", "dqn/optimizer.safetensors", "dqn/optimizer.json", "dqn/counters.json")
+STATE_FILES = ("dqn/online.safetensors", "dqn/target.safetensors", "dqn/optimizer.safetensors", "dqn/optimizer.json",
+               "dqn/counters.json")
 FILES = STATE_FILES + REPLAY_FILES + WINDOW_FILES
 
 
@@ -120,10 +122,12 @@ class DqnLearner:
             self.online = PointerQ(learner.model.actor, d.heads, dueling=d.dueling, seed=seed,
                                    autocast=cfg.net.autocast).to(learner.device)
             played_actor(self.online, learner.model.actor)
-            params = self.online.parameters()
+            self.trained = self.online
         else:
             self.online = QActor(learner.model)
-            params = learner.model.actor.parameters()
+            self.trained = learner.model.actor
+        """The module whose parameters the DQN optimizer steps (``dqn/online.safetensors``)."""
+        params = self.trained.parameters()
         self.target = make_target(self.online)
         self.opt = torch.optim.Adam(params, lr=d.lr, eps=cfg.ppo.adam_eps)
         self.steps = 0
@@ -180,7 +184,8 @@ class DqnLearner:
     # -------------------------------------------------------------- checkpoint
 
     def checkpoint_files(self) -> dict[str, bytes]:
-        files = {"dqn/online.safetensors": module_to_bytes(self.online), "dqn/target.safetensors": module_to_bytes(self.target)}
+        files = {"dqn/online.safetensors": module_to_bytes(self.trained),
+                 "dqn/target.safetensors": module_to_bytes(self.target)}
         files["dqn/optimizer.safetensors"], files["dqn/optimizer.json"] = optimizer_to_bytes(self.opt)
         files["dqn/counters.json"] = msgspec.json.encode({"steps": self.steps})
         files.update(replay_to_files(self.replay))
@@ -188,7 +193,7 @@ class DqnLearner:
         return files
 
     def load_checkpoint_files(self, files: dict[str, bytes]) -> None:
-        bytes_to_module(self.online, files["dqn/online.safetensors"])
+        bytes_to_module(self.trained, files["dqn/online.safetensors"])
         bytes_to_module(self.target, files["dqn/target.safetensors"])
         bytes_to_optimizer(self.opt, files["dqn/optimizer.safetensors"], files["dqn/optimizer.json"])
         self.steps = int(msgspec.json.decode(files["dqn/counters.json"])["steps"])

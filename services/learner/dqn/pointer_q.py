@@ -50,7 +50,8 @@ class PointerQ(nn.Module):
         super().__init__()
         if heads < 1:
             raise ValueError(f"dqn.heads must be >= 1, got {heads}")
-        self.spec, self.channels, self.noop_bias, self.n_buttons = actor.spec, actor.channels, actor.noop_bias, actor.n_buttons
+        self.spec, self.channels = actor.spec, actor.channels
+        self.noop_bias, self.n_buttons = actor.noop_bias, actor.n_buttons
         self.hand_cards, self.hand_cost, self.hand_affordable = actor.hand_cards, actor.hand_cost, actor.hand_affordable
         self.onehot_width, self.heads, self.dueling, self.autocast = actor.onehot_width, heads, dueling, autocast
         for name in SHARED:
@@ -88,8 +89,8 @@ class PointerQ(nn.Module):
         b, k, c, p = vector.shape[0], self.heads, self.channels, self.spec.hand_slots
         tiles = F.relu(self.tile_norm(self.tile_conv(self.trunk(obs))))  # (B, C, H, W)
         ids = vector[:, self.hand_cards].reshape(b, p, self.onehot_width).argmax(dim=-1)
-        slot_in = torch.cat([self.card_embed(ids), vector[:, self.hand_cost, None], vector[:, self.hand_affordable, None]],
-                            dim=-1).to(tiles.dtype)  # (B, P, C + 2)
+        slot_in = torch.cat([self.card_embed(ids), vector[:, self.hand_cost, None],
+                             vector[:, self.hand_affordable, None]], dim=-1).to(tiles.dtype)  # (B, P, C + 2)
         q = self.query(slot_in).view(b, p, k, c)
         bias = self.query_bias(slot_in).view(b, p, k)
         tile_logits = torch.einsum("bchw,bpkc->bkphw", tiles, q) * c**-0.5 + bias.permute(0, 2, 1)[..., None, None]
