@@ -681,8 +681,9 @@ class LearnerConfig(_Cfg):
     algorithm: Literal["ppo", "dqn"] = "ppo"
     """``ppo``: clipped PPO over each iteration's rectangle (``ppo``, ``advantage``). ``dqn``:
     n-step Double DQN from prioritized replay (``dqn``; services/learner/dqn), its Q rows the
-    actor network's logits (one head; the pool and evaluators play its snapshots as they play a
-    PPO actor). Changes every number a run produces: part of algo_digest when it is ``dqn``."""
+    actor network's logits at ``dqn.heads`` 1 without dueling, else its own K-head network whose
+    heads' mean is written into the actor; the pool and evaluators play its snapshots as they
+    play a PPO actor). Changes every number a run produces: part of algo_digest when it is ``dqn``."""
 
 
 class DqnConfig(_Cfg):
@@ -695,18 +696,27 @@ class DqnConfig(_Cfg):
     """Decisions of the seat's own per window (its own decisions, not env ticks). The n-step
     estimator is uncorrected off-policy (Rainbow's convention): keep it small."""
     heads: Annotated[int, Meta(ge=1, le=16)] = 1
-    """K, the ensemble's Q heads over one trunk; with ``behaviour = "thompson"`` each episode acts
-    by one head drawn per (slot, episode). The learner service runs K = 1 (the actor's logits)
-    and refuses more at load: the pool cannot play a K-head snapshot yet."""
+    """K, the ensemble's Q heads over one trunk (1..16). At 1 without ``dueling`` the Q rows are
+    the actor's logits; otherwise the learner trains a Q network of its own (the actor's
+    architecture with K pointer heads, services/learner/dqn/pointer_q.py) and writes the heads'
+    mean into the actor after every update, which is what snapshots, pool seats and evaluators
+    play (docs/design.md). Each record stores one bootstrap mask bit per head. With
+    ``behaviour = "thompson"`` each episode acts by one head drawn per (seat, episode)."""
     bootstrap_p: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
     """Bernoulli p of each record's membership in each head's bootstrap sample, drawn once at
     insertion and stored with the record; 1 trains every head on every record."""
     dueling: bool = False
-    """Split each head into a value and an advantage stream (Wang et al. 2016); refused at load
-    by the learner service for the same reason as ``heads`` > 1."""
+    """Split each head into a value and an advantage stream (Wang et al. 2016), combined as
+    Q = V + A - mean of A over the row's LEGAL actions (illegal entries finfo.min). A snapshot
+    keeps the advantage streams only: V and the legal mean are a constant per row, which the
+    masked softmax and argmax every player uses ignore."""
     behaviour: Literal["epsilon_greedy", "thompson"] = "epsilon_greedy"
     """``epsilon_greedy``: a uniform legal action with probability epsilon, else the masked
-    argmax of the mean Q row; ``thompson``: greedy by one head drawn per episode."""
+    argmax of the mean Q row over the heads; ``thompson``: the same epsilon, else greedy by one
+    head drawn per (seat, episode) from stream ``dqn/thompson/...`` (a pure function of the
+    master seed, the battle, the seat and the episode's ordinal: the same after a resume).
+    Needs ``heads`` >= 2 (refused at load otherwise). Each record carries the head it acted by
+    (-1: the mean) and its epsilon."""
     epsilon_start: Fraction01 = 1.0
     """Epsilon at iteration 0 (a probability)."""
     epsilon_floor: Fraction01 = 0.05
@@ -972,11 +982,10 @@ def check_consistency(cfg: RunConfig) -> list[str]:
             f"{cfg.ppo.timesteps_per_iteration}; an iteration would hold no whole batch"
         )
     if cfg.learner.algorithm == "dqn":
-        if cfg.dqn.heads != 1 or cfg.dqn.dueling:
+        if cfg.dqn.behaviour == "thompson" and cfg.dqn.heads < 2:
             problems.append(
-                f"dqn.heads: the learner service's DQN reads the actor's logits as its one Q head (so the pool and "
-                f"evaluators play its snapshots unchanged); dqn.heads {cfg.dqn.heads} and dqn.dueling "
-                f"{str(cfg.dqn.dueling).lower()} need a Q network of their own: set dqn.heads 1 and dqn.dueling false"
+                "dqn.behaviour: \"thompson\" draws one of the ensemble's heads per episode; with dqn.heads 1 there is "
+                "nothing to draw (it would be epsilon_greedy): set dqn.heads 2 or more, or dqn.behaviour \"epsilon_greedy\""
             )
         if cfg.rollout.overlap:
             problems.append("rollout.overlap: the DQN learner does not overlap collection with its update; set it false")

@@ -28,7 +28,9 @@ STREAMS: dict[str, str] = {
     "act/iteration/{iteration}/cycle/{cycle}": "the (R,) uniforms the learner samples one cycle's actions from",
     "act/frozen/iteration/{iteration}/cycle/{cycle}": "the (R,) uniforms one cycle's frozen-snapshot seats sample from",
     "ppo/minibatch/iteration/{iteration}/epoch/{epoch}": "the row permutation of one PPO epoch",
-    "dqn/thompson/slot/{slot}/episode/{episode}": "the ensemble head one slot acts by for one episode (DQN, Thompson)",
+    "dqn/thompson/slot/{slot}/episode/{episode}":
+        "the ensemble head a seat (slot 2 * battle id + seat) acts by for one episode (its ordinal; DQN, Thompson)",
+    "dqn/heads/init": "the DQN Q network's heads 1..K-1 and dueling value streams (head 0 starts as the actor's)",
     "dqn/replay/iteration/{iteration}": "the prioritized replay draws of one DQN iteration's minibatches",
     "dqn/bootstrap_masks/iteration/{iteration}": "the Bernoulli bootstrap masks of the records one iteration inserts",
     "preflight/sample": "the random-legal play that samples observations for the codec table",

@@ -328,8 +328,11 @@ class Collector:
             if not rounds:
                 return
             t0 = time.perf_counter()
+            by_episode = getattr(policy, "acts_by_episode", False)  # DQN's Thompson behaviour
             requests = [(rect.rows[r[3], r[6]], rect.n_legal[r[3], r[6]], u_for(r[3])[r[6]],
-                         None if fh is None else fh.at(r[3], r[6])) for r in rounds]
+                         None if fh is None else fh.at(r[3], r[6]),
+                         episode_keys(r[3], r[6], r[5], r[2].ordinal, slot_map) if by_episode else None)
+                        for r in rounds]
             places: list = []
             answers = infer_rounds(policy, requests, self.batch_rows if self.batched else 0, stats.batch_rows, places)
             stats.inference_seconds += time.perf_counter() - t0
@@ -436,7 +439,10 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
     uniforms (n,) float64, history)``, in request order: [(actions (n,) int64, log_probs (n,)
     float32)]. ``history`` (under frame stacking, ``shared.nn.frame_stack.History`` of the n
     rows; else None) travels with its rows into a batched forward, as ``policy.act``'s
-    ``history`` keyword.
+    ``history`` keyword. A request may carry a fifth element, its rows' ``episodes`` keys
+    ((n, 5) int64, ``services.learner.dqn.behaviour.EPISODE_KEYS``) for a policy that
+    ``acts_by_episode`` (DQN's Thompson behaviour), passed as the ``episodes`` keyword when it
+    is not None and concatenated like the rows in a batched forward.
 
     ``max_batch_rows`` 0: one ``policy.act`` per request (the canonical composition: a
     request's answer depends on its rows alone, bit for bit). Otherwise consecutive requests are
@@ -448,8 +454,12 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
     choice rows (``Policy.act`` forwards only those), for the replay stamp (provenance.py)."""
     if places is None:
         places = []
+
+    def episodes_kw(r) -> dict:  # only a policy that acts by episode is handed the keys
+        return {} if len(r) < 5 or r[4] is None else {"episodes": r[4]}
+
     if not max_batch_rows:
-        out = [policy.act(*r[:3], history=r[3]) for r in requests]
+        out = [policy.act(*r[:3], history=r[3], **episodes_kw(r)) for r in requests]
         if batch_sizes is not None:
             batch_sizes.extend(len(r[0]) for r in requests)
         places.extend([None] * len(requests))
@@ -466,12 +476,13 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
             offsets = np.cumsum([0] + choice[:-1])
             places.extend((int(o), sum(choice)) for o in offsets)
         if len(group) == 1:
-            out.append(policy.act(*group[0][:3], history=group[0][3]))
+            out.append(policy.act(*group[0][:3], history=group[0][3], **episodes_kw(group[0])))
         else:
             joined = [np.concatenate([g[i] for g in group]) for i in range(3)]
             history = None if group[0][3] is None else History(np.concatenate([g[3].rows for g in group]),
                                                                 np.concatenate([g[3].valid for g in group]))
-            actions, log_probs = policy.act(*joined, history=history)
+            kw = {} if not episodes_kw(group[0]) else {"episodes": np.concatenate([g[4] for g in group])}
+            actions, log_probs = policy.act(*joined, history=history, **kw)
             cuts = np.cumsum([len(g[0]) for g in group])[:-1]
             out.extend(zip(np.split(actions, cuts), np.split(log_probs, cuts)))
         if batch_sizes is not None:
@@ -486,3 +497,14 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
         rows_in += len(r[0])
     flush()
     return out
+
+
+def episode_keys(cycle: int, learner: np.ndarray, group: np.ndarray, ordinal: np.ndarray, slot_map: SlotMap) -> np.ndarray:
+    """(n, 5) int64 ``EPISODE_KEYS`` rows (cycle, slot, battle id, seat, ordinal) of one round's
+    learner slots ``learner`` (global slots, in the round's slot order), from the round's
+    ``group`` and per-slot ``ordinal`` (the episode each slot is now in)."""
+    local = np.flatnonzero(group == GROUP_LEARNER)
+    learner = np.asarray(learner, np.int64)
+    return np.stack([np.full(len(learner), cycle, np.int64), learner, slot_map.battle_ids[learner // 2].astype(np.int64),
+                     learner % 2, np.asarray(ordinal, np.int64)[local]], axis=1)
+

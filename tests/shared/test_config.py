@@ -280,12 +280,16 @@ def test_loading_a_document_that_names_its_profile_does_not_import_torch():
 def test_dqn_settings_the_wired_learner_cannot_run_are_refused_at_load():
     problems = refusal({"profile": "tiny", "learner": {"algorithm": "dqn"}, "rollout": {"overlap": True},
                         "determinism": {"tier": "throughput"},
-                        "dqn": {"heads": 2, "epsilon_start": 0.1, "epsilon_floor": 0.2}})
-    assert the_one(problems, "dqn.heads").endswith("dqn.heads 2 and dqn.dueling false need a Q network of their own: "
-                                                   "set dqn.heads 1 and dqn.dueling false")
+                        "dqn": {"behaviour": "thompson", "epsilon_start": 0.1, "epsilon_floor": 0.2}})
+    assert the_one(problems, "dqn.behaviour") == (
+        'dqn.behaviour: "thompson" draws one of the ensemble\'s heads per episode; with dqn.heads 1 there is nothing '
+        'to draw (it would be epsilon_greedy): set dqn.heads 2 or more, or dqn.behaviour "epsilon_greedy"')
     assert "rollout.overlap: the DQN learner does not overlap collection with its update; set it false" in problems
     assert "dqn.epsilon_floor: 0.2 is above dqn.epsilon_start=0.1" in problems
     assert load_config({"profile": "tiny", "learner": {"algorithm": "dqn"}}).learner.algorithm == "dqn"
+    k_heads = load_config({"profile": "tiny", "learner": {"algorithm": "dqn"},
+                           "dqn": {"heads": 2, "dueling": True, "behaviour": "thompson"}}).dqn
+    assert (k_heads.heads, k_heads.dueling, k_heads.behaviour) == (2, True, "thompson")  # no longer refused
     with pytest.raises(ConfigError, match="learner.algorithm: Invalid enum value 'sac'"):
         load_config({"profile": "tiny", "learner": {"algorithm": "sac"}})
 

@@ -4,8 +4,12 @@
   from a rectangle across iterations.
 * ``replay``: prioritized replay of packed rows, with its memory budget and checkpoint state.
 * ``targets``: masked argmax, the Double DQN target, the ensemble TD loss with bootstrap masks.
-* ``network``: K Q heads (optionally dueling) over a shared trunk, and the target network.
-* ``behaviour``: epsilon-greedy over the legal set on a schedule, Thompson head draws,
+* ``network``: the dueling combination over the legal set, a small K-head network, the target
+  network's copy.
+* ``pointer_q``: the service's K-head (optionally dueling) Q network over the actor's
+  architecture, and ``played_actor``: the heads' mean written into the actor snapshots play.
+* ``behaviour``: epsilon-greedy over the legal set on a schedule, Thompson head draws per
+  (seat, episode) from central inference's episode keys,
   ``DqnBehaviour`` behind central inference's ``act``.
 * ``update``: one update over replay minibatches (as ``DqnBatch``) and the ``dqn/`` row keys.
 * ``state_files``: the replay and the open windows as checkpoint files (no pickle).

@@ -6,9 +6,15 @@
   otherwise the masked argmax of its Q row (``targets.masked_argmax``). Both draws come from the
   cycle's uniforms, so a cycle's actions are a pure function of (Q rows, legality, uniforms).
 * ``thompson_head``: one ensemble head per (slot, episode), drawn once from a named stream; the
-  episode acts greedily by that head (Osband et al. 2016, bootstrapped DQN).
+  episode acts greedily by that head (Osband et al. 2016, bootstrapped DQN), still exploring
+  with probability epsilon. In the service the slot is the seat ``2 * battle id + seat`` and
+  the episode its ordinal (``thompson_heads`` over central inference's ``EPISODE_KEYS``), so
+  the draw is a pure function of the run's seed and the episode's identity: it changes exactly
+  when a seat's ordinal does, and a resumed run (which continues or restarts an episode at the
+  same ordinal) draws the same head without any state of its own.
 
-The row records the epsilon used and the chosen head (``dqn/epsilon``, ``dqn/head``).
+Every record carries the head its first decision acted by (``MEAN_HEAD`` under epsilon-greedy
+at K > 1: the heads' mean) and the epsilon it acted under.
 """
 
 from __future__ import annotations
@@ -49,6 +55,30 @@ def thompson_head(master_seed: int, slot: int, episode: int, heads: int) -> int:
                       episode=episode).integers(heads))
 
 
+EPISODE_KEYS = ("cycle", "slot", "battle", "seat", "ordinal")
+"""The columns of the (n, 5) int64 ``episodes`` array central inference hands a policy that
+``acts_by_episode`` (services/learner/collect.py): each row's rectangle cell (cycle, slot) and
+its episode's identity (battle id, seat, ordinal)."""
+
+MEAN_HEAD = -1
+"""The head recorded for a decision acted by the mean over K > 1 heads (epsilon-greedy)."""
+
+
+def thompson_heads(master_seed: int, episodes: np.ndarray, heads: int, cache: dict | None = None) -> np.ndarray:
+    """(n,) int64 heads for the rows of ``episodes`` ((n, 5) int64, ``EPISODE_KEYS``):
+    ``thompson_head(master_seed, 2 * battle + seat, ordinal, heads)`` per row. ``cache``
+    (slot, ordinal) -> head spares deriving a stream per row for an episode already drawn."""
+    e = np.asarray(episodes, np.int64).reshape(-1, len(EPISODE_KEYS))
+    cache = {} if cache is None else cache
+    out = np.empty(len(e), np.int64)
+    for i, (b, s, o) in enumerate(e[:, 2:].tolist()):
+        key = (2 * b + s, o)
+        if key not in cache:
+            cache[key] = thompson_head(master_seed, key[0], key[1], heads)
+        out[i] = cache[key]
+    return out
+
+
 def bootstrap_masks(rng: np.random.Generator, records: int, heads: int, p: float) -> np.ndarray:
     """uint8 (records, heads) Bernoulli(p) membership, drawn once at insertion (``dqn.bootstrap_p``;
     p = 1 trains every head on every record)."""
@@ -72,6 +102,10 @@ class DqnBehaviour:
     """The behaviour policy with central inference's interface: ``act(rows, n_legal, uniforms)``
     -> (actions (B,) int64, log_probs (B,) float32, all 0: DQN needs none).
 
+    With ``thompson = (master_seed, K)`` the policy ``acts_by_episode``: central inference hands
+    it each row's ``episodes`` keys and each row acts by its episode's ``thompson_heads`` head
+    (refused without the keys).
+
     ``q_rows(rows) -> ((B, K, A) tensor, (B, A) bool legal)`` is the Q network's forward on
     packed rows. Forced rows (only the no-op legal) are not forwarded, as under PPO. A choice row
     explores by ``explore_pick``; otherwise it takes the masked argmax of head ``heads[b]``
@@ -79,15 +113,23 @@ class DqnBehaviour:
     ``last`` keeps the explored flags and heads of the latest call for the row
     (``update.behaviour_stats``)."""
 
-    def __init__(self, q_rows, eps: float):
-        self.q_rows, self.eps = q_rows, eps
+    def __init__(self, q_rows, eps: float, *, thompson: tuple[int, int] | None = None, mean_head: int = 0):
+        self.q_rows, self.eps, self.thompson, self.mean_head = q_rows, eps, thompson, mean_head
+        self.acts_by_episode = thompson is not None
+        self._drawn: dict[tuple[int, int], int] = {}  # (slot, ordinal) -> head, this behaviour's episodes
+        """Whether central inference must pass ``episodes`` (services/learner/collect.py)."""
         self.last: dict[str, np.ndarray] = {}
 
     @torch.no_grad()
     def act(self, rows: np.ndarray, n_legal: np.ndarray, uniforms: np.ndarray, heads: np.ndarray | None = None,
-            *, history=None):
+            *, history=None, episodes: np.ndarray | None = None):
         if history is not None:  # the config refuses obs.frame_stack > 1 with dqn at load
             raise ValueError("the DQN behaviour policy reads one frame; obs.frame_stack must be 1")
+        if self.thompson is not None and heads is None:
+            if episodes is None:
+                raise ValueError("the Thompson behaviour acts by each episode's head: central inference must pass "
+                                 "the rows' episodes (EPISODE_KEYS)")
+            heads = thompson_heads(self.thompson[0], episodes, self.thompson[1], self._drawn)
         B = len(rows)
         actions = np.zeros(B, np.int64)
         explored = np.zeros(B, bool)
@@ -105,5 +147,6 @@ class DqnBehaviour:
             random_ids = np.argmax(legal_np & (ranks == rank[:, None]), axis=1)
             actions[choice] = np.where(ex, random_ids, greedy)
             explored[choice] = ex
-        self.last = {"explored": explored, "heads": np.zeros(B, np.int64) if heads is None else np.asarray(heads)}
+        self.last = {"explored": explored,
+                     "heads": np.full(B, self.mean_head, np.int64) if heads is None else np.asarray(heads, np.int64)}
         return actions, np.zeros(B, np.float32)

@@ -4,16 +4,22 @@ The fleet stays as it is: the same rollouts, rounds, rectangle, ladder, checkpoi
 evaluators. What changes per iteration:
 
 * collection: central inference acts by ``DqnBehaviour`` (epsilon-greedy over the legal set
-  from the slot's one uniform) on the Q rows, which are the actor network's logits: the wired
-  learner has ONE Q head, the actor, so pool snapshots and evaluators play it unchanged (as the
-  masked softmax of its Q row, a Boltzmann policy at temperature 1; docs/design.md);
-* training: the rectangle's decisions into n-step windows (``windows.feed_rectangle``), the
-  windows into prioritized replay with their bootstrap masks, then ``dqn.updates_per_iteration``
-  Double DQN steps (``update.dqn_update``) once the replay holds ``dqn.learning_starts``
-  records, the target network copied every ``dqn.target_update_period`` steps.
+  from the slot's one uniform) on the Q rows: greedy by the heads' mean Q, or under
+  ``dqn.behaviour = "thompson"`` by the head drawn for the seat's episode. At ``dqn.heads`` 1
+  without dueling the Q rows are the actor network's logits (``QActor``); otherwise they come
+  from ``PointerQ`` (K pointer heads over the actor's architecture, optionally dueling), and
+  after every update the actor is rewritten as the heads' mean (``pointer_q.played_actor``), so
+  pool snapshots, evaluators and ``royalefleet eval`` play it unchanged, as the masked softmax
+  of the mean Q over the legal set (a Boltzmann policy at temperature 1; docs/design.md);
+* training: the rectangle's decisions into n-step windows (``windows.feed_rectangle``, with
+  each cell's acted head and the iteration's epsilon), the windows into prioritized replay
+  with their bootstrap masks, then ``dqn.updates_per_iteration`` Double DQN steps
+  (``update.dqn_update``) once the replay holds ``dqn.learning_starts`` records, the target
+  network copied every ``dqn.target_update_period`` steps.
 
-State kept in the checkpoint (``checkpoint_files``): the target network, the DQN optimizer, the
-optimizer-step count, the replay and the open windows. Every draw is name-addressed
+State kept in the checkpoint (``checkpoint_files``): the online Q network (at one head: the
+actor again), the target network, the DQN optimizer, the optimizer-step count, the replay and
+the open windows. Every draw is name-addressed
 (``dqn/bootstrap_masks/iteration/{i}``, ``dqn/replay/iteration/{i}``), so a resumed run
 continues the same buffer and the same minibatches.
 """
@@ -27,8 +33,9 @@ import numpy as np
 import torch
 
 from services.learner.advantages import Advantages
-from services.learner.dqn.behaviour import DqnBehaviour, bootstrap_masks, epsilon
+from services.learner.dqn.behaviour import EPISODE_KEYS, MEAN_HEAD, DqnBehaviour, bootstrap_masks, epsilon
 from services.learner.dqn.network import make_target
+from services.learner.dqn.pointer_q import PointerQ, played_actor
 from services.learner.dqn.replay import PrioritizedReplay
 from services.learner.dqn.state_files import (REPLAY_FILES, WINDOW_FILES, replay_from_files, replay_to_files,
                                               windows_from_files, windows_to_files)
@@ -38,7 +45,8 @@ from services.learner.update import UpdateResult
 from shared.nn.statefiles import bytes_to_module, bytes_to_optimizer, module_to_bytes, optimizer_to_bytes
 from shared.seeding import stream
 
-STATE_FILES = ("dqn/target.safetensors", "dqn/optimizer.safetensors", "dqn/optimizer.json", "dqn/counters.json")
+STATE_FILES = ("dqn/online.safetensors", "dqn/target.safetensors", "dqn/optimizer.safetensors", "dqn/optimizer.json",
+               "dqn/counters.json")
 FILES = STATE_FILES + REPLAY_FILES + WINDOW_FILES
 
 
@@ -58,13 +66,18 @@ class TallyBehaviour(DqnBehaviour):
     the greedy ones it waited on (``update.behaviour_stats``'s keys), and carries ``model`` for
     the collection (which clears its precision record and stamps its actor's digest)."""
 
-    def __init__(self, q_rows, eps: float, model):
-        super().__init__(q_rows, eps)
+    def __init__(self, q_rows, eps: float, model, *, thompson=None, mean_head: int = 0):
+        super().__init__(q_rows, eps, thompson=thompson, mean_head=mean_head)
         self.model = model
         self.choice = self.explored = self.greedy = self.greedy_noop = 0
+        self.cell_heads: dict[tuple[int, int], int] = {}
+        """(cycle, slot) -> the head that cell acted by (Thompson; the rest acted by ``mean_head``)."""
 
-    def act(self, rows, n_legal, uniforms, heads=None, *, history=None):
-        actions, log_probs = super().act(rows, n_legal, uniforms, heads, history=history)
+    def act(self, rows, n_legal, uniforms, heads=None, *, history=None, episodes=None):
+        actions, log_probs = super().act(rows, n_legal, uniforms, heads, history=history, episodes=episodes)
+        if episodes is not None:
+            e = np.asarray(episodes, np.int64).reshape(-1, len(EPISODE_KEYS))
+            self.cell_heads.update(zip(zip(e[:, 0].tolist(), e[:, 1].tolist()), self.last["heads"].tolist()))
         choice = n_legal > 1
         ex = self.last["explored"]
         self.choice += int(choice.sum())
@@ -73,8 +86,17 @@ class TallyBehaviour(DqnBehaviour):
         self.greedy_noop += int((choice & ~ex & (actions == 0)).sum())
         return actions, log_probs
 
+    def heads_table(self, T: int, R: int) -> np.ndarray:
+        """(T, R) int64: the head each cell acted by (``mean_head`` where none was recorded)."""
+        out = np.full((T, R), self.mean_head, np.int64)
+        for (t, r), h in self.cell_heads.items():
+            if t < T:
+                out[t, r] = h
+        return out
+
     def row(self, floor: float) -> dict[str, float]:
-        out = {"dqn/epsilon": float(self.eps), "dqn/at_epsilon_floor": float(self.eps <= floor), "dqn/heads_used": 1.0}
+        used = float(len(set(self.cell_heads.values()))) if self.cell_heads else 1.0
+        out = {"dqn/epsilon": float(self.eps), "dqn/at_epsilon_floor": float(self.eps <= floor), "dqn/heads_used": used}
         if self.choice:
             out["dqn/explore_frac"] = self.explored / self.choice
         if self.greedy:
@@ -92,9 +114,22 @@ class DqnLearner:
         self.replay = PrioritizedReplay(d.replay_capacity, codec.row_bytes, d.heads, alpha=d.per_alpha, beta=d.per_beta,
                                         budget_mb=d.replay_memory_mb)
         self.builder = WindowBuilder(d.n_step, 0.99, codec.row_bytes, mask_offset=codec.omask)  # gamma: per iteration
-        self.online = QActor(learner.model)
+        self.own_network = d.heads > 1 or d.dueling
+        """Whether the Q network is ``PointerQ`` (its own parameters; the actor is its heads'
+        mean) rather than the actor's logits read as one head (``QActor``)."""
+        if self.own_network:
+            seed = int(stream(cfg.master_seed, "dqn/heads/init").integers(2**62))
+            self.online = PointerQ(learner.model.actor, d.heads, dueling=d.dueling, seed=seed,
+                                   autocast=cfg.net.autocast).to(learner.device)
+            played_actor(self.online, learner.model.actor)
+            self.trained = self.online
+        else:
+            self.online = QActor(learner.model)
+            self.trained = learner.model.actor
+        """The module whose parameters the DQN optimizer steps (``dqn/online.safetensors``)."""
+        params = self.trained.parameters()
         self.target = make_target(self.online)
-        self.opt = torch.optim.Adam(learner.model.actor.parameters(), lr=d.lr, eps=cfg.ppo.adam_eps)
+        self.opt = torch.optim.Adam(params, lr=d.lr, eps=cfg.ppo.adam_eps)
         self.steps = 0
         """Optimizer steps since the run began (the target period counts across iterations)."""
         learner.say(f"learner: DQN replay of {d.replay_capacity:,} records, {self.replay.nbytes / 2**20:.0f} MiB "
@@ -109,7 +144,9 @@ class DqnLearner:
             obs = L.policy.obs_batch(rows)
             return self.online(obs), obs["mask"]
 
-        return TallyBehaviour(q_rows, eps, L.model)
+        thompson = (L.cfg.master_seed, self.cfg.heads) if self.cfg.behaviour == "thompson" else None
+        return TallyBehaviour(q_rows, eps, L.model, thompson=thompson,
+                              mean_head=MEAN_HEAD if self.cfg.heads > 1 else 0)
 
     def train(self, c) -> tuple[Advantages, UpdateResult, dict]:
         """Windows, replay, update over ``c`` (a ``Collected``). Returns the (value-free)
@@ -123,7 +160,7 @@ class DqnLearner:
         # The schedule's gamma at the iteration's start sums this iteration's windows (a window's
         # discount is gamma^k of the gamma it was summed with: no caller-side gamma later).
         self.builder.gamma = float(c.sched["gamma"])
-        feed_rectangle(self.builder, rect, epsilon=behaviour.eps)
+        feed_rectangle(self.builder, rect, heads=behaviour.heads_table(rect.T, rect.R), epsilon=behaviour.eps)
         windows = self.builder.drain()
         masks = bootstrap_masks(stream(L.cfg.master_seed, "dqn/bootstrap_masks/iteration/{iteration}", iteration=it),
                                 len(windows), d.heads, d.bootstrap_p)
@@ -137,6 +174,8 @@ class DqnLearner:
                                     L.policy.obs_batch, mask_offset=L.pf.codec.omask, n_actions=L.pf.spec.n_actions,
                                     steps_before=self.steps, device=L.device))
             self.steps += d.updates_per_iteration
+            if self.own_network:  # what every snapshot and evaluator plays: the heads' mean
+                played_actor(self.online, L.model.actor)
         zeros = np.zeros(trainable.shape, np.float32)
         adv = Advantages(np.zeros((rect.T + 1, rect.R), np.float32), zeros, zeros, zeros, trainable, nan_trips)
         n_train = int(trainable.sum()) if not nan_trips else 0
@@ -145,7 +184,8 @@ class DqnLearner:
     # -------------------------------------------------------------- checkpoint
 
     def checkpoint_files(self) -> dict[str, bytes]:
-        files = {"dqn/target.safetensors": module_to_bytes(self.target)}
+        files = {"dqn/online.safetensors": module_to_bytes(self.trained),
+                 "dqn/target.safetensors": module_to_bytes(self.target)}
         files["dqn/optimizer.safetensors"], files["dqn/optimizer.json"] = optimizer_to_bytes(self.opt)
         files["dqn/counters.json"] = msgspec.json.encode({"steps": self.steps})
         files.update(replay_to_files(self.replay))
@@ -153,6 +193,7 @@ class DqnLearner:
         return files
 
     def load_checkpoint_files(self, files: dict[str, bytes]) -> None:
+        bytes_to_module(self.trained, files["dqn/online.safetensors"])
         bytes_to_module(self.target, files["dqn/target.safetensors"])
         bytes_to_optimizer(self.opt, files["dqn/optimizer.safetensors"], files["dqn/optimizer.json"])
         self.steps = int(msgspec.json.decode(files["dqn/counters.json"])["steps"])

@@ -103,7 +103,8 @@ class Decision:
     reward: float
     player: int
     head: int = 0
-    """The ensemble head the behaviour acted by (Thompson; 0 under epsilon-greedy)."""
+    """The ensemble head the behaviour acted by (Thompson), or under epsilon-greedy 0 at one head
+    and ``behaviour.MEAN_HEAD`` (-1) at K > 1 (it acted by the heads' mean)."""
     epsilon: float = 0.0
     """The epsilon the behaviour acted under."""
 
