@@ -53,13 +53,20 @@ def tiny_config(runs_dir: Path, **overrides) -> Path:
 
 
 class Up:
-    """``python -m royalefleet up`` as a subprocess, its output collected line by line."""
+    """``python -m royalefleet up`` as a subprocess, its output collected line by line.
 
-    def __init__(self, config: Path, *args: str, env: dict | None = None):
+    ``--no-doctor`` unless ``doctor=True``: the machine checks ``up`` runs first (``royalefleet
+    doctor --fast``, about 10 s of one core: torch imported, 200 decisions of real battles) check
+    the machine, not the stack under test, and would run before every start of every stack test
+    (about 30 starts in the suite). That ``up`` runs them and refuses on a failure is
+    tests/royalefleet/test_doctor.py's ``test_up_runs_the_fast_checks_first_and_refuses_on_a_failure``."""
+
+    def __init__(self, config: Path, *args: str, env: dict | None = None, doctor: bool = False):
         self.lines: list[str] = []
         self.log = open(config.with_suffix(".out"), "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "royalefleet", "up", "--config", str(config), *args],
+            [sys.executable, "-m", "royalefleet", "up", "--config", str(config), *(() if doctor else ("--no-doctor",)),
+             *args],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env=os.environ | (env or {}), bufsize=1,
         )
@@ -124,10 +131,12 @@ class Up:
         self.proc.wait()
 
 
-def run_to_exit(config: Path, *args: str, timeout: float, env: dict | None = None) -> tuple[Up, int]:
+def run_to_exit(config: Path, *args: str, timeout: float, env: dict | None = None,
+                doctor: bool = False) -> tuple[Up, int]:
     """Run ``royalefleet up`` to its end: (the Up, its exit code). A stack still running after
-    ``timeout`` seconds is killed (``Up.wait_exit``), and so is one whose wait is interrupted."""
-    up = Up(config, *args, env=env)
+    ``timeout`` seconds is killed (``Up.wait_exit``), and so is one whose wait is interrupted.
+    ``doctor``: as ``Up``'s."""
+    up = Up(config, *args, env=env, doctor=doctor)
     try:
         return up, up.wait_exit(timeout)
     finally:
