@@ -72,21 +72,53 @@ def bare_env_speed(cfg: RunConfig, seconds: float) -> tuple[float, int]:
     return sum(d / t for d, t in results), n
 
 
+EXIT_INTERRUPTED = 130
+"""``royalefleet bench``'s exit code when Ctrl-C or SIGTERM stopped one of its stacks."""
+
+
 def stack_speed(cfg: RunConfig, iterations: int, say, **stack_options) -> list[dict]:
     """The metric rows of a stack run for ``iterations`` on free ports in a throwaway folder;
-    ``stack_options`` go to ``Stack`` (the synthetic bench's ``rollout_env``/``rollout_module``)."""
+    ``stack_options`` go to ``Stack`` (the synthetic bench's ``rollout_env``/``rollout_module``).
+
+    Raises SystemExit when the stack exits non-zero, when a signal stopped it
+    (``EXIT_INTERRUPTED``: the bench ends there, never going on to its next stack), or when it
+    ended without the row of iteration ``iterations`` (``incomplete_stack``): a stack whose
+    learner was stopped early exits 0 like a finished one, and used to be read as a measurement
+    with no rows."""
     from royalefleet.launcher import Stack, on_free_ports
 
     services = on_free_ports(cfg.services)
     with tempfile.TemporaryDirectory(prefix="royalefleet-bench-") as tmp:
         run_cfg = msgspec.structs.replace(cfg, runs_dir=tmp, run_name="bench", services=services)
-        code = Stack(run_cfg, iterations=iterations, say=lambda s: say("  " + s) if s.startswith("it ") else None,
-                     **stack_options).run()
+        stack = Stack(run_cfg, iterations=iterations, say=lambda s: say("  " + s) if s.startswith("it ") else None,
+                      **stack_options)
+        code = stack.run()
         path = str(RunDir(os.path.join(tmp, "bench")).metrics)
         rows = [json.loads(x) for x in open(path)] if os.path.exists(path) else []
+        learner_tail = stack.children["learner"].tail()  # the folder and its logs go with the block
     if code != 0:
         raise SystemExit(f"bench: the stack exited with code {code}")
+    interrupted = bool(stack.interrupts) and not stack.gave_up
+    problem = incomplete_stack(rows, iterations, interrupted)
+    if problem:
+        say(f"bench: {problem}; the learner's last lines:\n{learner_tail or '(none: it had printed nothing)'}")
+        raise SystemExit(EXIT_INTERRUPTED if interrupted else 1)
     return rows
+
+
+def incomplete_stack(rows: list[dict], iterations: int, interrupted: bool) -> str | None:
+    """Why a stack that exited 0 measured nothing usable, or None: ``interrupted`` (Ctrl-C or
+    SIGTERM reached the bench: the launcher stops the learner cleanly and exits 0), or no row of
+    iteration ``iterations`` (the learner stopped early on its own, e.g. a SIGTERM sent to it
+    alone). ``rows`` are metric rows (``run/iteration``)."""
+    last = max((int(r.get("run/iteration", 0)) for r in rows), default=0)
+    if interrupted:
+        return (f"interrupted (Ctrl-C or SIGTERM) with {last} of {iterations} iterations written; the figures of "
+                "this stack and of every later one are not measured")
+    if last < iterations:
+        return (f"the stack exited 0 with {last} of {iterations} iterations written: its learner stopped before "
+                f"--iterations {iterations} (a SIGTERM or SIGINT sent to it?)")
+    return None
 
 
 def run_bench(cfg: RunConfig, *, seconds: float, iterations: int, update_only: bool = False, update_batches: int = 1,

@@ -95,10 +95,7 @@ def run_synthetic_bench(cfg: RunConfig, fleet_sizes: list[int], *, iterations: i
         for k in fleet_sizes:
             before = _load()
             say(f"{k} synthetic rollout(s): {before} ...")
-            rows = replay(cfg, path, k, iterations=iterations, say=say)
-            if not rows:
-                say(f"  synth x{k}: the stack ended without a metric row (nan below); rerun it alone to read "
-                    f"its learner's log")
+            rows = replay(cfg, path, k, iterations=iterations, say=say)  # SystemExit: no column (stack_speed)
             columns.append((f"synth x{k}", summarise(rows), f"{before} -> {_load()}"))
             _said(columns[-1], say)
     real = columns[0][1]["collect_rows_per_s"]
@@ -130,3 +127,86 @@ def _held_slots(frames: list[bytes]) -> int:
     from shared.messages import Decoder, ToLearner
 
     return int((Decoder(ToLearner).decode(frames)[1]["group"] >= 0).sum())
+
+
+def sweep_config(cfg: RunConfig, max_wait_ms: float, max_batch_rows: int) -> RunConfig:
+    """``cfg`` with ``rollout.inference_max_wait_ms`` and ``inference_max_batch_rows`` set."""
+    return msgspec.structs.replace(cfg, rollout=msgspec.structs.replace(
+        cfg.rollout, inference_max_wait_ms=float(max_wait_ms), inference_max_batch_rows=int(max_batch_rows)))
+
+
+def run_inference_sweep(cfg: RunConfig, rollouts: int, waits_ms: list[float], max_rows: list[int], *,
+                        iterations: int, say=print) -> int:
+    """The batching knobs side by side in one run: one recording (as ``run_synthetic_bench``),
+    then per (``inference_max_wait_ms``, ``inference_max_batch_rows``) a stack of ``rollouts``
+    synthetic rollouts replaying it. Per column: learner rows/s served in the collection, the
+    mean and p90 inference batch, inference ms a round, iteration seconds, the load before and
+    after. A batch cap at or above ``rollouts`` x shards x a round's rows never binds (every
+    ready round fits one forward): such columns differ by noise alone."""
+    cfg = bench_config(cfg)
+    iterations = max(2, iterations)
+    shards = rollouts * cfg.rollout.shards
+    say(f"inference sweep: profile {cfg.profile}, {rollouts} synthetic rollouts x {cfg.rollout.battles} battles in "
+        f"{cfg.rollout.shards} shards ({shards} shards in all), {iterations} iterations a stack (the first left "
+        f"out), tier throughput, {cfg.determinism.torch_threads} torch threads, {os.cpu_count()} CPUs")
+    columns = []
+    with tempfile.TemporaryDirectory(prefix="royalefleet-sweep-") as folder:
+        say(f"recording: 1 real rollout, {_load()} ...")
+        path, _ = record(cfg, folder, iterations=iterations, say=say)
+        rec = Recording.load(path)
+        round_rows = [_held_slots(m) for s in rec.shards for m in s]
+        per_round = sum(round_rows) / len(round_rows)
+        say(f"  {per_round:.1f} learner rows a round: every ready round fits a forward of "
+            f"{shards * per_round:.0f} rows")
+        for wait in waits_ms:
+            for cap in max_rows:
+                name = f"{wait:g}ms/{cap}"
+                before = _load()
+                rows = replay(sweep_config(cfg, wait, cap), path, rollouts, iterations=iterations, say=lambda s: None)
+                columns.append((name, summarise(rows), f"{before} -> {_load()}"))
+                s = columns[-1][1]
+                say(f"  {name}: {s['collect_rows_per_s']:,.0f} learner rows/s, batch {s['batch_rows']:.1f} "
+                    f"(p90 {s['batch_rows_p90']:.1f}); {columns[-1][2]}")
+    say("")
+    say(f"{'wait ms / max batch rows':<34}" + "".join(f"{name:>11}" for name, _, _ in columns))
+    for key, label, fmt in (("collect_rows_per_s", "learner rows/s served (collection)", ",.0f"),
+                            ("batch_rows", "inference batch rows, mean", ".1f"),
+                            ("batch_rows_p90", "inference batch rows, p90", ".1f"),
+                            ("inference_ms", "inference ms a round", ".2f"),
+                            ("iteration_s", "iteration seconds", ".1f")):
+        say(f"{label:<34}" + "".join(f"{format(c[1].get(key, float('nan')), fmt):>11}" for c in columns))
+    for name, _, load in columns:
+        say(f"{name}: {load}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """``python -m royalefleet.bench_synthetic --sweep``: ``run_inference_sweep`` (figures, not a test)."""
+    import argparse
+
+    from shared.config import load_config
+
+    p = argparse.ArgumentParser(prog="python -m royalefleet.bench_synthetic",
+                                description="Batched inference's two knobs side by side with synthetic rollouts "
+                                "(docs/throughput.md, 'Batched inference: the defaults').")
+    p.add_argument("--profile", default="tiny", help="config profile (default %(default)s)")
+    p.add_argument("--rollouts", type=int, default=8, help="synthetic rollouts a stack (default %(default)s)")
+    p.add_argument("--wait-ms", default="0,2,5", help="inference_max_wait_ms values (default %(default)s)")
+    p.add_argument("--max-rows", default="16,256,1024", help="inference_max_batch_rows values (default %(default)s)")
+    p.add_argument("--iterations", type=int, default=3, help="iterations a stack, the first left out (default 3)")
+    a = p.parse_args(argv)
+    try:
+        waits = [float(x) for x in a.wait_ms.split(",")]
+        caps = [int(x) for x in a.max_rows.split(",")]
+    except ValueError as exc:
+        p.error(f"--wait-ms and --max-rows take comma-separated numbers ({exc})")
+    if a.rollouts < 1 or any(w < 0 for w in waits) or any(c < 1 for c in caps):
+        p.error("--rollouts and --max-rows must be at least 1 and --wait-ms at least 0")
+    return run_inference_sweep(load_config({"profile": a.profile}), a.rollouts, waits, caps,
+                               iterations=a.iterations, say=lambda s: print(s, flush=True))
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

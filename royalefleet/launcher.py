@@ -58,7 +58,7 @@ gives up, stops every service and exits ``EXIT_GAVE_UP`` (the waits before were 
 EXIT_GAVE_UP = 1
 CORE_SERVICES = ("checkpoint", "ladder", "learner")
 LEARNER_FINAL_EXITS = {0: "finished", 2: "refused its config or its checkpoint", 3: "halted"}
-"""Learner exit codes that end the stack with that code (services/learner/service.py): any
+"""Learner exit codes that end the stack with that code (services/learner/lifecycle.py): any
 other exit (a crash, a kill) is restarted and resumes from the newest checkpoint."""
 LOG_RETRY_S = 10.0
 """How often a pump tries a log file again after a write failed (ENOSPC, EIO)."""

@@ -200,13 +200,18 @@ class RolloutConfig(_Cfg):
     """Batched central inference (docs/protocol.md, "Batched inference"): the most learner rows
     one actor forward takes when the learner answers every round that is ready (every shard of
     every rollout that answered) at once. Under ``determinism.tier = "throughput"`` only; under
-    ``run_exact`` each round is its own forward (the canonical composition). Not in the run
-    identity."""
+    ``run_exact`` each round is its own forward (the canonical composition). At least 1; a cap
+    that binds costs serving rate (16 rows: 505-546 learner rows/s against 595-672 uncapped, 8
+    synthetic tiny rollouts, docs/throughput.md "Batched inference: the defaults", 2026-12-02,
+    loaded), so the default 1024 is above any forward of up to 64 shards of 16 rows. Not in the
+    run identity."""
     inference_max_wait_ms: NonNegFloat = 0.0
     """How long the learner may wait, once a round is ready, for more rounds to join its batch
-    (throughput tier; 0 = answer what has arrived at once, the default: on this project's
-    2-core machine any wait only delays the Steps, docs/throughput.md). Milliseconds, at most
-    the time until every live shard's round is in. Not in the run identity."""
+    (throughput tier; 0 = answer what has arrived at once, the default). Milliseconds, at most
+    the time until every live shard's round is in. Measured (docs/throughput.md "Batched
+    inference: the defaults", 2026-12-02, loaded): 2 and 5 ms grew the mean forward (43 -> 52 ->
+    58 rows) but not the rows/s beyond one run's spread (633, 595, 672), and a wait delays every
+    Step. Not in the run identity."""
     overlap_torch_threads: NonNegInt = 0
     """Torch intra-op threads while the overlapped phase runs (the update and the inference
     thread at once): torch's thread count is one per process, and each of the two calling
@@ -663,7 +668,7 @@ class ServicesConfig(_Cfg):
 
 
 class DeterminismConfig(_Cfg):
-    """How reproducible the learner's numbers are (services/learner/service.py applies it before
+    """How reproducible the learner's numbers are (services/learner/startup.py applies it before
     torch starts)."""
 
     tier: Literal["run_exact", "throughput"] = "run_exact"

@@ -1,5 +1,5 @@
 import sys
 
-from services.learner.service import main
+from services.learner.cli import main
 
 sys.exit(main())

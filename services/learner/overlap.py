@@ -182,3 +182,43 @@ def first_batch(n_rows: int, batch_size: int, epoch0) -> np.ndarray:
     """The rows of the update's first optimizer batch: epoch 0's permutation cut as
     ``ppo_update`` cuts it (``np.array_split`` into max(1, n_rows // batch_size) batches)."""
     return np.array_split(epoch0.permutation(n_rows), max(1, n_rows // batch_size))[0]
+
+
+# ------------------------------------------------------------------ the learner's side
+
+def start_overlap(learner, c) -> BehaviourPolicy | None:
+    """Start iteration ``c.iteration + 1``'s collection (``learner.overlapped``) with a behaviour
+    snapshot of the actor as it is now, before update ``c.iteration``; returns the behaviour
+    policy, to switch to the updated actor once the update is done. None when overlap is off or
+    no further iteration is wanted (``--iterations`` or ``timestep_limit`` reached by this
+    update)."""
+    from shared.nn.policy import Policy
+
+    cfg = learner.cfg
+    if not cfg.rollout.overlap or (0 < learner.iterations_limit <= c.iteration):
+        return None
+    if 0 < cfg.timestep_limit <= learner.timesteps + int(np.count_nonzero(c.rect.trainable())):
+        return None
+    behaviour = BehaviourPolicy(Policy(behaviour_snapshot(learner.model), learner.pf.codec, learner.device), lag=1)
+    learner.overlapped = OverlappedCollection(learner, c.iteration + 1, learner.env_steps + c.stats.env_steps,
+                                              behaviour, c.members, c.iteration)
+    return behaviour
+
+
+def join_overlap(learner):
+    """The overlapped collection's ``Collected`` (None when a stop ended it before it had a
+    rectangle); ``learner.overlapped`` is None again and the torch threads are the run's."""
+    overlapped, learner.overlapped = learner.overlapped, None
+    return overlapped.join()
+
+
+def count_untrained(learner, collected) -> None:
+    """Count the rows an overlapped collection inferred that nothing will train (a stop):
+    ``learner.untrained_rows``, ``royalefleet_learner_untrained_rows_total`` and one log line."""
+    n = untrained_rows(collected)
+    if n:
+        learner.untrained_rows += n
+        learner.metrics.untrained_rows.inc(n)
+        learner.say(f"learner: {n} rows of iteration {collected.iteration} collected under overlap are not trained "
+                    f"(the run stops at iteration {learner.iteration}); counted in "
+                    "royalefleet_learner_untrained_rows_total")

@@ -65,7 +65,7 @@ def service_settings():
     from services.checkpoint.service import Settings as Checkpoint
     from services.evaluator.main import Settings as Evaluator
     from services.ladder.main import Settings as Ladder
-    from services.learner.service import Settings as Learner
+    from services.learner.cli import Settings as Learner
     from services.rollout.service import Settings as Rollout
 
     return {"checkpoint": Checkpoint, "evaluator": Evaluator, "ladder": Ladder, "learner": Learner, "rollout": Rollout}

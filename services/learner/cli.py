@@ -1,0 +1,118 @@
+"""``python -m services.learner``: the learner's command line. Every flag also reads an
+environment variable (``--help`` names it), which is how the launcher and Compose configure it.
+
+Exit codes: 0 finished or stopped, 2 a refused config, checkpoint, tier or device (said), 3
+halted (``services/learner/lifecycle.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+from services.learner.determinism import DeterminismError
+from services.learner.vram import DeviceMemoryError
+from shared import service_settings, transport
+from shared.config import ConfigError, RunConfig, load_config
+from shared.service_settings import option, port_or_config
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The learner's settings (``shared.service_settings``: flag, else variable, else default;
+    None and -1 mean "what the config says")."""
+
+    config: str | None = option(None, env="ROYALEFLEET_CONFIG", default_text="the machine's profile",
+                                help="config JSON (a profile plus overrides)")
+    bind: str | None = option(None, env="ROYALEFLEET_LEARNER_BIND", default_text="tcp://<services.host>:<learner_port>",
+                              help="address rollouts connect to")
+    ladder: str | None = option(None, env="ROYALEFLEET_LADDER", default_text="tcp://<services.host>:<ladder_port>",
+                                help="ladder address")
+    checkpoint: str | None = option(None, env="ROYALEFLEET_CHECKPOINT",
+                                    default_text="tcp://<services.host>:<checkpoint_port>",
+                                    help="checkpoint service address")
+    runs_dir: str | None = option(None, env="ROYALEFLEET_RUNS_DIR", default_text="config runs_dir", help="runs folder")
+    metrics_port: int = option(-1, env="ROYALEFLEET_METRICS_PORT", parse=port_or_config,
+                               default_text="services.learner_metrics_port", help="port of /metrics, 0 = off")
+    metrics_host: str = option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help="address /metrics listens on")
+    iterations: int = option(0, env="ROYALEFLEET_ITERATIONS",
+                             help="stop once the run has reached this iteration (a total over every resume and "
+                             "restart), 0 = run until stopped")
+    min_rollouts: int = option(1, env="ROYALEFLEET_MIN_ROLLOUTS", help="rollouts the first iteration waits for (up to 120 s)")
+    halt_port: int = option(-1, env="ROYALEFLEET_HALT_PORT", parse=port_or_config,
+                            default_text="services.learner_halt_port",
+                            help="port of the authenticated POST /halt endpoint (needs ROYALEFLEET_HALT_TOKEN; 0 = off)")
+    allow_identity_drift: bool = option(False, env="ROYALEFLEET_ALLOW_IDENTITY_DRIFT",
+                                        help="resume a checkpoint whose run identity differs, recording the drift "
+                                        "in drift.json")
+    clear_halt: bool = option(False, env="ROYALEFLEET_CLEAR_HALT",
+                              help="continue a run that was halted (an alarm or an operator wrote halted.json in "
+                              "its folder)")
+    start_fresh: bool = option(False, env="ROYALEFLEET_START_FRESH",
+                               help="start the run over when it has checkpoints and none verifies (its metric rows "
+                               "are moved to metrics.purged.jsonl); without it such a start is refused")
+
+
+def parse_settings(argv: list[str] | None = None, environ=None) -> Settings:
+    """The learner's settings from flags, else variables, else defaults; a bad value exits 2
+    naming the flag or the variable."""
+    return service_settings.parse_settings(
+        Settings, argv, environ, prog="python -m services.learner",
+        description="The learner: central inference, GAE and PPO over rounds from the rollouts. "
+        "Every flag also reads an environment variable (shown), which is how Compose configures it.")
+
+
+def main(argv=None) -> int:
+    env = os.environ.get
+    a = parse_settings(argv)
+    # A test hook, not a user option: resume WITHOUT these components, to show that
+    # verify-resume catches a resume that lost state (tests/royalefleet/test_verify_resume.py).
+    perturb = tuple(x for x in env("ROYALEFLEET_PERTURB_RESUME", "").split(",") if x)
+
+    def say(text):
+        print(text, flush=True)
+
+    try:
+        cfg = load_config(a.config)
+    except ConfigError as exc:
+        say(str(exc))
+        return 2
+    try:
+        learner = make_learner(cfg, a, perturb, say)
+    except (DeterminismError, DeviceMemoryError) as exc:
+        say(f"learner: {exc}")
+        return 2
+    signal.signal(signal.SIGTERM, learner.request_stop)
+    signal.signal(signal.SIGINT, learner.request_stop)
+    try:
+        return learner.run()
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            say(exc.code)
+            return 2
+        raise
+
+
+def make_learner(cfg: RunConfig, a, perturb, say):
+    """The ``Learner`` the parsed flags ``a`` ask for (addresses and ports default to the config's)."""
+    from services.learner.service import Learner
+
+    s = cfg.services
+    return Learner(
+        cfg,
+        bind=a.bind or transport.tcp(s.host, s.learner_port),
+        ladder=a.ladder or transport.tcp(s.host, s.ladder_port),
+        checkpoint=a.checkpoint or transport.tcp(s.host, s.checkpoint_port),
+        runs_dir=a.runs_dir or cfg.runs_dir,
+        metrics_port=(s.learner_metrics_port if a.metrics_port < 0 else a.metrics_port) or None,
+        metrics_host=a.metrics_host,
+        iterations=a.iterations,
+        min_rollouts=a.min_rollouts,
+        allow_identity_drift=a.allow_identity_drift,
+        clear_halt=a.clear_halt,
+        start_fresh=a.start_fresh,
+        perturb_resume=perturb,
+        halt_port=s.learner_halt_port if a.halt_port < 0 else a.halt_port,
+        say=say,
+    )
