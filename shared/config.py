@@ -351,10 +351,13 @@ class AdvantageConfig(_Cfg):
     standardize_rewards: bool = True
     """Divide rewards by a running std of discounted returns (mean never subtracted, so the
     zero-sum sign structure survives), then clip to +-reward_clip."""
-    reward_clip: PosFloat = 10.0
+    reward_clip: PosFloat = 40.0
     """Bound on a standardized reward's magnitude: rewards scaled by the running return std are
     clipped to [-reward_clip, +reward_clip] (services/learner/returns.py); the
-    ``reward_clipped`` alarm warns when any is. In units of that std."""
+    ``reward_clipped`` alarm warns when any is. In units of that std. 40, not the reference's
+    10: early in a run the return std is 0.05-0.08, so the terminal +-1 is 13-19 std and 10 cut
+    the win signal (and broke the shaping's potential form) every iteration; at 40 no reward
+    was clipped in 70 iterations of a cpu run (docs/learning.md, "The terminal reward")."""
 
 
 class GateConfig(_Cfg):
