@@ -1207,3 +1207,11 @@ def config_differences(before: Any, after: Any, path: str = "") -> dict[str, tup
             out.update(config_differences(a.get(key), b.get(key), f"{path}.{key}" if path else key))
         return out
     return {} if a == b else {path: (a, b)}
+
+
+def load_service_config(path: str | None) -> RunConfig:
+    """The run config a CPU-only service (ladder, evaluator) reads: the JSON at ``path`` on the
+    ``cpu`` profile when it names none, else the ``cpu`` profile itself. Not ``load_config``'s
+    default profile, which imports torch only to look for a GPU; those services read sections
+    no shipped profile changes. Raises ``ConfigError`` as ``load_config`` does."""
+    return load_config(path, profile_name="cpu") if path else profile("cpu")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from prometheus_client import start_http_server
 
-from shared.config import ConfigError, load_config, profile
+from shared.config import ConfigError, load_service_config
 from shared.service_settings import option, parse_settings, port
 
 @dataclass(frozen=True)
@@ -42,9 +42,7 @@ def parse_args(argv: list[str] | None = None, environ=None) -> Settings:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        # profile_name="cpu" as the ladder does: load_config's default would import torch only to
-        # look for a GPU, and an evaluator infers on the CPU.
-        config = load_config(args.config, profile_name="cpu") if args.config else profile("cpu")
+        config = load_service_config(args.config)
     except ConfigError as exc:
         print(f"evaluator: {exc}", file=sys.stderr)
         return 2

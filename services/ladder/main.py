@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from prometheus_client import start_http_server
 
-from shared.config import ConfigError, load_config, profile
+from shared.config import ConfigError, load_service_config
 from shared.service_settings import option, parse_settings, port
 from services.ladder.pool import PoolCorrupt
 from services.ladder.service import LadderService, Metrics
@@ -45,10 +45,7 @@ def parse_args(argv: list[str] | None = None, environ=None) -> Settings:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        # profile_name="cpu": a document that names no profile gets the cpu one rather than
-        # load_config's default, which imports torch only to look for a GPU. The ladder reads
-        # master_seed, run_name and the ladder section, which no shipped profile changes.
-        config = load_config(args.config, profile_name="cpu") if args.config else profile("cpu")
+        config = load_service_config(args.config)
     except ConfigError as exc:
         print(f"ladder: {exc}", file=sys.stderr)
         return 2
