@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import msgspec
@@ -162,3 +163,23 @@ def read_rows(run_dir: Path) -> list[dict]:
 
 def decode(path: Path):
     return msgspec.json.decode(path.read_bytes())
+
+
+def learner_results(run: Path, opponent: str) -> tuple[Counter, Counter]:
+    """(wins, games) by iteration of the learner's episodes in ``run``'s ladder result log;
+    every one must have been against ``opponent`` (the learning tests' single opponent)."""
+    wins, games = Counter(), Counter()
+    for line in (run / "ladder" / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)["record"]
+        if record["player"] != "learner":
+            continue
+        assert record["opponent"] == opponent
+        games[record["iteration"]] += 1
+        wins[record["iteration"]] += record["outcome"] == 1
+    return wins, games
+
+
+def win_rate(wins: Counter, games: Counter, iterations: range) -> tuple[float, int]:
+    """Wins over games pooled across ``iterations``, and the games (nan with none)."""
+    n = sum(games[i] for i in iterations)
+    return (sum(wins[i] for i in iterations) / n if n else float("nan")), n

@@ -23,12 +23,10 @@ move the right way too: those are what the win rate is made of.
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 
 import pytest
 
-from tests.stack import read_rows, run_to_exit, tiny_config
+from tests.stack import learner_results, read_rows, run_to_exit, tiny_config, win_rate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -51,25 +49,13 @@ CONFIG = {
 }
 
 
-def win_rate(wins: Counter, games: Counter, iterations: range) -> tuple[float, int]:
-    n = sum(games[i] for i in iterations)
-    return (sum(wins[i] for i in iterations) / n if n else float("nan")), n
-
-
 def test_the_win_rate_against_random_legal_rises_above_the_bar(tmp_path):
     runs = tmp_path / "runs"
     up, code = run_to_exit(tiny_config(runs, **CONFIG), "--iterations", str(ITERATIONS), timeout=1700)
     assert code == 0, up.tail()
     run = runs / "default"
 
-    wins, games = Counter(), Counter()
-    for line in (run / "ladder" / "results.jsonl").read_text().splitlines():
-        record = json.loads(line)["record"]
-        if record["player"] != "learner":
-            continue
-        assert record["opponent"] == "scripted:random_legal"
-        games[record["iteration"]] += 1
-        wins[record["iteration"]] += record["outcome"] == 1
+    wins, games = learner_results(run, "scripted:random_legal")
     early, n_early = win_rate(wins, games, EARLY)
     late, n_late = win_rate(wins, games, LATE)
     table = ", ".join(f"it{i} {wins[i]}/{games[i]}" for i in sorted(games))

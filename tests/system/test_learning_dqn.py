@@ -19,13 +19,11 @@ wait: ``dqn/greedy_noop_frac`` rose from 0 at iteration 3 to 0.57-0.64 by iterat
 
 from __future__ import annotations
 
-import json
 import os
-from collections import Counter
 
 import pytest
 
-from tests.stack import read_rows, run_to_exit, tiny_config
+from tests.stack import learner_results, read_rows, run_to_exit, tiny_config, win_rate
 
 # About ten minutes on two busy cores: more than CI's budget for one test, so it runs on request
 # (ROYALEFLEET_LONG_TESTS=1 make test PYTEST_ARGS="tests/system/test_learning_dqn.py"), as docs/learning.md says.
@@ -57,16 +55,8 @@ def test_dqn_wins_against_random_legal_above_the_bar(tmp_path):
     up, code = run_to_exit(tiny_config(runs, **CONFIG), "--iterations", str(ITERATIONS), timeout=1700)
     assert code == 0, up.tail()
     run = runs / "default"
-    wins, games = Counter(), Counter()
-    for line in (run / "ladder" / "results.jsonl").read_text().splitlines():
-        record = json.loads(line)["record"]
-        if record["player"] != "learner":
-            continue
-        assert record["opponent"] == "scripted:random_legal"
-        games[record["iteration"]] += 1
-        wins[record["iteration"]] += record["outcome"] == 1
-    n_late = sum(games[i] for i in LATE)
-    late = sum(wins[i] for i in LATE) / n_late
+    wins, games = learner_results(run, "scripted:random_legal")
+    late, n_late = win_rate(wins, games, LATE)
     table = ", ".join(f"it{i} {wins[i]}/{games[i]}" for i in sorted(games))
     print(f"dqn learning: late {late:.2f} (n={n_late}); {table}")
     assert n_late >= 25, table
