@@ -3,8 +3,12 @@
 Trains K iterations straight; then, in another run folder, trains j < K iterations, stops
 (writing a checkpoint), starts again (a fresh learner process resuming that checkpoint) and
 finishes the K. Every metric row of the resumed iterations must equal the straight run's field
-for field, except the wall-clock fields in ``TIMING_FIELDS``; ``run/state_digest`` (a hash over
-weights, optimizer moments and update state) is among the compared fields.
+for field, except the wall-clock fields in ``TIMING_FIELDS`` and the fits of the evaluators'
+games in ``EVALUATION_FIELDS``; ``run/state_digest`` (a hash over weights, optimizer moments and
+update state) is among the compared fields. The pool is part of the comparison: a gate that
+admits a member at a different iteration in the two runs (gates are evaluator games too) shows
+as a difference, so verify-resume is a proof for runs whose pool moves only by the learner's own
+submissions (the first candidate is admitted free), as in the tiny profile.
 
 Episodes in flight at the stop are part of the promise: the checkpoint holds every battle's
 exact state at the boundary (services/learner/battle_states.py), and the resumed learner hands
@@ -28,6 +32,13 @@ from shared.run_dir import RunDir
 TIMING_FIELDS = ("time/", "throughput/", "run/wall_seconds")
 """Row keys excluded from the comparison: wall-clock measurements, different on every run."""
 
+EVALUATION_FIELDS = ("ladder/champion_rating", "ladder/rating/", "ladder/rating_se/", "ladder/transitivity_residual",
+                     "ladder/gate_score_lower_bound", "strength/")
+"""Row keys fitted from the evaluators' games (ratings, the gate's bound, strength scores): the
+evaluators play them beside the run on their own clock, so how many have been fitted when the
+learner asks the ladder (once per iteration) depends on wall time, and a stopped-and-resumed
+run has had more of it. Nothing the learner trains on reads them."""
+
 RESUME_FIELDS = ("resume/",)
 """Row keys that describe the resume itself (battles restored, refused, unheld): only the first
 row after a resume has them, and the straight run has none."""
@@ -44,7 +55,7 @@ def _compare(a: list[dict], b: list[dict], first: int) -> list[str]:
         if rb is None:
             problems.append(f"iteration {it}: missing from the resumed run")
             continue
-        keys = sorted(k for k in set(ra) | set(rb) if not k.startswith(TIMING_FIELDS + RESUME_FIELDS))
+        keys = sorted(k for k in set(ra) | set(rb) if not k.startswith(TIMING_FIELDS + EVALUATION_FIELDS + RESUME_FIELDS))
         diff = [k for k in keys if ra.get(k) != rb.get(k)]
         if diff:
             shown = ", ".join(f"{k} {ra.get(k)!r} != {rb.get(k)!r}" for k in diff[:6])

@@ -37,8 +37,8 @@ class LearnerMetrics:
             "the learner", registry=r)
         self.untrained_rows = Counter(
             "royalefleet_learner_untrained_rows",
-            "Learner rows an overlapped collection inferred that no update will train (a stop, a halt or the run's "
-            "last iteration ended the run first)", registry=r)
+            "Learner rows collected that no update will train: inferred by an overlapped collection, or in an "
+            "update a stop abandoned (a stop, a halt or the run's last iteration ended the run first)", registry=r)
         self.halt_requests = Counter("royalefleet_learner_halt_requests", "Requests to the halt endpoint, by outcome",
                                      ["outcome"], registry=r)
         self.iterations = Counter("royalefleet_learner_iterations", "Iterations finished by this process", registry=r)

@@ -212,13 +212,14 @@ def join_overlap(learner):
     return overlapped.join()
 
 
-def count_untrained(learner, collected) -> None:
-    """Count the rows an overlapped collection inferred that nothing will train (a stop):
+def count_untrained(learner, collected, why: str = "collected under overlap") -> None:
+    """Count the rows of ``collected`` that nothing will train (a stop): rows an overlapped
+    collection inferred, or (``why`` says so) the rows of an update the stop abandoned.
     ``learner.untrained_rows``, ``royalefleet_learner_untrained_rows_total`` and one log line."""
     n = untrained_rows(collected)
     if n:
         learner.untrained_rows += n
         learner.metrics.untrained_rows.inc(n)
-        learner.say(f"learner: {n} rows of iteration {collected.iteration} collected under overlap are not trained "
+        learner.say(f"learner: {n} rows of iteration {collected.iteration} {why} are not trained "
                     f"(the run stops at iteration {learner.iteration}); counted in "
                     "royalefleet_learner_untrained_rows_total")

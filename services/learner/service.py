@@ -154,7 +154,7 @@ class Learner:
     def train_and_report(self, c: Collected) -> dict:
         """Stages 3-7 over a collected rectangle: values and GAE, the update, the counters and
         the row's keys, the row published with its checkpoint."""
-        from services.learner.overlap import start_overlap
+        from services.learner.overlap import count_untrained, start_overlap
 
         for m in c.members:
             m.fresh = False
@@ -163,7 +163,14 @@ class Learner:
         self.battle_states.request(self.sock, c.members, c.iteration)
         c.ordinals = dict(self.fleet.ordinal)  # the boundary's: an overlapped collection moves fleet.ordinal on
         behaviour = start_overlap(self, c)  # iteration + 1 collects during this update
-        adv, upd, extra = self.train(c)
+        try:
+            adv, upd, extra = self.train(c)
+        except StopRequested:
+            # the stop abandoned this update (update.py): its rows are trained by no one, and
+            # the checkpoint written is the previous row's state; the overlapped collection's
+            # rows are counted when shutdown joins it
+            count_untrained(self, c, "whose update the stop abandoned")
+            raise
         if behaviour is not None:
             behaviour.switch(self.policy, 0)  # the rest of iteration + 1 is inferred by the updated actor
         learner_eps = self.advance(c, upd)

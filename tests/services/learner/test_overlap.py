@@ -152,3 +152,33 @@ def test_dqn_with_frame_stacking_is_refused_naming_the_field():
     with pytest.raises(ConfigError) as exc:
         load_config({"profile": "tiny", "learner": {"algorithm": "dqn"}, "obs": {"frame_stack": 2}})
     assert "obs.frame_stack: the DQN learner's Q rows read one frame; obs.frame_stack 2" in str(exc.value)
+
+
+def test_a_stop_that_abandons_the_update_counts_its_rows_and_re_raises():
+    """A stop during update k (update.py raises StopRequested at the next minibatch): iteration
+    k's inferred learner cells are counted untrained with the reason, the counters and the
+    metric move by exactly that many, and the stop still ends the run."""
+    from types import SimpleNamespace
+
+    from services.learner.service import Learner
+    from services.learner.stops import StopRequested
+
+    acted = np.zeros((6, 4), dtype=bool)
+    acted[:5, :3] = True  # 15 inferred learner cells; the last cycle never answered
+    c = SimpleNamespace(iteration=3, members=[SimpleNamespace(fresh=True)], rect=SimpleNamespace(acted=acted))
+    said, inc = [], []
+
+    def train(_c):
+        raise StopRequested
+
+    fake = SimpleNamespace(
+        iteration=2, untrained_rows=4, sock=None, say=said.append, train=train,
+        battle_states=SimpleNamespace(request=lambda *a: None), fleet=SimpleNamespace(ordinal={}),
+        metrics=SimpleNamespace(untrained_rows=SimpleNamespace(inc=inc.append)),
+        cfg=load_config({"profile": "tiny"}), overlapped=None)
+    with pytest.raises(StopRequested):
+        Learner.train_and_report(fake, c)
+    assert fake.untrained_rows == 4 + 15 and inc == [15]
+    assert said == ["learner: 15 rows of iteration 3 whose update the stop abandoned are not trained (the run stops "
+                    "at iteration 2); counted in royalefleet_learner_untrained_rows_total"]
+    assert fake.overlapped is None  # overlap off: nothing else was started
