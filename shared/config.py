@@ -815,13 +815,26 @@ env steps/s (93,024 env steps by iteration 34, 28 minutes), so 4,000,000 would g
 snapshot after about 20 hours; 100,000 gives it after about 30 minutes."""
 
 
+CPU_GATE = {"champion_games": 200, "anchor_games": 100, "stratified_snapshots": 4, "stratified_games": 40}
+"""The cpu profile's ``ladder.gate``: a gate of at most 200 + 2 x 100 + 4 x 40 = 560 full
+matches. In the two-hour cpu run of 2026-12-02 (docs/learning.md) the one evaluator played
+2.24 s a match (1,716 matches, load 6-10) and spent about 40 % of its time on the strength
+measurement, so the default gate's up to 2,200 matches (about 82 minutes) outlasted the
+candidate cadence (37 iterations, about 50 minutes there): the second candidate waited out
+the run and the pool stayed at one member. 560 matches is about 21 minutes at that rate. The
+cost is a weaker gate: at 200 battles the Wilson lower bound reaches 0.52 at a score rate of
+0.59 (0.551 at 1,000)."""
+
+
 def cpu() -> RunConfig:
     """A 2-core CPU machine, no GPU (this project's development machine): the default when
     torch sees no GPU. Sized so an iteration finishes in about a minute (measured in
     docs/throughput.md): a 32-channel one-block trunk, 4,096 timesteps per iteration. A pool
     candidate every 100,000 env steps (about 30 minutes at the ~55 env steps/s measured here),
-    so the pool, its opponents and the gate engage within the first hour (docs/ladder.md)."""
-    return RunConfig(profile="cpu", ladder=LadderConfig(pool=PoolConfig(candidate_every_env_steps=CPU_CANDIDATE_EVERY)))
+    so the pool, its opponents and the gate engage within the first hour, and a gate one
+    evaluator finishes before the next candidate comes (``CPU_GATE``; docs/ladder.md)."""
+    return RunConfig(profile="cpu", ladder=LadderConfig(pool=PoolConfig(candidate_every_env_steps=CPU_CANDIDATE_EVERY),
+                                                        gate=GateConfig(**CPU_GATE)))
 
 
 def laptop() -> RunConfig:

@@ -77,13 +77,14 @@ def test_ladder_timeline_matches_the_cpu_profile():
     cycles = math.ceil(cfg.ppo.timesteps_per_iteration / (n + mirror))
     env_steps = cycles * n
     iterations = math.ceil(cfg.ladder.pool.candidate_every_env_steps / env_steps)
-    g = GateConfig()
-    gate_matches = g.champion_games + 2 * g.anchor_games + g.stratified_snapshots * g.stratified_games
+    matches = lambda g: g.champion_games + 2 * g.anchor_games + g.stratified_snapshots * g.stratified_games  # noqa: E731
+    gate_matches, cpu_gate_matches = matches(GateConfig()), matches(cfg.ladder.gate)
     old_iterations = math.ceil(4_000_000 / env_steps)  # the reference's cadence, before issue 20
-    assert (mirror, cycles, env_steps, iterations, old_iterations, gate_matches) == (8, 171, 2736, 37, 1462, 2200)
+    assert (mirror, cycles, env_steps, iterations, old_iterations, gate_matches, cpu_gate_matches) == (
+        8, 171, 2736, 37, 1462, 2200, 560)
     text = (ROOT / "docs" / "ladder.md").read_text()
     for number in ("2,736", "1,462", "2,200", "4,000,000", "100,000", "every 37 iterations",
-                   "T = ceil(4,096 / 24) = 171"):
+                   "T = ceil(4,096 / 24) = 171", "200 + 200 + 160 = 560 on the `cpu` profile"):
         assert number in text
 
 

@@ -59,6 +59,11 @@ def test_profiles_differ_only_in_numbers_they_declare():
         "determinism.torch_threads": (2, 4),
         # the cpu profile's own: a candidate within the first hour at ~55 env steps/s (docs/ladder.md)
         "ladder.pool.candidate_every_env_steps": (100_000, 4_000_000),
+        # and a gate its one evaluator finishes inside one candidate interval (docs/ladder.md)
+        "ladder.gate.champion_games": (200, 1000),
+        "ladder.gate.anchor_games": (100, 200),
+        "ladder.gate.stratified_snapshots": (4, 8),
+        "ladder.gate.stratified_games": (40, 100),
     }
 
 

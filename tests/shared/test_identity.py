@@ -55,8 +55,12 @@ def test_the_wire_codec_is_the_identity_codec_version_and_codec_1_keeps_old_run_
     # f0671471b3b5d987: run_id(BASE) computed by the build before wire codec 2 existed. A run
     # on codec 1 (the default) must resume under the new build with the same identity. That
     # build's cpu profile took a candidate every 4,000,000 env steps (now 100,000: issue 20),
-    # so its config is that one; and its advantage.reward_clip was 10 (now 40: docs/learning.md).
-    old = {"ladder": {"pool": {"candidate_every_env_steps": 4_000_000}}, "advantage": {"reward_clip": 10.0}}
+    # so its config is that one; its advantage.reward_clip was 10 (now 40: docs/learning.md), and
+    # its gate the default one (the cpu profile's is smaller since 2026-12-02: docs/ladder.md).
+    old = {"ladder": {"pool": {"candidate_every_env_steps": 4_000_000},
+                      "gate": {"champion_games": 1000, "anchor_games": 200, "stratified_snapshots": 8,
+                               "stratified_games": 100}},
+           "advantage": {"reward_clip": 10.0}}
     assert BASE.codec_version == 1 and run_id(ident(old)) == "f0671471b3b5d987"
     compressed = ident({"services": {"wire_codec": 2}})
     assert identity_differences(BASE, compressed) == {"codec_version": (1, 2)}
