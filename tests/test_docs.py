@@ -109,3 +109,19 @@ def test_ladder_profile_table_matches_every_profile():
         second = math.ceil(2 * every / env_steps)
         row = f"| `{name}` | {env_steps:,} | {every:,} | iteration {first}"
         assert row in text and f"iteration {second}" in text.split(row, 1)[1].split("\n", 1)[0], name
+
+
+def test_readme_profile_table_matches_every_profile():
+    """README's profile table: every numeric cell is the profile's own (shared/config.py PROFILES)."""
+    from shared.config import PROFILES
+
+    text = (ROOT / "README.md").read_text()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[3:-1]]
+            for line in text.splitlines() if line.startswith("| `")}
+    for name in PROFILES:
+        c, g = PROFILES[name](), PROFILES[name]().ladder.gate
+        gate = g.champion_games + 2 * g.anchor_games + g.stratified_snapshots * g.stratified_games
+        want = [f"{c.rollout.battles} x {c.local.rollouts}", f"{c.ppo.timesteps_per_iteration:,}",
+                f"{c.net.channels} x {c.net.blocks}", str(c.determinism.torch_threads),
+                f"{c.ladder.pool.candidate_every_env_steps:,}", f"{gate:,}"]
+        assert rows.get(f"`{name}`") == want, (name, rows.get(f"`{name}`"), want)
