@@ -31,9 +31,11 @@ from shared.run_dir import RunDir  # noqa: E402
 
 
 def _load(args) -> object:
+    from royalefleet.run_options import run_name_of
+
     overrides: dict = {}
-    if getattr(args, "run_name", None):
-        overrides["run_name"] = args.run_name
+    if run_name_of(args):
+        overrides["run_name"] = run_name_of(args)
     if getattr(args, "runs_dir", None):
         overrides["runs_dir"] = args.runs_dir
     if getattr(args, "rollouts", None) is not None:
@@ -273,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     idp.set_defaults(func=cmd_identity)
 
     ck = sub.add_parser("checkpoints", help="list a run's checkpoints with their verification status")
+    ck.add_argument("run", nargs="?", metavar="RUN", help="the run's name, its folder under runs_dir (the same as --run-name)")
     common(ck)
     ck.set_defaults(func=cmd_checkpoints)
 

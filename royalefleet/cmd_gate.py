@@ -26,6 +26,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Replay every game of a logged gate decision and check that each condition's numbers and "
         "the verdict come out the same. Exit 1 on a mismatch.")
     gp.add_argument("candidate", help="the candidate: snap:<snapshot_id> or the bare id")
+    gp.add_argument("run", nargs="?", metavar="RUN", help="the run whose ladder/gates/ holds the decision (same as --run)")
     gp.add_argument("--run", dest="run_name", help="the run whose ladder/gates/ holds the decision")
     add_run_options(gp, "the run whose ladder/gates/ holds the decision (same as --run)")
     gp.set_defaults(func=cmd_gate)

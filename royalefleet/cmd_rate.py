@@ -1,7 +1,7 @@
 """``royalefleet rate``: refit the ratings from a run's result log and print the table.
 
     royalefleet rate                          the configured run's runs/<run>/ladder/results.jsonl
-    royalefleet rate --run-name myrun         another run under runs_dir
+    royalefleet rate myrun                    another run under runs_dir (or --run-name myrun)
     royalefleet rate --log FILE               any result log
     royalefleet rate --kind train             fit the training games instead (biased: PFSP chose them)
 
@@ -20,6 +20,7 @@ import msgspec
 from services.ladder.rating import KINDS, extract_games, fit
 from services.ladder.results import ResultLog, result_log_path
 from shared.config import PROFILES, load_config
+from royalefleet.run_options import add_run_argument, run_name_of
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -32,6 +33,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     rp.add_argument("--config", metavar="FILE", help="a JSON config: where the run lives and the rater settings")
     rp.add_argument("--profile", choices=sorted(PROFILES), help="profile when the config names none (default: cpu; it only matters "
                     "for where runs live)")
+    add_run_argument(rp)
     rp.add_argument("--run-name", help="run folder name under runs_dir (overrides the config)")
     rp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
     rp.add_argument("--log", metavar="FILE", help="read this result log instead of the run's")
@@ -50,8 +52,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _config(args):
     overrides: dict = {}
-    if args.run_name:
-        overrides["run_name"] = args.run_name
+    if run_name_of(args):
+        overrides["run_name"] = run_name_of(args)
     if args.runs_dir:
         overrides["runs_dir"] = args.runs_dir
     # "cpu" rather than default_profile_name(): that one imports torch to look for a GPU, and

@@ -17,7 +17,7 @@ import argparse
 import time
 from pathlib import Path
 
-from royalefleet.run_options import add_run_options, run_config
+from royalefleet.run_options import add_run_argument, add_run_options, run_config
 from shared import run_dir as layout
 from shared.run_dir import RunDir, last_metric_row
 
@@ -30,6 +30,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "a halt if any, the ladder's pool and gate in flight, the alarms fired and the rows a resume purged. "
         "Read-only. The run is run_name of the config (default 'default') under runs_dir (default 'runs'); the "
         "config is --config, else the run's own config.json, else the profile's defaults.")
+    add_run_argument(sp)
     add_run_options(sp)
     sp.set_defaults(func=cmd_status)
     return sp

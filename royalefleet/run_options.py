@@ -1,5 +1,6 @@
 """The options that name a run folder, and the config they give, for the read-only commands
-that work on a run's files (``eval``, ``gate``, ``status``)."""
+that work on a run's files (``eval``, ``gate``, ``status``, ``strength``, ...). Every command
+that reads one run takes it as an optional positional ``RUN`` and as ``--run-name``."""
 
 from __future__ import annotations
 
@@ -17,14 +18,30 @@ def add_run_options(sp, run_help: str = "the run to read (overrides the config)"
     sp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
 
 
+def add_run_argument(sp) -> None:
+    """The optional positional ``RUN`` every read-only command takes (``royalefleet status
+    myrun``), the same as ``--run-name``."""
+    sp.add_argument("run", nargs="?", metavar="RUN", help="the run's name, its folder under runs_dir (the same as --run-name)")
+
+
+def run_name_of(args) -> str | None:
+    """The run named by the positional ``RUN`` or ``--run-name`` (None: the config's). Raises
+    SystemExit with a message when both are given and differ."""
+    positional, flag = getattr(args, "run", None), getattr(args, "run_name", None)
+    if positional and flag and positional != flag:
+        raise SystemExit(f"error: RUN {positional!r} and --run-name {flag!r} name two runs; give one")
+    return positional or flag
+
+
 def run_config(args, run_name: str | None = None):
     """The config: ``--config``, else the run's own ``config.json`` (written at every start by
     ``royalefleet up``), else the profile (default cpu: it never imports torch to look for a
     GPU). ``--run-name`` (or ``run_name``) and ``--runs-dir`` override what it says. Raises
     ConfigError for a config that does not load."""
     overrides: dict = {}
-    if run_name or args.run_name:
-        overrides["run_name"] = run_name or args.run_name
+    run_name = run_name or run_name_of(args)
+    if run_name:
+        overrides["run_name"] = run_name
     if args.runs_dir:
         overrides["runs_dir"] = args.runs_dir
     source = args.config

@@ -124,6 +124,23 @@ def test_the_command_reads_the_run_and_names_a_missing_one(tmp_path, capsys):
                                        "`royalefleet up`, or name the run with --run-name / --runs-dir)\n")
 
 
+def test_the_run_is_named_positionally_as_on_every_read_only_command(tmp_path, capsys):
+    import pytest
+
+    cfg, run = make_run(tmp_path)
+    assert main(["status", "r", "--runs-dir", str(tmp_path)]) == 0
+    by_position = capsys.readouterr().out
+    assert main(["status", "--runs-dir", str(tmp_path), "--run-name", "r"]) == 0
+    assert by_position.startswith(f"run 'r' in {run}\n") and by_position == capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        main(["status", "r", "--run-name", "other", "--runs-dir", str(tmp_path)])
+    assert str(info.value) == "error: RUN 'r' and --run-name 'other' name two runs; give one"
+    for argv in (["checkpoints", "r"], ["checkpoints", "--run-name", "r"]):
+        assert main([*argv, "--runs-dir", str(tmp_path), "--profile", "tiny"]) == 0
+        assert capsys.readouterr().out.splitlines() == ["iteration  name            MB  status",
+                                                        "        2  00000002      0.00  ok (every file verifies)"]
+
+
 def test_ago_units():
     assert [ago(s) for s in (5, 89, 90, 5399, 5400, 172799, 172800)] == [
         "5 s", "89 s", "2 min", "90 min", "1.5 h", "48.0 h", "2.0 days"]

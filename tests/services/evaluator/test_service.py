@@ -155,6 +155,8 @@ def test_a_gate_played_by_an_evaluator_is_re_run_exactly_by_royalefleet_gate(cfg
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "match     beats_champion:" in out and "MISMATCH" not in out and "every number matches" in out
+    assert main(["gate", cand, "t", "--runs-dir", str(tmp_path), "--config", str(cfg_file)]) == 0  # RUN positionally
+    assert capsys.readouterr().out == out
     # A record whose number no longer matches what the games give is caught.
     c1 = logged.decision.conditions[0]
     bad = msgspec.structs.replace(logged.decision, conditions=[

@@ -402,6 +402,7 @@ def test_rate_prints_the_table_from_a_run_log(tmp_path):
     assert lines[ANCHOR][1:3] == ["0.0", "anchor"]
     assert float(lines["snap:v1"][1]) > 0 and lines["snap:v1"][3] == "40"
     assert "draw model: davidson" in text and "transitivity residual: 0.000 (0 of 1 pairs" in text
+    assert run_rate(["r1", "--runs-dir", str(tmp_path)]) == (code, text)  # the run named positionally
     code, text = run_rate(["--log", str(log.path), "--json"])
     assert msgspec.json.decode(text.encode(), type=RatingTable).games == 40.0
     code, text = run_rate(["--log", str(log.path), "--kind", "train", "--min-pair-games", "100"])
