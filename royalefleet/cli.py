@@ -5,6 +5,7 @@
     royalefleet bench    measure bare RoyaleGym speed against the stack's, and the wire bytes
     royalefleet resume / verify-resume / identity / checkpoints   runs that stop and continue
     royalefleet status   where a run stands, from its folder (no service needed)
+    royalefleet snapshots  a run's snapshots: the snap:<id> to eval or play, its pool role and rating
     royalefleet rate     refit the ratings from a result log
     royalefleet eval     play a paired evaluation between two players (snapshots or anchors)
     royalefleet gate     re-run a logged gate decision and compare its numbers
@@ -280,10 +281,11 @@ def build_parser() -> argparse.ArgumentParser:
     ck.set_defaults(func=cmd_checkpoints)
 
     from royalefleet import chaos, cmd_doctor, cmd_eval, cmd_gate, cmd_keys, cmd_play, cmd_rate, cmd_replay, cmd_status
-    from royalefleet import cmd_report, cmd_strength
+    from royalefleet import cmd_report, cmd_snapshots, cmd_strength
 
     cmd_doctor.add_parser(sub)
     cmd_status.add_parser(sub)
+    cmd_snapshots.add_parser(sub)
     cmd_strength.add_parser(sub)
     cmd_report.add_parser(sub)
     cmd_rate.add_parser(sub)
