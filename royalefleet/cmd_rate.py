@@ -105,11 +105,12 @@ def cmd_rate(args, out=None) -> int:
         rate = f"; observed draw rate {100 * table.draw_rate:.1f} %" if (
             table.draw_model_reason == "requested" and table.draw_rate is not None) else ""
         w(f"draw model: half_win ({table.draw_model_reason}){rate}\n")
+    swept = f"; {table.pairs_swept} swept pair(s) not tested" if table.pairs_swept else ""
     if table.transitivity_residual is None:
-        w(f"transitivity residual: absent (no pair has >= {table.min_pair_games} games)\n")
+        w(f"transitivity residual: absent (no pair that is not a sweep has >= {table.min_pair_games} games{swept})\n")
     else:
         w(f"transitivity residual: {table.transitivity_residual:.3f} ({table.pairs_off} of {table.pairs_tested} "
-          f"pairs with >= {table.min_pair_games} games off the fit by > 2 SE)\n")
+          f"pairs with >= {table.min_pair_games} games off the fit by > 2 SE{swept})\n")
     thin = [p for p in table.players if p != table.anchor and 0 < table.games_by_player[p] < 30]
     if thin:
         w(f"{len(thin)} player(s) with under 30 games: their intervals are wide, and their ratings mostly prior\n")

@@ -43,6 +43,10 @@ REFERENCE = {
     "gate_starved": ("warn", 1, (5.0,)),
     "capacity_ratio": ("warn", 3, (1.5,)),
 }
+DEPARTURES = {  # default thresholds that are not the reference's, each measured (docs/design.md)
+    "elixir_count_inexact": (0.5,),
+}
+
 OURS = {  # after the reference's, in table order: the DQN learner's
     "q_diverging": ("halt", 3, (100.0,)),
     "behaviour_dead": ("warn", 5, (0.999,)),
@@ -115,7 +119,7 @@ PLANTS = {
     "artefact_exploit": {"policy/card_tile_top10_share": 0.8},
     "draw_equilibrium": {"env/draw_rate": 0.7, "env/episode_steps_at_cap_frac": 0.9},
     "seat_bias": {"env/win_rate_by_seat_ci95_lo": 0.58, "env/win_rate_by_seat_ci95_hi": 0.66},
-    "elixir_count_inexact": {"env/elixir_count_exact_frac": 0.95},
+    "elixir_count_inexact": {"env/elixir_count_exact_frac": 0.4},
     "reward_clipped": {"ppo/reward_clip_frac": 0.001},
     "shaping_dominates": {"env/reward_shaping_abs": 1.4, "env/reward_terminal_abs": 1.0},
     "vram_spilling": {"time/update": 30.0, "health/vram_driver_free_mb": 60.0},
@@ -149,6 +153,7 @@ def test_table_is_the_reference_table():
     assert sum(a.severity == "halt" for a in ALARMS if a.name in REFERENCE) == 7
     for a in ALARMS:
         severity, patience, defaults = {**REFERENCE, **OURS}[a.name]
+        defaults = DEPARTURES.get(a.name, defaults)
         assert (a.severity, a.patience) == (severity, patience), a.name
         assert thresholds(a) == pytest.approx(defaults), a.name
         assert a.meaning and a.what_to_do

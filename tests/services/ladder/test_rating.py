@@ -196,7 +196,28 @@ def test_residual_is_absent_when_no_pair_has_enough_games():
     table = fit([Game(ANCHOR, "x", 1.0)] * 29, min_pair_games=30)
     assert table.transitivity_residual is None and table.pairs_tested == 0
     assert b"transitivity_residual" not in msgspec.json.encode(table)  # absent, never a fake 0
-    assert fit([Game(ANCHOR, "x", 1.0)] * 30, min_pair_games=30).pairs_tested == 1
+    assert fit([Game(ANCHOR, "x", 1.0)] * 29 + [Game(ANCHOR, "x", 0.0)], min_pair_games=30).pairs_tested == 1
+
+
+def test_a_sweep_is_not_tested_for_transitivity():
+    """x beats the anchor 200-0 (the champion's anchor record against scripted:noop) and plays
+    14 peers even, 20 games each, who each beat the anchor 20-0 (the two-hour run's strength
+    snapshots; those pairs are under min_pair_games). The prior holds the cluster near 660 Elo,
+    so the fit predicts the anchor some wins against x, more than 2 SE from its 0, and the
+    reference's rule counts the pair off (residual 1.0 with nothing intransitive). Left out as
+    a sweep; a cycle among other pairs is still found."""
+    sweep = [Game(ANCHOR, "x", 0.0)] * 200
+    for k in range(14):
+        sweep += [Game(f"p{k}", ANCHOR, 1.0)] * 20 + [Game("x", f"p{k}", 1.0)] * 10 + [Game("x", f"p{k}", 0.0)] * 10
+    table = fit(sweep)
+    p = table.predict(ANCHOR, "x")
+    assert p > 2.0 * math.sqrt(p * (1.0 - p) / 200)  # what the reference's test would call off
+    assert (table.pairs_swept, table.pairs_tested, table.transitivity_residual) == (1, 0, None)
+    cycle = []
+    for a, b in (("u", "v"), ("v", "w"), ("w", "u")):
+        cycle += [Game(a, b, 1.0)] * 80 + [Game(a, b, 0.0)] * 20
+    both = fit(sweep + cycle)
+    assert (both.pairs_swept, both.pairs_tested, both.pairs_off, both.transitivity_residual) == (1, 3, 3, 1.0)
 
 
 # ----------------------------------------------------------------------------- prior, anchor, SE
