@@ -209,7 +209,7 @@ def cmd_replay(args, out=None) -> int:
 
     out = out or sys.stdout
     err = sys.stderr
-    cfg = run_config(args, run_name=args.run)
+    cfg = run_config(args)
     log = ResultLog.for_run(cfg.runs_dir, cfg.run_name)
     if not log.path.exists():
         print(f"royalefleet replay: run {cfg.run_name!r} has no result log at {log.path}", file=err)

@@ -205,7 +205,7 @@ window.addEventListener("load", () => {{
 
 def cmd_report(args, out=None) -> int:
     out = out or sys.stdout
-    cfg = run_config(args, run_name=args.run)
+    cfg = run_config(args)
     folder = args.out or Path(cfg.runs_dir) / cfg.run_name / "report"
     try:
         page = write_report(cfg, folder)

@@ -15,7 +15,9 @@ the result log (its measured rating). One line per snapshot, oldest first:
   evicted from the working set), ``discarded`` (a candidate its gate turned down), or
   ``strength only`` (taken for the standing strength measurement, never a candidate);
 * ``rating``: its Bradley-Terry-Davidson rating in Elo (``scripted:noop`` = 0) from the strength
-  measurement (``royalefleet strength``), when it was measured.
+  measurement (``royalefleet strength``: one fit of the strength games alone), when it was
+  measured. ``royalefleet rate`` fits every evaluation game (gates and anchor records too), so
+  its number for the same snapshot differs.
 """
 
 from __future__ import annotations
@@ -102,8 +104,9 @@ def _role(pool, player: str) -> str:
     return "strength only"
 
 
-def table_lines(lines: list[SnapshotLine], run_name: str) -> list[str]:
-    """The table ``royalefleet snapshots`` prints."""
+def table_lines(lines: list[SnapshotLine], run_name: str, runs_dir: str | None = None) -> list[str]:
+    """The table ``royalefleet snapshots`` prints; its last line is an ``eval`` command for the
+    newest snapshot that names the run as this one was named (``runs_dir`` when given)."""
     if not lines:
         return [f"run {run_name!r} has no snapshot yet (the learner writes one at ladder.pool."
                 "candidate_every_env_steps and every evaluation.strength.every_iterations)"]
@@ -113,8 +116,9 @@ def table_lines(lines: list[SnapshotLine], run_name: str) -> list[str]:
         steps = "?" if s.env_steps is None else f"{s.env_steps:,}"
         rating = "-" if s.rating is None else f"{s.rating:.0f} +- {s.rating_se:.0f}"
         out.append(f"{s.player:<22} {it:>9} {steps:>11}  {s.role:<13}  {rating}")
-    out.append(f"{len(lines)} snapshot(s); play one with `royalefleet eval {lines[-1].player} scripted:random_legal "
-               f"--run-name {run_name}`")
+    where = f" --runs-dir {runs_dir}" if runs_dir else ""
+    out.append(f"{len(lines)} snapshot(s); evaluate the newest with `royalefleet eval {lines[-1].player} "
+               f"scripted:random_legal --run-name {run_name}{where}` (or `eval latest ...`)")
     return out
 
 
@@ -134,5 +138,5 @@ def cmd_snapshots(args, out=None) -> int:
         for s in lines:
             print(msgspec.json.encode(s).decode(), file=out)
     else:
-        print("\n".join(table_lines(lines, cfg.run_name)), file=out)
+        print("\n".join(table_lines(lines, cfg.run_name, args.runs_dir)), file=out)
     return 0

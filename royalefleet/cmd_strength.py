@@ -70,7 +70,7 @@ def table_lines(measured, pending: int) -> list[str]:
 
 def cmd_strength(args, out=None) -> int:
     out = out or sys.stdout
-    cfg = run_config(args, run_name=args.run)
+    cfg = run_config(args)
     try:
         measured, pending = strength_of_run(cfg)
     except (OSError, ValueError) as exc:

@@ -230,8 +230,9 @@ ALARMS: tuple[Alarm, ...] = (
         meaning="RoyaleGym's opponent-elixir count was inexact in most of the iteration's episodes, far below "
                 "its baseline (about 1 episode in 5 drifts; the reference's 0.99 fired on half of every run's "
                 "iterations)",
-        what_to_do="compare the royalegym version with the one of the runs before (royalefleet identity); a new "
-                   "engine build that broke the count shows here: pin the previous one",
+        what_to_do="compare the royalegym version the learner's start line names (logs/learner.log: 'learner: "
+                   "engine ... (royalegym X)') with earlier runs'; a new engine build that broke the count shows "
+                   "here: pin the previous royalegym in pyproject.toml",
     ),
     Alarm(
         name="reward_clipped", keys=("ppo/reward_clip_frac",), condition="gt", threshold=(0.0,),
@@ -256,7 +257,9 @@ ALARMS: tuple[Alarm, ...] = (
     Alarm(
         name="transitivity", keys=("ladder/transitivity_residual",), condition="gt",
         threshold=("transitivity_residual",), severity="warn", patience=3,
-        meaning="pairwise results disagree with a single rating: a scalar rating is not meaningful now",
+        meaning="pairwise results disagree with a single rating: a scalar rating is not meaningful now (pairs "
+                "with at least ladder.rater.min_pair_games games are tested, sweeps left out: the prior keeps a "
+                "fitted gap finite, so a 200-0 record would always look off)",
         what_to_do="read the pairwise scores: `royalefleet rate --json` lists every pair's games and "
                    "observed score (`pairs`; `royalefleet rate` prints how many pairs are off the fit); a "
                    "rock-paper-scissors pool needs the per-opponent scores, not the ratings",

@@ -35,7 +35,8 @@ def test_every_snapshot_with_its_role_oldest_first(tmp_path, capsys):
         f"{STRENGTH_ONLY}" + " " * 9 + "10" + " " * 9 + "150  strength only  -",
         f"{CAND}" + " " * 9 + "20" + " " * 9 + "200  pending gate   -",
         f"snap:{'0' * 15}4" + " " * 10 + "?" + " " * 11 + "?  strength only  -",
-        f"4 snapshot(s); play one with `royalefleet eval snap:{'0' * 15}4 scripted:random_legal --run-name r`",
+        f"4 snapshot(s); evaluate the newest with `royalefleet eval snap:{'0' * 15}4 scripted:random_legal "
+        f"--run-name r --runs-dir {tmp_path}` (or `eval latest ...`)",
     ]
     assert main(["snapshots", "--run-name", "r", "--runs-dir", str(tmp_path), "--profile", "tiny", "--json"]) == 0
     first = json.loads(capsys.readouterr().out.splitlines()[0])

@@ -135,6 +135,10 @@ def test_the_run_is_named_positionally_as_on_every_read_only_command(tmp_path, c
     with pytest.raises(SystemExit) as info:
         main(["status", "r", "--run-name", "other", "--runs-dir", str(tmp_path)])
     assert str(info.value) == "error: RUN 'r' and --run-name 'other' name two runs; give one"
+    for command in ("strength", "report", "snapshots", "rate", "checkpoints"):
+        with pytest.raises(SystemExit) as info:
+            main([command, "r", "--run-name", "other", "--runs-dir", str(tmp_path)])
+        assert str(info.value) == "error: RUN 'r' and --run-name 'other' name two runs; give one", command
     for argv in (["checkpoints", "r"], ["checkpoints", "--run-name", "r"]):
         assert main([*argv, "--runs-dir", str(tmp_path), "--profile", "tiny"]) == 0
         assert capsys.readouterr().out.splitlines() == ["iteration  name            MB  status",
