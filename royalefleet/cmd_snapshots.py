@@ -33,8 +33,8 @@ from shared.run_dir import RunDir
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    sp = subparsers.add_parser(
-        "snapshots", help="list a run's snapshots: the snap:<id> to eval or play, iteration, pool role, rating",
+    sp = subparsers.add_parser("snapshots",  # the command's name, not a path (RunDir.snapshots is)
+        help="list a run's snapshots: the snap:<id> to eval or play, iteration, pool role, rating",
         description="Read <run>/snapshots/, the ladder's pool and the strength measurement and print every "
         "snapshot the run has written, oldest first: its player id (snap:<id>, what `royalefleet eval` and "
         "`play` take), the learner iteration and env steps it was taken at, its role in the pool (champion, "
