@@ -35,8 +35,9 @@ def _load(args) -> object:
     from royalefleet.run_options import run_name_of
 
     overrides: dict = {}
-    if run_name_of(args):
-        overrides["run_name"] = run_name_of(args)
+    run_name = run_name_of(args)
+    if run_name:
+        overrides["run_name"] = run_name
     if getattr(args, "runs_dir", None):
         overrides["runs_dir"] = args.runs_dir
     if getattr(args, "rollouts", None) is not None:
@@ -276,7 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     idp.set_defaults(func=cmd_identity)
 
     ck = sub.add_parser("checkpoints", help="list a run's checkpoints with their verification status")
-    ck.add_argument("run", nargs="?", metavar="RUN", help="the run's name, its folder under runs_dir (the same as --run-name)")
+    from royalefleet.run_options import add_run_argument
+
+    add_run_argument(ck)
     common(ck)
     ck.set_defaults(func=cmd_checkpoints)
 

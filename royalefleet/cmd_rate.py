@@ -52,8 +52,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _config(args):
     overrides: dict = {}
-    if run_name_of(args):
-        overrides["run_name"] = run_name_of(args)
+    run_name = run_name_of(args)
+    if run_name:
+        overrides["run_name"] = run_name
     if args.runs_dir:
         overrides["runs_dir"] = args.runs_dir
     # "cpu" rather than default_profile_name(): that one imports torch to look for a GPU, and

@@ -67,18 +67,17 @@ def snapshot_lines(cfg) -> list[SnapshotLine]:
     """Every snapshot under ``<run>/snapshots/``, oldest first (by iteration, then id). Raises
     ValueError for a pool or strength plan that does not decode."""
     from royalefleet.cmd_strength import strength_of_run
+    from services.checkpoint.snapshots import SPEC, SnapshotStore
     from services.ladder.pool import PoolState
 
     rd = RunDir.of(cfg.runs_dir, cfg.run_name)
-    found = sorted(p for p in rd.snapshots.iterdir() if p.is_dir()) if rd.snapshots.is_dir() else []
     pool = PoolState.for_run(cfg.runs_dir, cfg.run_name, cfg.ladder) if rd.pool.exists() else None
     measured, _ = strength_of_run(cfg)
     rating = {_bare(m.snapshot): (m.rating, m.rating_se) for m in measured}
     out = []
-    for path in found:
-        sid = _bare(path.name)
+    for sid in SnapshotStore(rd.snapshots).ids():  # a half-written ``<id>.partial`` is not one
         try:
-            spec = json.loads((path / "spec.json").read_text())
+            spec = json.loads((rd.snapshots / sid / SPEC).read_text())
             iteration, env_steps = int(spec["iteration"]), int(spec["env_steps"])
         except (OSError, ValueError, KeyError, TypeError):
             iteration = env_steps = None
@@ -125,8 +124,9 @@ def table_lines(lines: list[SnapshotLine], run_name: str, runs_dir: str | None =
 def cmd_snapshots(args, out=None) -> int:
     out = out or sys.stdout
     cfg = run_config(args)
-    if not RunDir.of(cfg.runs_dir, cfg.run_name).root.is_dir():
-        print(f"royalefleet snapshots: no run folder {RunDir.of(cfg.runs_dir, cfg.run_name).root} "
+    root = RunDir.of(cfg.runs_dir, cfg.run_name).root
+    if not root.is_dir():
+        print(f"royalefleet snapshots: no run folder {root} "
               "(name the run: RUN, --run-name, --runs-dir)", file=sys.stderr)
         return 1
     try:

@@ -33,13 +33,13 @@ def run_name_of(args) -> str | None:
     return positional or flag
 
 
-def run_config(args, run_name: str | None = None):
+def run_config(args):
     """The config: ``--config``, else the run's own ``config.json`` (written at every start by
     ``royalefleet up``), else the profile (default cpu: it never imports torch to look for a
-    GPU). ``--run-name`` (or ``run_name``) and ``--runs-dir`` override what it says. Raises
-    ConfigError for a config that does not load."""
+    GPU). The run (``RUN`` or ``--run-name``, ``run_name_of``) and ``--runs-dir`` override what
+    it says. Raises ConfigError for a config that does not load, SystemExit for two run names."""
     overrides: dict = {}
-    run_name = run_name or run_name_of(args)
+    run_name = run_name_of(args)
     if run_name:
         overrides["run_name"] = run_name
     if args.runs_dir:

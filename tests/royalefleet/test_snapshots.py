@@ -28,6 +28,7 @@ def test_every_snapshot_with_its_role_oldest_first(tmp_path, capsys):
     broken = run / "snapshots" / ("0" * 15 + "4")
     broken.mkdir()
     (broken / "spec.json").write_text("{not json")
+    (run / "snapshots" / ("0" * 15 + "5.partial")).mkdir()  # a write the store had not finished: not listed
     assert main(["snapshots", "r", "--runs-dir", str(tmp_path), "--profile", "tiny"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "player                 iteration   env_steps  role           strength rating (Elo, noop = 0)",
