@@ -12,6 +12,28 @@ class DeterminismError(RuntimeError):
     """The process cannot be put into the configured tier (the message names the setting)."""
 
 
+def set_deterministic_algorithms(mode: bool) -> None:
+    """``torch.use_deterministic_algorithms(mode)`` without its import of ``torch._inductor``.
+
+    The public call also sets ``torch._inductor.config.deterministic``, and importing that config
+    drags in dynamo, sympy and triton: measured 6-11 s of a learner's start on the 2-core machine
+    under load (as long as ``import torch`` itself), for a compiler the learner never runs. So the
+    flag goes straight to ATen, and the inductor's copy is set only where something has already
+    imported it (then it costs nothing). A torch without the private setter gets the public call."""
+    import sys
+
+    import torch
+
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None:  # pragma: no cover - a torch that renamed it
+        torch.use_deterministic_algorithms(mode, warn_only=False)
+        return
+    setter(mode, warn_only=False)
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.deterministic = mode
+
+
 def apply_determinism(cfg: RunConfig, device: str) -> dict:
     """Put this process into the configured tier, or refuse a run that would silently not be
     reproducible, naming the setting.
@@ -36,13 +58,13 @@ def apply_determinism(cfg: RunConfig, device: str) -> dict:
         if device.startswith("cuda") and os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in (":4096:8", ":16:8"):
             raise DeterminismError("determinism.tier run_exact on CUDA needs CUBLAS_WORKSPACE_CONFIG=:4096:8 set "
                                    "before the learner starts")
-        torch.use_deterministic_algorithms(True, warn_only=False)
+        set_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     else:
-        torch.use_deterministic_algorithms(False)
+        set_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
         torch.backends.cudnn.benchmark = device.startswith("cuda")
     return {"tier": tier, "torch_threads": threads}
