@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from prometheus_client import start_http_server
 
 from shared.config import ConfigError, load_service_config
-from shared.cpu_priority import lower_cpu_priority, nice_value
+from shared.cpu_priority import autogroup_nice, lower_cpu_priority, nice_value
 from shared.service_settings import option, parse_settings, port
 
 @dataclass(frozen=True)
@@ -33,8 +33,9 @@ class Settings:
     metrics_host: str = option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help="address the /metrics server listens on")
     nice: int = option(19, env="ROYALEFLEET_NICE", parse=nice_value,
                        help="CPU priority, as a nice value 0..19: the games take only the cores the learner and "
-                       "rollouts leave idle (19, the default; a busy evaluator at 0 made the cpu profile's update "
-                       "3x slower on 2 cores); 0 keeps the priority it was started with (a machine of its own)")
+                       "rollouts leave idle (19, the default; a busy evaluator at full priority made the cpu "
+                       "profile's update 3.5x slower on 2 cores); 0 keeps the priority it was started with (an "
+                       "evaluator on a machine of its own)")
 
 
 def parse_args(argv: list[str] | None = None, environ=None) -> Settings:
@@ -52,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"evaluator: {exc}", file=sys.stderr)
         return 2
-    for problem in lower_cpu_priority(args.nice):
-        print(f"evaluator: {problem}; its games compete with training at full priority", file=sys.stderr)
+    for problem in lower_cpu_priority(args.nice):  # before any thread: threads inherit the nice value
+        print(f"evaluator: {problem}; its games may take CPU from training on this machine", file=sys.stderr)
     from services.evaluator.service import Evaluator, EvaluatorMetrics
 
     metrics = EvaluatorMetrics()
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     print(f"evaluator: run {config.run_name!r}, ladder {args.ladder}, checkpoint {args.checkpoint}, metrics "
           + (f"http://{args.metrics_host}:{args.metrics_port}/metrics" if server else "off")
-          + f", nice {os.nice(0)}", flush=True)
+          + f", nice {os.nice(0)}" + (f" (autogroup {group})" if (group := autogroup_nice()) is not None else ""),
+          flush=True)
     try:
         return evaluator.run()
     finally:

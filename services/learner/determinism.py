@@ -19,7 +19,9 @@ def set_deterministic_algorithms(mode: bool) -> None:
     drags in dynamo, sympy and triton: measured 6-11 s of a learner's start on the 2-core machine
     under load (as long as ``import torch`` itself), for a compiler the learner never runs. So the
     flag goes straight to ATen, and the inductor's copy is set only where something has already
-    imported it (then it costs nothing). A torch without the private setter gets the public call."""
+    imported it (then it costs nothing; an inductor imported later reads its own default, which
+    matters only to a ``torch.compile`` the learner never calls). A torch without the private
+    setter gets the public call."""
     import sys
 
     import torch
@@ -30,7 +32,7 @@ def set_deterministic_algorithms(mode: bool) -> None:
         return
     setter(mode, warn_only=False)
     inductor = sys.modules.get("torch._inductor.config")
-    if inductor is not None:
+    if inductor is not None and hasattr(inductor, "deterministic"):
         inductor.deterministic = mode
 
 
