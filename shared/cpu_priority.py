@@ -21,6 +21,8 @@ import os
 import time
 from pathlib import Path
 
+from shared.service_settings import whole
+
 AUTOGROUP = Path("/proc/self/autogroup")
 MAX_NICE = 19
 AUTOGROUP_TRIES = 5  # the kernel takes one unprivileged autogroup write per 100 ms, machine-wide (EAGAIN)
@@ -29,10 +31,7 @@ AUTOGROUP_TRIES = 5  # the kernel takes one unprivileged autogroup write per 100
 def nice_value(text: str) -> int:
     """A nice value for ``--nice``: a whole number 0..19 (0 leaves the priority as it is).
     Raises ValueError naming the value."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError("not a whole number") from None
+    value = whole(text)
     if not 0 <= value <= MAX_NICE:
         raise ValueError(f"{value} is not a nice value 0..{MAX_NICE} (0 keeps the priority, 19 is the lowest)")
     return value
