@@ -2,12 +2,15 @@
 
     royalefleet eval scripted:random_legal scripted:noop --games 20
     royalefleet eval snap:0123456789abcdef scripted:noop --games 100 --run-name myrun
+    royalefleet eval latest+search:8 latest --games 200      # what search adds to the newest snapshot
 
 A player is a snapshot of the run (``snap:<snapshot_id>``, or the bare 16-hex id) read from
 ``<runs_dir>/<run>/snapshots/``, or a scripted player (``shared.scripted.SCRIPTED_PLAYERS``:
 ``scripted:noop``, ``scripted:random_legal`` and RoyaleGym's ladder bots ``scripted:random``,
 ``scripted:first-affordable``, ``scripted:defend``, ``scripted:push``, ``scripted:patient``); ``latest`` and
-``champion`` name a snapshot as ``royalefleet play`` resolves them. The games are the evaluators' games
+``champion`` name a snapshot (``royalefleet/players.py``); A and B default to ``latest`` and
+``scripted:random_legal``. Any player followed by ``+search:N[:D]`` searches at its choice
+decisions (``services/evaluator/searched.py``), and the search's cost is printed after the score. The games are the evaluators' games
 (``services.evaluator.games``): full matches on the first ceil(N / 2) seeds of the run's fixed
 evaluation seed set, each seed with A blue then A red, actions from the streams of job
 ``--job`` (default 0). Prints A's score (a draw counts half) with its Wilson 95 % interval.
@@ -20,10 +23,9 @@ import argparse
 import sys
 import time
 
+from royalefleet.players import DEFAULT_OPPONENT, LATEST, LocalPlayers, resolve
 from royalefleet.run_options import add_run_options, run_config
-from shared.messages import SNAPSHOT_PREFIX
 from shared.scripted import SCRIPTED_PLAYERS
-from shared.run_dir import RunDir
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -31,52 +33,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "eval", help="play a paired evaluation between two players and print the score",
         description="Play A against B on the run's fixed evaluation seeds, both sides of each seed, full matches, "
         "in this process, and print A's score with a Wilson 95 % interval. Players: snap:<snapshot_id> (a "
-        "snapshot of the run), latest (its newest snapshot), champion (the pool's champion) or a scripted player: "
-        + ", ".join(SCRIPTED_PLAYERS) + ".")
-    ep.add_argument("a", help="player A")
-    ep.add_argument("b", help="player B")
+        "snapshot of the run), latest (its newest snapshot), champion (the pool's champion) or a scripted player ("
+        + ", ".join(SCRIPTED_PLAYERS) + "); any of them followed by +search:N (or +search:N:D) searches N candidate "
+        "actions at each of its choice decisions in a copy of the battle, D decisions deep (default 30), and plays "
+        "the best (docs/search.md).")
+    ep.add_argument("a", nargs="?", default=LATEST, help=f"player A (default {LATEST}: the run's newest snapshot)")
+    ep.add_argument("b", nargs="?", default=DEFAULT_OPPONENT, help=f"player B (default {DEFAULT_OPPONENT})")
     ep.add_argument("--games", type=int, default=20, help="battles to play, both sides of ceil(N/2) seeds (default 20)")
     ep.add_argument("--job", type=int, default=0, help="job id naming the action streams (default 0)")
     add_run_options(ep, "the run whose snapshots and seeds are used (overrides the config)")
     ep.set_defaults(func=cmd_eval)
     return ep
-
-
-def normalise(player: str) -> str:
-    """A bare 16-hex snapshot id becomes ``snap:<id>``; anything else is kept."""
-    if len(player) == 16 and all(c in "0123456789abcdef" for c in player):
-        return SNAPSHOT_PREFIX + player
-    return player
-
-
-class LocalPlayers:
-    """Players of one run, snapshots read from its store (verified against their ids)."""
-
-    def __init__(self, cfg):
-        self.cfg, self._facts, self._loaded = cfg, None, {}
-
-    def get(self, player: str):
-        from services.checkpoint.snapshots import SnapshotStore
-        from services.evaluator.players import ScriptedPlayer, load_snapshot_player, run_facts
-        from shared.evaluation import check_player
-        from shared.messages import snapshot_of
-
-        problem = check_player(player)
-        if problem:
-            raise ValueError(problem)
-        if player in self._loaded:
-            return self._loaded[player]
-        sid = snapshot_of(player)
-        if sid is None:
-            p = ScriptedPlayer(player, self.cfg.ladder.random_legal_noop_prob)
-        else:
-            store = SnapshotStore(RunDir.of(self.cfg.runs_dir, self.cfg.run_name).snapshots)
-            actor, spec = store.read(sid)
-            if self._facts is None:
-                self._facts = run_facts(self.cfg)
-            p = load_snapshot_player(player, actor, spec, self.cfg, self._facts)
-        self._loaded[player] = p
-        return p
 
 
 def cmd_eval(args, out=None) -> int:
@@ -87,8 +54,6 @@ def cmd_eval(args, out=None) -> int:
 
     out = out or sys.stdout
     cfg = run_config(args)
-    from royalefleet.cmd_play import resolve
-
     try:
         a, b = resolve(args.a, cfg), resolve(args.b, cfg)
     except ValueError as exc:
@@ -126,4 +91,23 @@ def cmd_eval(args, out=None) -> int:
     wins, draws = int((sides == 1.0).sum()), int((sides == 0.5).sum())
     out.write(f"{a} vs {b}: score {total / n:.4f} over {n} games ({wins} won, {draws} drawn, {n - wins - draws} lost; "
               f"{n_seeds} seeds x 2 sides), Wilson 95 % interval [{lo:.4f}, {hi:.4f}]\n")
+    elapsed = time.monotonic() - t0
+    for p in dict.fromkeys((a, b)):
+        line = search_line(loaded[p], n, elapsed)
+        if line:
+            out.write(line + "\n")
     return 0
+
+
+def search_line(player, games: int, elapsed_s: float) -> str | None:
+    """What a searching player spent over ``games`` games of ``elapsed_s`` seconds in all, or None
+    for a player that does not search: searched decisions (a game's share), simulations and
+    engine decisions simulated, seconds in search and searched decisions per second of search,
+    and how often the search overruled the player's own pick."""
+    stats = getattr(player, "stats", None)
+    if stats is None or not stats.decisions:
+        return None
+    return (f"  {player.id}: {stats.decisions} searched decisions ({stats.decisions / games:.1f} a game), "
+            f"{stats.simulations} simulations, {stats.sim_steps} simulated decisions; {stats.seconds:.0f} s of the "
+            f"{elapsed_s:.0f} s in search ({stats.decisions / max(stats.seconds, 1e-9):.2f} searched decisions/s); "
+            f"the search overruled the player's own pick at {stats.chose_other / stats.decisions:.0%} of them")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from royalefleet.cmd_eval import LocalPlayers, normalise
+from royalefleet.players import LocalPlayers, normalise
 from royalefleet.run_options import add_run_options, run_config
 
 FIELDS = ("passed", "skipped", "n", "observed", "bound", "reference")

@@ -1,15 +1,17 @@
 """``royalefleet play A B [--seed S] [--games N]``: two players play full matches, each written
 as a RoyaleGym trace and its HTML page, and A's score is printed.
 
-    royalefleet play champion scripted:random_legal --run-name myrun --games 4
-    royalefleet play latest snap:0123456789abcdef --run-name myrun --seed 100
+    royalefleet play latest scripted:random_legal --run-name myrun --games 4
+    royalefleet play latest+search:8 latest --run-name myrun --seed 100
 
 A player is ``snap:<id>`` (or the bare 16-hex id) from the run's snapshot store, ``latest`` (the
 run's newest snapshot by the iteration in its spec), ``champion`` (the pool's champion,
 ``ladder/pool.json``), or ``scripted:<name>`` (``shared.scripted.SCRIPTED_PLAYERS``): the run's
 anchors ``scripted:noop`` and ``scripted:random_legal`` or any bot of RoyaleGym's scripted ladder
 (``royalegym.opponents.ladder()``: ``random``, ``first-affordable``, ``defend``, ``push``,
-``patient``), exactly the training opponents of the same id.
+``patient``), exactly the training opponents of the same id; any of them searching at its
+choice decisions with ``+search:N[:D]`` (``royalefleet/players.py``). A and B default to
+``latest`` and ``scripted:random_legal``.
 
 The games are ``royalegym.evaluate``'s: ``ceil(N / 2)`` env seeds ``S, S + 1, ...``, A blue on each,
 then A red on the same seeds, each seat drawing from ``numpy.random.default_rng(2 * seed + seat)``
@@ -26,20 +28,18 @@ import argparse
 import sys
 from pathlib import Path
 
+from royalefleet.players import DEFAULT_OPPONENT, LATEST, LocalPlayers, load_player, resolve
 from royalefleet.run_options import add_run_options, run_config
-from shared.run_dir import RunDir
-
-LATEST, CHAMPION = "latest", "champion"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     pp = subparsers.add_parser(
         "play", help="two players play full matches; each written as a trace and an HTML page",
-        description="Play A against B (snap:<id>, latest, champion, scripted:<name>) on env seeds S, S+1, ... "
-        "with each player on both seats, record every match as a RoyaleGym trace and HTML page, and print "
-        "A's score.")
-    pp.add_argument("a", help="player A")
-    pp.add_argument("b", help="player B")
+        description="Play A against B (snap:<id>, latest, champion, scripted:<name>, any of them searching with "
+        "+search:N) on env seeds S, S+1, ... with each player on both seats, record every match as a RoyaleGym "
+        "trace and HTML page, and print A's score.")
+    pp.add_argument("a", nargs="?", default=LATEST, help=f"player A (default {LATEST}: the run's newest snapshot)")
+    pp.add_argument("b", nargs="?", default=DEFAULT_OPPONENT, help=f"player B (default {DEFAULT_OPPONENT})")
     pp.add_argument("--seed", type=int, default=0, help="the first env seed (default 0)")
     pp.add_argument("--games", type=int, default=2, help="matches: ceil(N/2) seeds, A on both seats (default 2)")
     pp.add_argument("--out", type=Path, help="folder for the traces and pages (default <run>/replays/play)")
@@ -51,58 +51,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 class Seat:
-    """A player as a RoyaleGym ``Opponent`` (``act(obs, mask, rng)``), for ``play_one``."""
+    """A seated player as a RoyaleGym ``Opponent`` (``act(obs, mask, rng)``), for ``play_one``."""
 
     def __init__(self, player):
-        # one seat of one game: under frame stacking its own history (services/evaluator/players.py)
-        self.player = getattr(player, "for_game", lambda: player)()
-        self.id = player.id
+        self.player, self.id = player, player.id
 
     def act(self, obs, mask, rng) -> int:
         return int(self.player.act(obs, rng))
 
 
-def resolve(player: str, cfg) -> str:
-    """``latest`` / ``champion`` as a ``snap:<id>``; anything else normalised (a bare id).
-    Raises ValueError naming what is missing."""
-    from royalefleet.cmd_eval import normalise
+def seats_for_game(env, blue, red) -> tuple[Seat, Seat]:
+    """The two seats of one game on ``env``: under frame stacking each with its own history
+    (services/evaluator/players.py), a searching player bound to the env and its opponent
+    (services/evaluator/games.py ``seat_players``)."""
+    from services.evaluator.games import seat_players
 
-    root = Path(cfg.runs_dir) / cfg.run_name
-    if player == CHAMPION:
-        from services.ladder.pool import PoolState
-
-        champion = PoolState.for_run(cfg.runs_dir, cfg.run_name, cfg.ladder).champion
-        if champion is None:
-            raise ValueError(f"run {cfg.run_name!r} has no champion yet ({RunDir(root).pool} names none): "
-                             "a run has one after its first snapshot")
-        return champion
-    if player == LATEST:
-        import msgspec
-
-        from services.checkpoint.snapshots import SPEC, SnapshotStore
-
-        store = SnapshotStore(RunDir(root).snapshots)
-        best = None
-        for sid in store.ids():
-            try:
-                spec = msgspec.json.decode((store.root / sid / SPEC).read_bytes())
-            except (OSError, msgspec.DecodeError):
-                continue
-            key = (int(spec.get("iteration", -1)), int(spec.get("env_steps", -1)), sid)
-            best = max(best, key) if best else key
-        if best is None:
-            raise ValueError(f"run {cfg.run_name!r} has no snapshot under {store.root}; `latest` needs one")
-        return "snap:" + best[2]
-    return normalise(player)
-
-
-def load_player(player: str, players):
-    """The player for an id (``LocalPlayers.get``: a scripted player of
-    ``shared.scripted.SCRIPTED_PLAYERS`` or a snapshot). Raises ValueError naming the known ids."""
-    try:
-        return players.get(player)
-    except ValueError as exc:
-        raise ValueError(f"{exc}; play also takes latest and champion") from None
+    seated = seat_players(env, [getattr(p, "for_game", lambda p=p: p)() for p in (blue, red)])
+    return Seat(seated[0]), Seat(seated[1])
 
 
 def cmd_play(args, out=None) -> int:
@@ -110,7 +75,6 @@ def cmd_play(args, out=None) -> int:
     from royalegym.protocol import Winner
     from royalegym.replay import ReplayRecorder
 
-    from royalefleet.cmd_eval import LocalPlayers
     from shared.envs import build_env
     from shared.evaluation import eval_env_config
     from shared.replays import replays_dir, trace_result, write_game
@@ -143,7 +107,7 @@ def cmd_play(args, out=None) -> int:
                 recorder = ReplayRecorder(frame_every_tick=not args.per_decision)
                 env.recorder = recorder
                 try:
-                    winner, ticks, _ = play_one(env, Seat(loaded[blue]), Seat(loaded[red]), seed)
+                    winner, ticks, _ = play_one(env, *seats_for_game(env, loaded[blue], loaded[red]), seed)
                 finally:
                     env.recorder = None
                 stem = f"seed{seed}-{'a_blue' if a_blue else 'a_red'}"

@@ -200,7 +200,7 @@ COMPARED = ("outcome", "episode_steps", "episode_ticks", "own_crowns", "enemy_cr
 def cmd_replay(args, out=None) -> int:
     from royalegym.replay import ReplayRecorder, load_trace, verify_trace
 
-    from royalefleet.cmd_eval import LocalPlayers
+    from royalefleet.players import LocalPlayers
     from services.evaluator.games import GameError, decision_cap, play_game
     from services.ladder.results import ResultLog
     from shared.envs import build_env

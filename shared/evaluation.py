@@ -9,7 +9,9 @@ Evaluation is kept apart from training (royalelearn-facts 6.4 "Evaluation separa
   decision record carries the set's hash, so two gates are comparable only on one set;
 * a player is a frozen snapshot ``snap:<snapshot_id>`` or a scripted player
   (``shared.scripted.SCRIPTED_PLAYERS``: the gate's anchors ``scripted:noop``,
-  ``scripted:random_legal`` and RoyaleGym's ladder bots, the strength measurement's anchors).
+  ``scripted:random_legal`` and RoyaleGym's ladder bots, the strength measurement's anchors),
+  either of them optionally searching at its choice decisions (``<player>+search:N[:D]``,
+  ``shared.search.spec``).
 
 Torch-free: the ladder (gate runner) and the evaluator both read it.
 """
@@ -60,7 +62,14 @@ def seeds_for_games(games: int) -> int:
 
 
 def check_player(player: str) -> str | None:
-    """Why ``player`` is not an evaluation player id (None when it is one)."""
+    """Why ``player`` is not an evaluation player id (None when it is one). A searching player
+    (``<player>+search:N[:D]``, ``shared.search.spec``) is checked on its base and its suffix."""
+    from shared.search.spec import split_search
+
+    try:
+        player, _ = split_search(player)
+    except ValueError as exc:
+        return str(exc)
     sid = snapshot_of(player)
     if sid is not None:
         if len(sid) == 16 and all(c in "0123456789abcdef" for c in sid):

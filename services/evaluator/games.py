@@ -70,9 +70,11 @@ def play_game(env, a, b, *, job: int, seed: int, side: int, env_seed: int, maste
 def _play(env, a, b, *, job, seed, side, env_seed, master_seed, max_decisions) -> list[EpisodeRecord]:
     seated = (a, b) if side == 0 else (b, a)
     # under frame stacking each seat of a game keeps its own history (players.StackedSeat)
-    seated = tuple(getattr(p, "for_game", lambda p=p: p)() for p in seated)
+    seated = seat_players(env, [getattr(p, "for_game", lambda p=p: p)() for p in seated])
     rngs = [seat_rng(master_seed, job, seed, side, s) for s in (0, 1)]
-    mask_only = [SEATS[s] for s in (0, 1) if seated[s].scripted_seat]
+    # a searching seat saves the battle (env.snapshot), which needs every seat's observation memory
+    snapshots = any(getattr(p, "saves_battle", False) for p in seated)
+    mask_only = [] if snapshots else [SEATS[s] for s in (0, 1) if seated[s].scripted_seat]
     obs, _ = env.reset(seed=int(env_seed), options={"mask_only": mask_only} if mask_only else None)
     returns = [0.0, 0.0]
     cards = [0, 0]
@@ -93,6 +95,17 @@ def _play(env, a, b, *, job, seed, side, env_seed, master_seed, max_decisions) -
             return [_record(s, seated, info[SEATS[s]], returns[s], cards[s], job, seed, side) for s in (0, 1)]
     raise GameError(f"job {job} seed {seed} side {side}: no game over after {max_decisions} decisions "
                     f"({MAX_MATCH_SECONDS:.0f} s of game time)")
+
+
+def seat_players(env, seated: list) -> tuple:
+    """The two seats' players (blue, red) of one game on ``env``: a searching player
+    (``services.evaluator.searched.SearchedPlayer``) is bound to the env, its seat and its
+    opponent as seated; every other player is kept."""
+    out = list(seated)
+    for s in (0, 1):
+        if getattr(seated[s], "searches", False):
+            out[s] = seated[s].bind(env, SEATS[s], seated[1 - s])
+    return tuple(out)
 
 
 def _record(seat: int, seated, info: Mapping, ret: float, cards: int, job: int, seed: int,

@@ -51,6 +51,7 @@ class ScriptedPlayer:
             raise ValueError(unknown_scripted(player_id))
         self.id = player_id
         self.scripted_seat = True
+        self.stateless = True  # RoyaleGym's bots read the decision's mask alone (a search may replay them)
         self._bot = make_scripted(player_id, random_legal_noop_prob)
 
     def act(self, obs: dict, rng: np.random.Generator) -> int:
@@ -66,6 +67,7 @@ class SnapshotPlayer:
     def __init__(self, player_id: str, policy, codec):
         self.id = player_id
         self.scripted_seat = False
+        self.stateless = policy.frame_stack == 1  # a frame-stacked seat keeps a history
         self.policy, self.codec = policy, codec
 
     def act(self, obs: dict, rng: np.random.Generator) -> int:
@@ -76,6 +78,12 @@ class SnapshotPlayer:
         rows, _, _ = self.codec.pack_many([obs])
         actions, _ = self.policy.act(rows, np.array([n_legal]), u)
         return int(actions[0])
+
+    def log_probs(self, obs: dict) -> np.ndarray:
+        """(A,) float64 log-probabilities of every action at ``obs`` (-inf where illegal), with
+        no draw from any stream: a search's candidate prior (services/evaluator/searched.py)."""
+        rows, _, _ = self.codec.pack_many([obs])
+        return self.policy.legal_log_probs(rows)[0]
 
     def for_game(self):
         """The player of one seat of one game: itself, or under frame stacking

@@ -124,6 +124,18 @@ class Policy:
         return actions, log_probs
 
     @torch.no_grad()
+    def legal_log_probs(self, rows: np.ndarray, history=None) -> np.ndarray:
+        """(B, A) float64 log-probabilities of every action under the current actor, -inf on
+        the illegal ones (``MaskedCategorical``'s finite fill turned back into -inf, so a caller
+        can tell illegal by ``isfinite``). For a search's candidate priors
+        (``shared.search.lookahead.gumbel_top_k``). ``history``: as ``act``."""
+        obs = self.obs_batch(rows, history)
+        dist = MaskedCategorical(self.model.actor_logits(obs), obs["mask"])
+        out = dist.log_probs.double().cpu().numpy()
+        out[~dist.mask.cpu().numpy()] = -np.inf
+        return out
+
+    @torch.no_grad()
     def values(self, rows: np.ndarray, chunk: int = 1024, history=None) -> np.ndarray:
         """V(s) (B,) float32 for packed rows, in chunks to bound memory. ``history``: the rows'
         ``History`` under frame stacking."""

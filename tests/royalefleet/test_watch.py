@@ -58,7 +58,7 @@ def make_snapshot(cfg, facts, runs_dir, seed: int, iteration: int) -> str:
 def gated_run(cfg, facts, tmp_path_factory):
     """A run whose ladder played a champion's strength jobs and a candidate's gate through an
     in-process evaluator (the service's loop without the sockets), recording as configured."""
-    from royalefleet.cmd_eval import LocalPlayers
+    from royalefleet.players import LocalPlayers
     from services.ladder.gate_runner import GateRunner
     from services.ladder.pool import Candidate, PoolState
 
@@ -219,7 +219,7 @@ def test_replay_with_another_seed_diverges_at_decision_0(gated_run, monkeypatch,
 def test_replay_with_another_snapshot_diverges_at_the_first_decision_the_two_disagree(gated_run, monkeypatch,
                                                                                       capsys):
     from royalefleet.cli import main
-    from royalefleet.cmd_eval import LocalPlayers
+    from royalefleet.players import LocalPlayers
 
     run, cfg = gated_run, gated_run["cfg"]
     champ, cand = run["champ"], run["cand"]
@@ -259,7 +259,7 @@ def test_replay_with_another_snapshot_diverges_at_the_first_decision_the_two_dis
             return planted.act(obs, rng)
 
     planted_as_cand = PlantedPlayer()
-    monkeypatch.setattr("royalefleet.cmd_eval.LocalPlayers", Planted)
+    monkeypatch.setattr("royalefleet.players.LocalPlayers", Planted)
     assert main(replay_argv(run, _line_of(run["root"], j2))) == 1
     out = capsys.readouterr().out
     assert f"DIFFERS  first divergence from the recorded trace: decision {probe.first} (tick {10 * probe.first}): " \
@@ -352,7 +352,7 @@ def test_eval_resolves_latest_and_champion_as_play_does(cfg, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_play_latest_and_champion_resolve_from_the_run(gated_run):
-    from royalefleet.cmd_play import resolve
+    from royalefleet.players import resolve
 
     cfg = gated_run["cfg"]
     assert resolve("latest", cfg) == gated_run["cand"]  # iteration 2 is the newest snapshot

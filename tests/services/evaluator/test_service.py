@@ -126,7 +126,7 @@ def test_royalefleet_eval_scripted_against_scripted(cfg, tmp_path, capsys):
 
 def test_a_gate_played_by_an_evaluator_is_re_run_exactly_by_royalefleet_gate(cfg, facts, tmp_path, capsys):
     from royalefleet.cli import main
-    from royalefleet.cmd_eval import LocalPlayers
+    from royalefleet.players import LocalPlayers
     from services.ladder.gate_runner import GateRunner, gate_record_path, read_gate_record
     from services.ladder.pool import Candidate, PoolState
 

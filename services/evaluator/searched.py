@@ -1,0 +1,104 @@
+"""A player that searches at its choice decisions: ``<player>+search:N[:D]`` (``shared.search``).
+
+``SearchedPlayer`` wraps a base player (a ``ScriptedPlayer`` or a ``SnapshotPlayer``) and, seated
+in a game (``bind``), sees the battle's env: at every decision where more than the no-op is
+legal it draws N candidates from its base (a snapshot: Gumbel-top-k of its policy, the first
+being a policy sample; a scripted bot: its own choice, then random legal plays), always with
+the no-op among them, and plays the one whose simulation scores best
+(``shared.search.lookahead.Lookahead``). Forced decisions are the base's own (a snapshot still
+draws its one uniform there, as unsearched).
+
+Stream discipline: one uint64 is drawn from the seat's stream at every choice decision, before
+anything else; the candidates and the simulations are drawn from generators seeded by it. So a
+searched game is a pure function of the same things as an unsearched one.
+
+In the simulations the other seat plays as the battle's opponent does: its own player when that
+keeps no state between decisions (scripted bots, snapshots), a searching opponent's base
+player (a search is not simulated inside a search), and RoyaleGym's ``random`` otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shared.search.lookahead import Lookahead, SearchStats, candidates_with_noop, gumbel_top_k
+from shared.search.spec import SearchSpec
+
+
+class SearchRefused(ValueError):
+    """A base player this search cannot run on; the text says which and why."""
+
+
+class SearchedPlayer:
+    """``base`` searching with ``spec`` on battles of env config ``env_cfg`` (the evaluation
+    env's: the simulations are built from it). ``player_id`` is the full id, suffix included.
+    Raises SearchRefused for a frame-stacked snapshot (its history is not simulated)."""
+
+    scripted_seat = False
+    stateless = False
+
+    def __init__(self, player_id: str, base, spec: SearchSpec, env_cfg):
+        policy = getattr(base, "policy", None)
+        if policy is not None and policy.frame_stack != 1:
+            raise SearchRefused(f"player {player_id!r}: search needs a snapshot without frame stacking "
+                                f"(this one stacks {policy.frame_stack} decisions); play {base.id!r} unsearched")
+        self.id, self.base, self.spec = player_id, base, spec
+        self.lookahead = Lookahead(env_cfg, spec.depth)
+
+    @property
+    def stats(self) -> SearchStats:
+        """What this player's search has spent so far, over every game it played."""
+        return self.lookahead.stats
+
+    searches = True
+
+    def bind(self, env, seat: str, opponent) -> "SearchedSeat":
+        """This player on ``seat`` of one game played on ``env`` against ``opponent`` (the other
+        seat's player, as seated)."""
+        return SearchedSeat(self, env, seat, opponent_model(opponent))
+
+
+def opponent_model(opponent):
+    """What plays the other seat in a simulation: the opponent itself when it keeps no state
+    between decisions, a searching opponent's base (no search inside a search), else
+    RoyaleGym's ``random`` (``scripted:random``)."""
+    if getattr(opponent, "stateless", False):
+        return opponent
+    base = getattr(opponent, "base", None)
+    if base is not None and getattr(base, "stateless", False):
+        return base
+    from services.evaluator.players import ScriptedPlayer
+
+    return ScriptedPlayer("scripted:random", 0.9)
+
+
+class SearchedSeat:
+    """A ``SearchedPlayer`` seated in one game: ``act(obs, rng)`` like every player."""
+
+    scripted_seat = False
+    saves_battle = True
+    """The game must keep every seat's observation (no ``mask_only`` seat): a search saves the
+    battle with ``env.snapshot()``, which needs both seats' memory of the match."""
+
+    def __init__(self, player: SearchedPlayer, env, seat: str, opponent):
+        self.player, self.env, self.seat, self.opponent = player, env, seat, opponent
+        self.id = player.id
+
+    def act(self, obs: dict, rng: np.random.Generator) -> int:
+        mask = obs["action_mask"]
+        n_legal = int(np.count_nonzero(mask))
+        base = self.player.base
+        if n_legal <= 1:
+            return int(base.act(obs, rng))
+        seed = int(rng.integers(0, 2**63 - 1))
+        draw = np.random.default_rng((seed, 0))
+        k = min(self.player.spec.candidates, n_legal)
+        if getattr(base, "policy", None) is not None:
+            drawn = gumbel_top_k(base.log_probs(obs), k, draw)
+        else:
+            own = int(base.act(obs, draw))
+            legal = np.flatnonzero(mask)
+            others = draw.permutation(legal[legal != own])
+            drawn = np.concatenate([[own], [0] if own else [], others[others != 0]]).astype(np.int64)
+        candidates = candidates_with_noop(drawn, k)
+        return self.player.lookahead.choose(self.env, self.seat, candidates, self.opponent, seed)

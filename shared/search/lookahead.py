@@ -1,0 +1,167 @@
+"""A flat lookahead over engine snapshots: every candidate action is played in a copy of the
+battle, followed by a short playout, and scored by the board it leads to.
+
+At a choice decision of the searching seat (more than the no-op legal) the battle is saved
+(``ClashParallelEnv.snapshot()``: the engine's state and both seats' observation memory) and,
+for each candidate, loaded into a second env built from the same ``EnvConfig`` (never the real
+one: the real battle's engine, RNG streams and recorder are not touched). There the searching
+seat plays the candidate, then ``depth`` decisions of a cheap playout policy (RoyaleGym's
+``random``: ``RandomLegalOpponent(0.7)``), while the other seat plays as the battle's opponent
+does (its own player, on its own simulation stream). The leaf is scored by ``board_value``.
+
+Why this method (docs/design.md, "Search at play"): the probe of
+/work/shared/reference/search-probe.md found that this naive search with no network beat
+RoyaleGym's best scripted bot 29-11, with a random playout as well as with ``defend``; a
+policy that cannot yet place cards still finds a good placement by trying a few. Candidates
+come from the searching player itself (a snapshot's policy through Gumbel-top-k, so the first
+candidate is a sample of the policy and a search whose candidates all tie plays exactly as the
+policy would; a scripted player's own choice, the no-op and random legal plays).
+
+Every candidate of one decision replays the same playout streams (common random numbers), so
+the comparison between candidates is not drowned by the playout's own noise, and the chosen
+action is a pure function of the saved battle, the players' weights and the searching seat's
+stream (one uint64 drawn from it per choice decision).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SEAT_NAMES = ("blue", "red")
+CROWN_VALUE = 5000.0
+"""Tower HP a crown is worth in ``board_value``: more than a princess tower's whole HP, so a
+destroyed tower outweighs any amount of chip damage (the probe's scale)."""
+WIN_VALUE = 1.0e6
+"""``board_value`` of a battle the seat has won (minus for a loss): above any board."""
+PLAYOUT_NOOP_PROB = 0.7
+"""The playout policy's no-op probability: RoyaleGym's ladder ``random`` (RandomLegal(0.7))."""
+
+
+def board_value(state, team: int) -> float:
+    """How good ``state`` (a RoyaleGym ``BattleState``) is for ``team`` (0 blue, 1 red), in
+    tower HP: own tower HP - enemy tower HP + ``CROWN_VALUE`` x (own crowns - enemy crowns),
+    and +-``WIN_VALUE`` once the battle is over with a winner (0 added for a draw). The
+    search-probe's leaf score, with the win made explicit."""
+    me, them = state.players[team], state.players[1 - team]
+    value = float(sum(me.tower_hp) - sum(them.tower_hp)) + CROWN_VALUE * (me.crowns - them.crowns)
+    if state.game_over and int(state.winner) in (0, 1):
+        value += WIN_VALUE if int(state.winner) == team else -WIN_VALUE
+    return value
+
+
+@dataclass
+class SearchStats:
+    """What a searching player spent, summed over its decisions: ``decisions`` searched (choice)
+    decisions, ``simulations`` candidates played out, ``sim_steps`` engine decisions stepped in
+    simulations (every simulation: 1 + up to ``depth``), ``seconds`` wall time in search."""
+
+    decisions: int = 0
+    simulations: int = 0
+    sim_steps: int = 0
+    seconds: float = 0.0
+    chose_other: int = 0
+    """Searched decisions whose choice was not the first candidate (the player's own pick)."""
+
+    def add(self, other: "SearchStats") -> None:
+        self.decisions += other.decisions
+        self.simulations += other.simulations
+        self.sim_steps += other.sim_steps
+        self.seconds += other.seconds
+        self.chose_other += other.chose_other
+
+
+@dataclass
+class Lookahead:
+    """The second env candidates are tried in, built lazily from ``env_cfg`` (a RoyaleGym
+    ``RustEngine`` takes a second or two to build: once per searching player, reused across
+    its games) and the search's ``depth``."""
+
+    env_cfg: object  # shared.config.EnvConfig of the battle's env (the evaluation env)
+    depth: int
+    stats: SearchStats = field(default_factory=SearchStats)
+    _sim: object = None
+    _playout: object = None
+
+    def sim_env(self):
+        if self._sim is None:
+            from royalegym import RandomLegalOpponent
+
+            from shared.envs import build_env
+
+            self._sim = build_env(self.env_cfg)
+            self._playout = RandomLegalOpponent(PLAYOUT_NOOP_PROB)
+        return self._sim
+
+    def scores(self, env, seat: str, candidates: list[int], opponent, seed: int) -> np.ndarray:
+        """(len(candidates),) float64: ``board_value`` for ``seat`` after each candidate and its
+        playout, minus the value now.
+
+        ``env`` is the real battle, at a decision of ``seat`` (not over, no ``mask_only`` seat:
+        ``ClashParallelEnv.snapshot`` refuses those). ``opponent`` plays the other seat in the
+        simulations: an object with ``act(obs, rng) -> int`` that keeps no state between calls
+        and ``scripted_seat`` (True when it reads the mask alone, so its simulated seat skips the
+        observation build). ``seed`` names the simulation streams.
+        """
+        t0 = time.perf_counter()
+        sim = self.sim_env()
+        me = SEAT_NAMES.index(seat)
+        other = SEAT_NAMES[1 - me]
+        snap = env.snapshot()
+        now = board_value(env.battle_state, me)
+        mask_only = [seat] + ([other] if getattr(opponent, "scripted_seat", False) else [])
+        out = np.empty(len(candidates), np.float64)
+        steps = 0
+        for k, action in enumerate(candidates):
+            obs, _ = sim.reset(options={"snapshot": snap, "mask_only": mask_only})
+            own_rng = np.random.default_rng((seed, 1))
+            opp_rng = np.random.default_rng((seed, 2))
+            mine = int(action)
+            for d in range(self.depth + 1):
+                if d:
+                    mine = int(self._playout.act(obs[seat], obs[seat]["action_mask"], own_rng))
+                theirs = int(opponent.act(obs[other], opp_rng))
+                obs, _, term, trunc, _ = sim.step({seat: mine, other: theirs})
+                steps += 1
+                if term[seat] or trunc[seat]:
+                    break
+            out[k] = board_value(sim.battle_state, me) - now
+        self.stats.decisions += 1
+        self.stats.simulations += len(candidates)
+        self.stats.sim_steps += steps
+        self.stats.seconds += time.perf_counter() - t0
+        return out
+
+    def choose(self, env, seat: str, candidates: list[int], opponent, seed: int) -> int:
+        """The candidate with the highest score; ties go to the earliest (the player's own pick
+        first). A single candidate is returned without a simulation."""
+        if len(candidates) == 1:
+            return int(candidates[0])
+        best = int(np.argmax(self.scores(env, seat, candidates, opponent, seed)))
+        if best:
+            self.stats.chose_other += 1
+        return int(candidates[best])
+
+
+def gumbel_top_k(log_probs: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Up to ``k`` distinct actions drawn without replacement from the categorical with
+    ``log_probs`` ((A,) float; -inf where illegal), in the order drawn: the top k of
+    log_probs + Gumbel(0, 1) noise (Kool, van Hoof & Welling 2019, "Stochastic Beams and Where
+    to Find Them"; Danihelka et al. 2022, Gumbel AlphaZero's root). The first is a sample of the
+    categorical itself. Returns (min(k, legal),) int64."""
+    lp = np.asarray(log_probs, np.float64)
+    legal = np.flatnonzero(np.isfinite(lp))
+    keys = lp[legal] + rng.gumbel(size=len(legal))
+    order = np.argsort(-keys, kind="stable")[:k]
+    return legal[order].astype(np.int64)
+
+
+def candidates_with_noop(drawn: np.ndarray, k: int) -> list[int]:
+    """``drawn`` (actions in priority order, distinct) cut to ``k`` with the no-op (0) always
+    among them: appended last, in place of the last drawn, when it was not drawn."""
+    out = [int(a) for a in drawn[:k]]
+    if 0 not in out:
+        out = out[: k - 1] + [0]
+    return out

@@ -1,0 +1,99 @@
+"""Search at play on real RoyaleGym battles (tiny profile): the battle a search saves is left as
+it was, candidates tie when they are the same action, a searched game is a pure function of its
+job, and the CLI names a searching player and what its search cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.evaluator.games import play_job
+from services.evaluator.players import ScriptedPlayer
+from services.evaluator.searched import SearchedPlayer, opponent_model
+from shared.config import load_config
+from shared.envs import build_env
+from shared.evaluation import eval_env_config, eval_seed_set
+from shared.search.lookahead import Lookahead, board_value
+from shared.search.spec import SearchSpec
+
+NOOP, DEFEND = "scripted:noop", "scripted:defend"
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_config({"profile": "tiny", "run_name": "t"})
+
+
+def first_choice(env, seed: int):
+    """The env reset on ``seed`` and stepped with no-ops until blue has more than the no-op legal."""
+    obs, _ = env.reset(seed=seed)
+    for _ in range(400):
+        if int(np.count_nonzero(obs["blue"]["action_mask"])) > 1:
+            return obs
+        obs, *_ = env.step({"blue": 0, "red": 0})
+    raise AssertionError("no choice decision in 400 decisions")
+
+
+def test_a_simulation_leaves_the_battle_as_it_was_and_the_same_candidate_scores_the_same(cfg):
+    env = build_env(eval_env_config(cfg.env))
+    obs = first_choice(env, 11)
+    legal = np.flatnonzero(obs["blue"]["action_mask"])
+    play = int(legal[-1])
+    before = env.engine.state_hash()
+    look = Lookahead(eval_env_config(cfg.env), depth=6)
+    defend = ScriptedPlayer(DEFEND, 0.9)
+    scores = look.scores(env, "blue", [0, play, play, 0], defend, seed=5)
+    assert env.engine.state_hash() == before  # the real battle is untouched
+    assert scores[1] == scores[2] and scores[0] == scores[3]  # common random numbers: same action, same score
+    assert look.stats.decisions == 1 and look.stats.simulations == 4 and look.stats.sim_steps == 4 * 7
+    # the real battle stepped with the same commands as the simulation's first decision matches it
+    theirs = defend.act(obs["red"], np.random.default_rng((5, 2)))
+    sim = look.sim_env()
+    sim.reset(options={"snapshot": env.snapshot(), "mask_only": ["blue", "red"]})
+    sim.step({"blue": play, "red": theirs})
+    env.step({"blue": play, "red": theirs})
+    assert sim.engine.state_hash() == env.engine.state_hash()
+    assert board_value(sim.battle_state, 0) == board_value(env.battle_state, 0)
+
+
+def test_a_searched_game_is_a_pure_function_of_its_job_and_carries_the_searched_id(cfg):
+    base = ScriptedPlayer(DEFEND, cfg.ladder.random_legal_noop_prob)
+    sid = DEFEND + "+search:3:4"
+
+    def run():
+        players = {sid: SearchedPlayer(sid, base, SearchSpec(3, 4), eval_env_config(cfg.env)),
+                   NOOP: ScriptedPlayer(NOOP, 0.9)}
+        recs = play_job(build_env(eval_env_config(cfg.env)), players, job=3, a=sid, b=NOOP, seeds=[0],
+                        seed_set=eval_seed_set(cfg.master_seed, cfg.ladder.pool.eval_seed_count), master_seed=cfg.master_seed,
+                        decision_ms=cfg.env.decision_ms)
+        return recs, players[sid].stats
+
+    first, stats = run()
+    again, _ = run()
+    assert first == again
+    assert [(r.player, r.opponent) for r in first] == [(sid, NOOP), (NOOP, sid), (NOOP, sid), (sid, NOOP)]
+    assert stats.decisions > 0 and stats.simulations <= 3 * stats.decisions
+    assert stats.sim_steps <= 5 * stats.simulations
+
+
+def test_the_opponent_in_a_simulation_is_the_battles_own_when_it_keeps_no_state(cfg):
+    defend = ScriptedPlayer(DEFEND, 0.9)
+    assert opponent_model(defend) is defend
+    searched = SearchedPlayer(DEFEND + "+search:2", defend, SearchSpec(2), eval_env_config(cfg.env))
+    assert opponent_model(searched) is defend  # no search inside a search: its base plays
+    stateful = type("Stacked", (), {"stateless": False, "id": "snap:x"})()
+    assert opponent_model(stateful).id == "scripted:random"
+
+
+def test_eval_prints_what_the_search_cost_and_refuses_a_bad_suffix(tmp_path, capsys):
+    from royalefleet.cli import main
+
+    base = ["--profile", "tiny", "--runs-dir", str(tmp_path)]
+    assert main(["eval", NOOP + "+search:1", NOOP, *base]) == 2
+    assert "royalefleet eval: player 'scripted:noop+search:1': expected <player>+search:N" in capsys.readouterr().err
+    assert main(["eval", "latest+search:4", NOOP, *base]) == 2
+    assert "has no snapshot under" in capsys.readouterr().err
+    assert main(["eval", "scripted:random_legal+search:2:3", NOOP, "--games", "2", *base]) == 0
+    out = capsys.readouterr().out
+    assert "scripted:random_legal+search:2:3 vs scripted:noop: score" in out
+    assert "  scripted:random_legal+search:2:3: " in out and "searched decisions/s" in out
