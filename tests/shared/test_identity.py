@@ -28,7 +28,7 @@ BASE = ident()
     {"master_seed": 1}, {"ppo": {"clip_range": 0.1}}, {"ppo": {"minibatch_size": 128}}, {"advantage": {"gae_lambda": 0.95}},
     {"env": {"max_steps": 400}}, {"env": {"reward_weights": {"elixir": 0.1}}}, {"net": {"channels": 16}},
     {"rollout": {"battles": 8}}, {"ladder": {"mix": [1.0, 0.0, 0.0]}}, {"determinism": {"tier": "throughput"}},
-    {"determinism": {"torch_threads": 1}}, {"services": {"wire_codec": 2}},
+    {"determinism": {"torch_threads": 1}}, {"services": {"wire_codec": 1}},
 ])
 def test_a_setting_that_changes_numbers_moves_the_run_id(doc):
     assert run_id(ident(doc)) != run_id(BASE)
@@ -53,17 +53,24 @@ def test_an_environment_or_machine_fact_moves_the_run_id(fact, value):
 
 def test_the_wire_codec_is_the_identity_codec_version_and_codec_1_keeps_old_run_ids():
     # f0671471b3b5d987: run_id(BASE) computed by the build before wire codec 2 existed. A run
-    # on codec 1 (the default) must resume under the new build with the same identity. That
-    # build's cpu profile took a candidate every 4,000,000 env steps (now 100,000: issue 20),
-    # so its config is that one; its advantage.reward_clip was 10 (now 40: docs/learning.md), and
-    # its gate the default one (the cpu profile's is smaller since 2026-12-02: docs/ladder.md).
+    # on codec 1 (the default until 2026-12-03; its config.json says so) must resume under the
+    # new build with the same identity. That build's cpu profile took a candidate every
+    # 4,000,000 env steps (now 100,000: issue 20), so its config is that one; its
+    # advantage.reward_clip was 10 (now 40: docs/learning.md), and its gate the default one (the
+    # cpu profile's is smaller since 2026-12-02: docs/ladder.md).
     old = {"ladder": {"pool": {"candidate_every_env_steps": 4_000_000},
                       "gate": {"champion_games": 1000, "anchor_games": 200, "stratified_snapshots": 8,
                                "stratified_games": 100}},
-           "advantage": {"reward_clip": 10.0}}
-    assert BASE.codec_version == 1 and run_id(ident(old)) == "f0671471b3b5d987"
-    compressed = ident({"services": {"wire_codec": 2}})
-    assert identity_differences(BASE, compressed) == {"codec_version": (1, 2)}
+           "advantage": {"reward_clip": 10.0}, "services": {"wire_codec": 1}}
+    assert run_id(ident(old)) == "f0671471b3b5d987"
+    packed = ident({"services": {"wire_codec": 1}})
+    assert identity_differences(packed, BASE) == {"codec_version": (1, 2)}
+
+
+def test_a_new_run_uses_wire_codec_2_on_every_profile():
+    for name in ("cpu", "laptop", "workstation", "many_core", "tiny"):
+        assert load_config({"profile": name}).services.wire_codec == 2, name
+    assert BASE.codec_version == 2
 
 
 def test_run_id_is_sixteen_hex_and_stable():

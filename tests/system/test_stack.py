@@ -76,7 +76,7 @@ def test_two_iterations_two_rollouts_rows_results_and_manifest(tmp_path):
     assert meta["config"] == json.loads((run / "config.json").read_text())
     assert meta["run_id"] == rows[1]["run/run_id"] and len(meta["run_id"]) == 16
     assert meta["state_digest"] == rows[1]["run/state_digest"]
-    assert meta["identity"]["master_seed"] == 20260921 and meta["identity"]["codec_version"] == 1
+    assert meta["identity"]["master_seed"] == 20260921 and meta["identity"]["codec_version"] == 2
     assert set(manifest["files"]) >= {"actor/model.safetensors", "critic/model.safetensors",
                                       "optimizers/actor.safetensors", "optimizers/critic.safetensors"}
     for name, entry in manifest["files"].items():
