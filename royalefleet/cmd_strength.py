@@ -8,8 +8,10 @@ Read-only, from the run's folder alone (no service needs to be up): the ladder's
 exactly as the ladder does (``services.ladder.strength.measure``). One line per measured
 snapshot, oldest first: the learner iteration, env steps and timesteps it was taken at, its
 Bradley-Terry-Davidson rating in Elo (``scripted:noop`` = 0) with its standard error, and its
-score against each anchor with the Wilson 95 % interval. A snapshot whose games are not all in
-the log yet is listed as pending, never with a partial score.
+score against each anchor with the Wilson 95 % interval; with ``evaluation.strength.search``, the
+same snapshot searching at each budget on the line below (``+search:N`` where the iteration
+stands). A snapshot whose games are not all in the log yet is listed as pending, never with a
+partial score.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 import msgspec
 
 from royalefleet.run_options import add_run_options, run_config
+from shared.search.spec import split_search
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -59,8 +62,10 @@ def table_lines(measured, pending: int) -> list[str]:
     for m in measured:
         by = {a.anchor: a for a in m.anchors}
         cells = [f"{by[a].score:.2f} [{by[a].lo:.2f}, {by[a].hi:.2f}]" if a in by else "-" for a in anchors]
-        lines.append(f"{m.iteration:>9} {m.env_steps:>11,} {m.rating:>7.0f} +- {m.rating_se:<4.0f}  "
-                     + "  ".join(f"{c:>20}" for c in cells))
+        _, search = split_search(m.snapshot)
+        # a searched entry (evaluation.strength.search) names its budget where the iteration stands
+        first = f"{m.iteration:>9} {m.env_steps:>11,}" if search is None else f"{search.suffix():>21}"
+        lines.append(f"{first} {m.rating:>7.0f} +- {m.rating_se:<4.0f}  " + "  ".join(f"{c:>20}" for c in cells))
     games = sorted({a.games for m in measured for a in m.anchors})
     lines.append(f"{len(measured)} snapshot(s) measured, {pending} pending; games per anchor: "
                  f"{', '.join(map(str, games))}; rating: one Bradley-Terry-Davidson fit of every measured "

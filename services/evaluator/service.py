@@ -41,6 +41,8 @@ from shared.messages import (
 
 from services.evaluator.games import GameError, play_job
 from services.evaluator.players import ScriptedPlayer, SnapshotRefused, load_snapshot_player, run_facts
+from services.evaluator.searched import SearchedPlayer, SearchRefused
+from shared.search.spec import split_search
 
 REPORT_ATTEMPTS = 3
 
@@ -107,12 +109,19 @@ class Evaluator:
         problem = check_player(player_id)
         if problem:
             raise JobFailed("snapshot", problem)
-        if snapshot_of(player_id) is None:
-            return ScriptedPlayer(player_id, self.cfg.ladder.random_legal_noop_prob)
         key = (run_name, player_id)
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
+        base_id, search = split_search(player_id)
+        if search is not None:
+            try:
+                searched = SearchedPlayer(player_id, self.player(run_name, base_id), search, eval_env_config(self.cfg.env))
+            except SearchRefused as exc:
+                raise JobFailed("snapshot", str(exc)) from None
+            return self._cached(key, searched)
+        if snapshot_of(player_id) is None:
+            return ScriptedPlayer(player_id, self.cfg.ladder.random_legal_noop_prob)
         sid = snapshot_of(player_id)
         try:
             reply, arrays = self.ckpt.request(LoadSnapshot(request_id=self.ckpt.next_id(), run_name=run_name,
@@ -131,10 +140,15 @@ class Evaluator:
         except (SnapshotRefused, ValueError) as exc:
             raise JobFailed("snapshot", str(exc)) from None
         self.metrics.snapshots_loaded.inc()
-        self._cache[key] = loaded
+        return self._cached(key, loaded)
+
+    def _cached(self, key: tuple[str, str], player):
+        """``player`` kept under ``key``, the least recently used dropped past
+        ``evaluation.snapshot_cache`` (a searching player holds its own simulation env)."""
+        self._cache[key] = player
         while len(self._cache) > self.cfg.evaluation.snapshot_cache:
             self._cache.popitem(last=False)
-        return loaded
+        return player
 
     # ------------------------------------------------------------------ jobs
 

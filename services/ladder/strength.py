@@ -13,6 +13,10 @@ games in the result log (fsynced before a report is acknowledged). A restarted l
 both: a job whose whole games are in the log counts as played, the rest are handed out again
 under their ids (a game is a pure function of job id, seed and side).
 
+With ``evaluation.strength.search`` budgets, each snapshot is planned once more per budget N
+as the player ``snap:<id>+search:N`` (the same games, the snapshot searching at its choice
+decisions: docs/search.md), so the table shows what search adds beside it.
+
 Only the newest waiting snapshot is kept: a strength request that arrives while another waits
 with no game handed out replaces it (said), so a slow evaluator fleet measures the newest
 actor instead of falling ever further behind. The learner never waits for any of it.
@@ -37,6 +41,7 @@ from shared.config import RunConfig
 from shared.durable import replace_file
 from shared.evaluation import EVAL_ROLE, seeds_for_games, side_scores
 from shared.messages import Ack, EpisodeRecord, EvalJob, EvalJobRequest, EvalReport, MeasureStrength, StrengthSummary
+from shared.search.spec import SearchSpec, split_search, with_search
 from shared.stats import wilson_interval
 
 from services.ladder.gate_runner import JobSpec, ReportRefused, check_report, split_seeds
@@ -151,10 +156,13 @@ def measure(plan: StrengthPlan, records: list[EpisodeRecord] | dict[int, list[Ep
 
 
 def summary_of(measured: list[SnapshotStrength], pending: int) -> StrengthSummary | None:
-    """The newest measured snapshot as the ladder status carries it; None before the first."""
-    if not measured:
+    """The newest measured snapshot (unsearched: a searched entry of ``evaluation.strength.search``
+    is a line of the table, not the run's strength) as the ladder status carries it; None before
+    the first."""
+    plain = [m for m in measured if split_search(m.snapshot)[1] is None]
+    if not plain:
         return None
-    m = measured[-1]
+    m = plain[-1]
     return StrengthSummary(
         snapshot=m.snapshot, iteration=m.iteration, env_steps=m.env_steps,
         games={a.anchor: a.games for a in m.anchors}, score={a.anchor: a.score for a in m.anchors},
@@ -215,17 +223,23 @@ class StrengthRunner:
                 self.say(f"ladder: strength snapshot {e.snapshot} (iteration {e.iteration}) not measured: superseded "
                          f"by iteration {msg.iteration} before any of its games was handed out")
         seeds = list(range(seeds_for_games(st.games_per_anchor)))
-        jobs = [JobSpec(job_id=self.next_job_id(), a=player, b=anchor, seeds=chunk, condition=CONDITION_PREFIX + anchor)
-                for anchor in st.anchors for chunk in split_seeds(seeds, self.config.evaluation.job_seeds)]
-        entries.append(StrengthEntry(snapshot=player, iteration=msg.iteration, env_steps=msg.env_steps,
-                                     timesteps=msg.timesteps, requested_at=self.wall(), anchors=list(st.anchors),
-                                     games_per_anchor=st.games_per_anchor, jobs=jobs))
+        planned = 0
+        # the snapshot itself, then the same games searched at each budget (evaluation.strength.search)
+        for measured in [player] + [with_search(player, SearchSpec(n)) for n in st.search]:
+            jobs = [JobSpec(job_id=self.next_job_id(), a=measured, b=anchor, seeds=chunk,
+                            condition=CONDITION_PREFIX + anchor)
+                    for anchor in st.anchors for chunk in split_seeds(seeds, self.config.evaluation.job_seeds)]
+            entries.append(StrengthEntry(snapshot=measured, iteration=msg.iteration, env_steps=msg.env_steps,
+                                         timesteps=msg.timesteps, requested_at=self.wall(), anchors=list(st.anchors),
+                                         games_per_anchor=st.games_per_anchor, jobs=jobs))
+            planned += len(jobs)
         plan = StrengthPlan(entries)
         replace_file(self.path, msgspec.json.encode(plan) + b"\n")
         self.plan = plan
-        self.say(f"ladder: strength of {player} (iteration {msg.iteration}): {len(jobs)} jobs against "
-                 f"{', '.join(st.anchors)} ({st.games_per_anchor} games each)")
-        return Ack(request_id=msg.request_id, count=len(jobs))
+        searched = f"; searched too with {', '.join(f'+search:{n}' for n in st.search)}" if st.search else ""
+        self.say(f"ladder: strength of {player} (iteration {msg.iteration}): {planned} jobs against "
+                 f"{', '.join(st.anchors)} ({st.games_per_anchor} games each){searched}")
+        return Ack(request_id=msg.request_id, count=planned)
 
     def request_job(self, req: EvalJobRequest) -> EvalJob | None:
         """The oldest strength job not yet handed out (or handed out more than the job deadline

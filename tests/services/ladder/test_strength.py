@@ -199,6 +199,32 @@ def test_royalefleet_strength_and_status_read_the_measurement_from_the_run_folde
             f"[{wilson(6, 6)[0]:.2f}, 1.00], random_legal 0.50 [{lo:.2f}, {hi:.2f}]") in text
 
 
+def test_a_search_budget_measures_the_searched_snapshot_on_the_same_games_on_the_line_below(tmp_path, capsys):
+    import msgspec
+
+    from royalefleet.cli import main
+
+    cfg = msgspec.to_builtins(config())
+    cfg["evaluation"]["strength"]["search"] = [8]
+    said: list[str] = []
+    svc = LadderService(load_config(cfg), bind="tcp://127.0.0.1:*", runs_dir=tmp_path, say=said.append)
+    ack = measure(svc, S1, 5)
+    assert ack.count == 12  # 6 jobs for the snapshot, 6 more for it searching
+    searched = "snap:" + S1 + "+search:8"
+    jobs = play(svc)
+    assert [j.a for j in jobs] == ["snap:" + S1] * 6 + [searched] * 6
+    assert [(j.b, j.seeds) for j in jobs[:6]] == [(j.b, j.seeds) for j in jobs[6:]]  # the same games
+    assert any(line.endswith("(6 games each); searched too with +search:8") for line in said)
+    s = svc.handle(LadderStatusRequest(request_id=4, run_name="t")).strength
+    assert s.snapshot == "snap:" + S1  # the run's strength is the unsearched snapshot's
+    svc.close()
+    (tmp_path / "t" / "config.json").write_bytes(msgspec.json.encode(load_config(cfg)))
+    assert main(["strength", "t", "--runs-dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split()[:2] == ["5", "500"] and lines[3].split()[0] == "+search:8"
+    assert lines[3].split()[4:6] == ["1.00", f"[{wilson(6, 6)[0]:.2f},"]  # the synthetic outcomes: 6 of 6 vs noop
+
+
 @pytest.mark.slow
 def test_a_real_stack_measures_the_learners_strength_into_its_row(tmp_path):
     """learner -> snapshot store -> ladder -> evaluator -> result log -> ladder status -> row:
