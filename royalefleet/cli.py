@@ -11,6 +11,8 @@
     royalefleet gate     re-run a logged gate decision and compare its numbers
     royalefleet play     two players play full matches, each written as a trace and an HTML page
     royalefleet replay   re-simulate an episode of the result log, verify it, write it as HTML
+    royalefleet demos    record a teacher's battles as demonstrations (demos record / demos list)
+    royalefleet clone    train the run's network to copy demonstrations; writes a snapshot
     royalefleet doctor   check this machine against a config before a run (ok / warn / FAIL)
     royalefleet keys     CURVE keys for authenticated cross-host traffic
     royalefleet chaos    a tiny stack under kills, faults and hostile messages; checks that it held
@@ -53,8 +55,13 @@ def _load(args) -> object:
 
 def cmd_up(args) -> int:
     from royalefleet.launcher import Stack
+    from royalefleet.start_config import IdentityChangeRefused, start_config
 
-    cfg = _load(args)
+    try:
+        cfg = start_config(args, args.command)
+    except IdentityChangeRefused as exc:
+        print(exc.code, file=sys.stderr)
+        return 2
     print(f"royalefleet up: profile {cfg.profile}, run {cfg.run_name!r}, "
           f"{cfg.local.rollouts} rollout(s) x {cfg.rollout.battles} battles, "
           f"{cfg.ppo.timesteps_per_iteration:,} timesteps an iteration"
@@ -80,7 +87,7 @@ def cmd_up(args) -> int:
         learner_env["ROYALEFLEET_START_FRESH"] = "1"
     learner_env = learner_env or None
     return Stack(cfg, iterations=args.iterations, say=lambda s: print(s, flush=True),
-                 echo_all=args.verbose, learner_env=learner_env).run()
+                 echo_all=args.verbose, learner_env=learner_env, config_changes_said=True).run()
 
 
 def doctor_refuses(cfg) -> bool:
@@ -211,11 +218,13 @@ def stack_options(sp) -> None:
     sp.add_argument("--timesteps", type=int, metavar="N",
                     help="stop cleanly at the first iteration boundary at or past N learner timesteps, a total over "
                     "every start (sets timestep_limit; not in the run identity; 0: no limit)")
-    sp.add_argument("--rollouts", type=int, help="rollout processes to start (overrides local.rollouts)")
-    sp.add_argument("--battles", type=int, help="battles per rollout (overrides rollout.battles)")
+    sp.add_argument("--rollouts", type=int, metavar="N",
+                    help="rollout processes to start (overrides local.rollouts; in the run identity)")
+    sp.add_argument("--battles", type=int, metavar="N",
+                    help="battles per rollout (overrides rollout.battles; in the run identity)")
     sp.add_argument("--algorithm", choices=("ppo", "dqn"),
-                    help="the learner (overrides learner.algorithm): ppo, or dqn (n-step Double DQN from "
-                    "prioritized replay; docs/design.md)")
+                    help="the learner (overrides learner.algorithm; in the run identity): ppo, or dqn (n-step "
+                    "Double DQN from prioritized replay; docs/design.md)")
     sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
     sp.add_argument("--allow-identity-drift", action="store_true",
                     help="resume a checkpoint whose run identity differs, recording the drift (drift.json)")
@@ -227,6 +236,19 @@ def stack_options(sp) -> None:
     sp.add_argument("--start-fresh", action="store_true",
                     help="start the run over when it has checkpoints and none verifies (a start is refused "
                     "otherwise); its metric rows move to metrics.purged.jsonl")
+
+
+IDENTITY_EPILOG = """\
+An existing run (runs_dir/RUN/config.json) continues with its own config: its profile, not
+this machine's default. Options that change the run identity (the numbers it produces) are
+refused on an existing run, naming each field, unless --allow-identity-drift:
+  --rollouts, --battles, --algorithm, --profile other than the run's, and a --config file's
+  seed, env, obs, net, ppo, advantage, rollout battles/shards, ladder, determinism,
+  services.wire_codec, learner, dqn and extension sections.
+Options that do not are accepted and shown: --iterations, --timesteps, --verbose, --no-doctor,
+--clear-halt, --start-fresh, --runs-dir, and a --config file's ports, timeouts, checkpoint,
+alarms and evaluation settings. `royalefleet config --explain FIELD` says whether a field is
+in the identity; README "Run identity" lists it."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -247,15 +269,21 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--run-name", help="run folder name under runs_dir (overrides the config)")
         sp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
 
+    from royalefleet.run_options import add_run_argument
+
     up = sub.add_parser("up", help="start the local stack and train; Ctrl-C stops it and writes a checkpoint",
                         description="Start checkpoint, ladder, learner, rollout and evaluator services on loopback and train. "
-                        "A run folder that holds a checkpoint is resumed.")
+                        "A run folder that holds a checkpoint is resumed.", epilog=IDENTITY_EPILOG,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_argument(up)
     common(up)
     stack_options(up)
     up.set_defaults(func=cmd_up)
 
     rs = sub.add_parser("resume", help="like up, but refuse to start when the run has no checkpoint",
-                        description="Resume a run from its newest checkpoint that verifies (same options as up).")
+                        description="Resume a run from its newest checkpoint that verifies (same options as up).",
+                        epilog=IDENTITY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_argument(rs)
     common(rs)
     stack_options(rs)
     rs.set_defaults(func=cmd_up, require_checkpoint=True)
@@ -277,14 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
     idp.set_defaults(func=cmd_identity)
 
     ck = sub.add_parser("checkpoints", help="list a run's checkpoints with their verification status")
-    from royalefleet.run_options import add_run_argument
-
     add_run_argument(ck)
     common(ck)
     ck.set_defaults(func=cmd_checkpoints)
 
     from royalefleet import chaos, cmd_doctor, cmd_eval, cmd_gate, cmd_keys, cmd_play, cmd_rate, cmd_replay, cmd_status
-    from royalefleet import cmd_report, cmd_snapshots, cmd_strength
+    from royalefleet import cmd_clone, cmd_demos, cmd_report, cmd_snapshots, cmd_strength
 
     cmd_doctor.add_parser(sub)
     cmd_status.add_parser(sub)
@@ -296,7 +322,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_gate.add_parser(sub)
     cmd_play.add_parser(sub)
     cmd_replay.add_parser(sub)
+    cmd_demos.add_parser(sub)
+    cmd_clone.add_parser(sub)
     cmd_keys.add_parser(sub)
+    from royalefleet.k8s import files as k8s_files
+
+    k8s_files.add_parser(sub)
     chaos.add_parser(sub)
 
     cf = sub.add_parser("config", help="print or write a fully populated config",

@@ -59,7 +59,9 @@ EXIT_GAVE_UP = 1
 CORE_SERVICES = ("checkpoint", "ladder", "learner")
 LEARNER_FINAL_EXITS = {0: "finished", 2: "refused its config or its checkpoint", 3: "halted"}
 """Learner exit codes that end the stack with that code (services/learner/lifecycle.py): any
-other exit (a crash, a kill) is restarted and resumes from the newest checkpoint."""
+other exit (a crash, a kill, 4: a service it needed at start did not answer,
+services/learner/cli.py ``EXIT_UNREACHABLE``) is restarted and resumes from the newest
+checkpoint."""
 LOG_RETRY_S = 10.0
 """How often a pump tries a log file again after a write failed (ENOSPC, EIO)."""
 TAIL_LINES = 12
@@ -321,9 +323,12 @@ def ports_in_use(cfg: RunConfig, rollouts: int) -> list[str]:
 class Stack:
     def __init__(self, cfg: RunConfig, *, iterations: int = 0, rollouts: int | None = None, say=print,
                  echo_all: bool = False, learner_env: dict | None = None, rollout_env: dict | None = None,
-                 rollout_module: str | None = None):
+                 rollout_module: str | None = None, config_changes_said: bool = False):
         """``rollout_env`` is added to every rollout's environment and ``rollout_module``
-        replaces ``services.rollout`` as what they run (``royalefleet bench --synthetic``)."""
+        replaces ``services.rollout`` as what they run (``royalefleet bench --synthetic``).
+        ``config_changes_said``: the caller said how ``cfg`` differs from the run's config.json
+        (``royalefleet up``: royalefleet/start_config.py), so it is not said again here."""
+        self.config_changes_said = config_changes_said
         self.cfg = cfg
         self.say = lambda text: _say_safely(say, text)
         self.run_dir = os.path.join(cfg.runs_dir, cfg.run_name)
@@ -351,7 +356,7 @@ class Stack:
 
     def _write_config(self) -> None:
         new = dump_config(self.cfg)
-        if os.path.exists(self.config_path):
+        if os.path.exists(self.config_path) and not self.config_changes_said:
             import json
 
             with open(self.config_path, "rb") as fh:

@@ -2,7 +2,9 @@
 environment variable (``--help`` names it), which is how the launcher and Compose configure it.
 
 Exit codes: 0 finished or stopped, 2 a refused config, checkpoint, tier or device (said), 3
-halted (``services/learner/lifecycle.py``).
+halted (``services/learner/lifecycle.py``), 4 (``EXIT_UNREACHABLE``) a service it needs at start
+did not answer (the checkpoint service died mid-request, the ladder was down): a restart can
+fix that, so the launcher and Compose retry it, where 2 is final.
 """
 
 from __future__ import annotations
@@ -15,7 +17,23 @@ from services.learner.determinism import DeterminismError
 from services.learner.vram import DeviceMemoryError
 from shared import service_settings, transport
 from shared.config import ConfigError, RunConfig, load_config
+from shared.recorded_config import for_learner
 from shared.service_settings import option, port_or_config
+
+EXIT_UNREACHABLE = 4
+"""The learner's exit code when a refusal came of a service that did not answer
+(``transport.ServiceTimeout``), not of the config or the checkpoint: worth a restart."""
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """True when ``exc`` was raised while handling a ``transport.ServiceTimeout`` (at any depth
+    of its ``__context__`` chain, which ``raise ... from None`` keeps)."""
+    seen = exc.__context__
+    while seen is not None:
+        if isinstance(seen, transport.ServiceTimeout):
+            return True
+        seen = seen.__context__
+    return False
 
 
 @dataclass(frozen=True)
@@ -75,6 +93,8 @@ def main(argv=None) -> int:
 
     try:
         cfg = load_config(a.config)
+        # the run's own config.json decides its identity (Compose without its .env: docs/compose.md)
+        cfg = for_learner(cfg, a.runs_dir or cfg.runs_dir, allow_identity_drift=a.allow_identity_drift, say=say)
     except ConfigError as exc:
         say(str(exc))
         return 2
@@ -90,6 +110,9 @@ def main(argv=None) -> int:
     except SystemExit as exc:
         if isinstance(exc.code, str):
             say(exc.code)
+            if _unreachable(exc):
+                say(f"learner: exit {EXIT_UNREACHABLE}: a service did not answer; a restart retries")
+                return EXIT_UNREACHABLE
             return 2
         raise
 

@@ -323,3 +323,10 @@ def test_a_real_child_writing_to_dev_full_is_drained_to_its_end(tmp_path):
         t.join(timeout=10)
     assert said[0].startswith("launcher: cannot write /dev/full (No space left on device)")
     assert said[1:] == [f"[rollout-0] line {k}" for k in range(20000)]
+
+
+def test_a_learner_that_found_a_service_unreachable_at_start_is_restarted_not_given_up(tmp_path):
+    # exit 4 (services/learner/cli.py EXIT_UNREACHABLE): the checkpoint service died mid-request
+    s, lines = scripted_stack(tmp_path, {"learner": [4, 0]})
+    assert s._watch() == 0 and s.children["learner"].restarts == 1
+    assert "learner exited (code 4); restarting it (restart 1); it resumes from the run's newest checkpoint" in lines

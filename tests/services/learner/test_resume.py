@@ -94,7 +94,10 @@ def test_a_resume_across_an_identity_change_is_refused_unless_drift_is_allowed(t
     refused = Up(changed, "--iterations", "1")
     assert refused.wait_exit(240) != 0
     text = "\n".join(refused.lines)
-    assert "refusing to resume" in text and "master_seed: checkpoint 20260921, this run 7" in text
+    # refused by `up` itself against the run's config.json (royalefleet/start_config.py), before
+    # any service starts; the learner's own refusal against the checkpoint is the same rule
+    assert "refusing to start run 'default' with options that change its run identity" in text
+    assert "  master_seed: 20260921 -> 7\n" in text and "  ppo.clip_range: 0.2 -> 0.1\n" in text
     assert "algo_digest" in text and "--allow-identity-drift" in text
     assert len(read_rows(runs / "default")) == 1  # nothing trained on top of the refused checkpoint
 
