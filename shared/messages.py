@@ -416,6 +416,14 @@ class ReportEpisodes(_Msg, tag="report_episodes"):
     request_id: int
     run_name: str
     episodes: list[EpisodeRecord]
+    report_id: str = ""
+    """The batch's own id, the same on every send of it (the learner's held batches keep it in
+    episodes.held.jsonl): the ladder writes a record of one report id once, so a report it wrote
+    but never acked before a crash is not written again when the learner resends it. "": none
+    (every send is written). At most ``MAX_REPORT_ID`` characters."""
+
+
+MAX_REPORT_ID = 64
 
 
 class Ack(_Msg, tag="ack"):

@@ -30,13 +30,42 @@ from shared.run_dir import RESULTS, RunDir, check_run_name  # noqa: F401 - check
 RESULTS_FILE = RESULTS
 
 
-class ResultLine(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class ResultLine(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
     """One line of the log."""
 
     run_name: str
     wall: str
     """UTC ISO-8601 time the batch was written, e.g. ``2026-10-02T14:03:11.532+00:00``."""
     record: EpisodeRecord
+    report_id: str = ""
+    """The learner's report it came in (``ReportEpisodes.report_id``), so a resent report is
+    written once (``ReportIds``); absent from lines of reports without one."""
+
+
+def record_key(rec: EpisodeRecord) -> tuple[int, int, str]:
+    """A record's place in its report: (battle, ordinal, seat)."""
+    return rec.battle, rec.ordinal, rec.seat
+
+
+class ReportIds:
+    """Which records of each report id the log holds: report id -> {record_key}. Filled from
+    the log at the ladder's start and by every append, so a report resent after a crash that
+    lost its Ack (written, never acked) adds only the records the log does not hold."""
+
+    def __init__(self, lines: list[ResultLine] = ()):
+        self.written: dict[str, set[tuple[int, int, str]]] = {}
+        for line in lines:
+            if line.report_id:
+                self.written.setdefault(line.report_id, set()).add(record_key(line.record))
+
+    def missing(self, report_id: str, records: list[EpisodeRecord]) -> list[EpisodeRecord]:
+        """The records of ``report_id`` the log does not hold yet (all of them for "")."""
+        have = self.written.get(report_id) if report_id else None
+        return records if not have else [r for r in records if record_key(r) not in have]
+
+    def add(self, report_id: str, records: list[EpisodeRecord]) -> None:
+        if report_id:
+            self.written.setdefault(report_id, set()).update(map(record_key, records))
 
 
 @dataclass
@@ -132,17 +161,19 @@ class ResultLog:
     def for_run(cls, runs_dir: str | os.PathLike, run_name: str) -> ResultLog:
         return cls(result_log_path(runs_dir, run_name), run_name)
 
-    def append(self, records: list[EpisodeRecord]) -> int:
-        """Append one line per record, then flush and fsync. Returns the number written (0 for
-        an empty batch, which touches nothing). Raises OSError if the disk refuses; lines of
-        earlier batches are never touched. Raises RecordRefused (``check_records``), writing
-        nothing, when any record of the batch is out of range."""
+    def append(self, records: list[EpisodeRecord], report_id: str = "") -> int:
+        """Append one line per record (each carrying ``report_id`` when given), then flush and
+        fsync. Returns the number written (0 for an empty batch, which touches nothing). Raises
+        OSError if the disk refuses; lines of earlier batches are never touched. Raises
+        RecordRefused (``check_records``), writing nothing, when any record of the batch is out
+        of range."""
         if not records:
             return 0
         check_records(records)
         wall = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         data = b"".join(
-            _encoder.encode(ResultLine(run_name=self.run_name, wall=wall, record=r)) + b"\n" for r in records
+            _encoder.encode(ResultLine(run_name=self.run_name, wall=wall, record=r, report_id=report_id)) + b"\n"
+            for r in records
         )
         created = not self.path.exists()
         if created:

@@ -2,7 +2,8 @@
 
 * PlanRequest -> PlanReply: ``shared.matchmaking.plan_assignments`` for the request's
   battles, with the role counts of an iteration of ``n_battles`` battles.
-* ReportEpisodes -> Ack(count) once the records are fsynced to that run's result log.
+* ReportEpisodes -> Ack(count) once the records are fsynced to that run's result log; a report
+  id the log holds already (a resend after a lost Ack) adds only what the log lacks (count 0).
 * MeasureStrength -> Ack(jobs planned): a strength snapshot's games against the scripted
   anchors (services/ladder/strength.py), handed to evaluators when no gate job is waiting.
 * AdmitCandidate -> Admitted(status): a pool candidate filed in ``<run>/ladder/pool.json``
@@ -36,13 +37,14 @@ from shared.messages import (
 from shared.messages import AdmitCandidate, Admitted, LadderStatusRequest
 from shared.messages import EvalJobRequest, EvalReport  # evaluator jobs (services/ladder/gate_runner.py)
 from shared.messages import MeasureStrength, NoJob  # strength jobs (services/ladder/strength.py)
+from shared.messages import MAX_REPORT_ID
 from shared.log_guard import RefusalLog
 from shared.serve_loop import RequestLoop
 from shared.transport import bind_router, curve_server_keys, recv, send
 
 from services.ladder.gate_runner import GateRunner, ReportRefused
 from services.ladder.pool import PoolCorrupt
-from services.ladder.results import RecordRefused, ResultLog, check_records, check_run_name
+from services.ladder.results import RecordRefused, ReportIds, ResultLog, check_records, check_run_name
 from services.ladder.run_pool import PoolRefusal, PoolWriteError, RunPool
 from services.ladder.strength import StrengthRunner
 
@@ -188,6 +190,8 @@ class LadderService(RequestLoop):
         log = ResultLog.for_run(self.runs_dir, self.config.run_name)
         found = log.read()
         self.metrics.torn_lines.set(found.n_set_aside)
+        self.report_ids = ReportIds(found.lines)
+        """The report ids the log holds: a resent report is written once (``_report``)."""
         held = f"holds {len(found.lines)} records" if log.path.exists() else "does not exist yet (0 records)"
         self.say(f"ladder: result log {log.path} {held}")
         for number, why in found.set_aside:
@@ -278,7 +282,14 @@ class LadderService(RequestLoop):
             check_records(req.episodes)
         except RecordRefused as exc:
             raise BadRequest(f"episodes: {exc}") from None
-        written = ResultLog.for_run(self.runs_dir, req.run_name).append(req.episodes)
+        if len(req.report_id) > MAX_REPORT_ID:
+            raise BadRequest(f"report_id of {len(req.report_id)} characters; at most {MAX_REPORT_ID}")
+        new = self.report_ids.missing(req.report_id, req.episodes)
+        if len(new) < len(req.episodes):
+            self.say(f"ladder: report {req.report_id} sent again (its Ack was lost): {len(req.episodes) - len(new)} "
+                     f"of its {len(req.episodes)} record(s) are in the result log already and are not written twice")
+        written = ResultLog.for_run(self.runs_dir, req.run_name).append(new, req.report_id)
+        self.report_ids.add(req.report_id, new)
         self.metrics.episodes_recorded.inc(written)
         return Ack(request_id=req.request_id, count=written)
 

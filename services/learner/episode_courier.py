@@ -6,7 +6,10 @@ ladder has answered a later request without acking it (one connection delivers i
 was lost on the way, e.g. the ladder restarted): a batch is written once. A refusal (Error) is
 said and not retried: the same records would be refused again. Held batches are kept in
 ``<run>/episodes.held.jsonl`` (replaced atomically, removed when none is held), so a learner
-stopped or killed while the ladder is away delivers them after its restart.
+stopped or killed while the ladder is away delivers them after its restart. Each batch carries
+its own report id (``ReportEpisodes.report_id``, kept in the held file), the same on every send,
+so a batch the ladder wrote but never acked before it crashed is not written twice when it is
+sent again (services/ladder/results.py ``ReportIds``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ HELD_EPISODES = HELD_EPISODES
 class HeldBatch(msgspec.Struct, forbid_unknown_fields=True):
     iteration: int
     episodes: list[EpisodeRecord]
+    report_id: str = ""
+    """"" in a file written before report ids: the batch gets a new one."""
+
+
+def new_report_id() -> str:
+    """A batch's report id: 16 random hex characters."""
+    return os.urandom(8).hex()
 
 
 class EpisodeCourier:
@@ -36,7 +46,8 @@ class EpisodeCourier:
         self.ladder, self.run_name, self.say = ladder, run_name, say
         self.path = os.path.join(run_dir, HELD_EPISODES)
         self.batches: list[list] = []
-        """[request id or None, iteration, episodes]: reports the ladder has not acknowledged, oldest first."""
+        """[request id or None, iteration, episodes, report id]: reports the ladder has not
+        acknowledged, oldest first."""
 
     def held(self) -> int:
         """Episodes not yet acknowledged (the row's ``health/episodes_held``)."""
@@ -47,7 +58,7 @@ class EpisodeCourier:
         held to the ladder, oldest first; ``timeout_s`` for the first request (None: the client's;
         the learner passes its short status timeout while the ladder is silent)."""
         if episodes:
-            self.batches.append([None, iteration, episodes])
+            self.batches.append([None, iteration, episodes, new_report_id()])
         self._send(iteration, timeout_s)
         self._persist()
 
@@ -64,14 +75,14 @@ class EpisodeCourier:
             except msgspec.DecodeError as exc:
                 self.say(f"learner: line {n} of {self.path} set aside, it does not decode: {exc}")
                 continue
-            self.batches.append([None, batch.iteration, batch.episodes])
+            self.batches.append([None, batch.iteration, batch.episodes, batch.report_id or new_report_id()])
         self.say(f"learner: {self.held()} episode(s) held by an earlier process ({self.path}) go to the ladder "
                  "with the next report")
 
     def _send(self, current: int, timeout_s: float | None) -> None:
         while self.batches:
             batch = self.batches[0]
-            rid, it, eps = batch
+            rid, it, eps, report_id = batch
             if rid is not None:
                 late = self.ladder.late_reply(rid)
                 if late is None and not self.ladder.answered_after(rid):
@@ -82,8 +93,8 @@ class EpisodeCourier:
                     continue
             batch[0] = rid = self.ladder.next_id()
             try:
-                reply, _ = self.ladder.request(ReportEpisodes(request_id=rid, run_name=self.run_name, episodes=eps),
-                                               timeout_s=timeout_s)
+                reply, _ = self.ladder.request(ReportEpisodes(request_id=rid, run_name=self.run_name, episodes=eps,
+                                                              report_id=report_id), timeout_s=timeout_s)
             except transport.ServiceTimeout as exc:
                 self.say(f"learner: episode report of iteration {it} not acknowledged ({exc}); {self.held()} "
                          "episode(s) held until the ladder answers")
@@ -95,8 +106,9 @@ class EpisodeCourier:
     def _persist(self) -> None:
         try:
             if self.batches:
-                replace_file(self.path, b"".join(msgspec.json.encode({"iteration": it, "episodes": eps}) + b"\n"
-                                                 for _, it, eps in self.batches))
+                replace_file(self.path, b"".join(
+                    msgspec.json.encode({"iteration": it, "episodes": eps, "report_id": report_id}) + b"\n"
+                    for _, it, eps, report_id in self.batches))
             elif os.path.exists(self.path):
                 os.remove(self.path)
         except OSError as exc:
