@@ -15,6 +15,7 @@
     royalefleet clone    train the run's network to copy demonstrations; writes a snapshot
     royalefleet doctor   check this machine against a config before a run (ok / warn / FAIL)
     royalefleet keys     CURVE keys for authenticated cross-host traffic
+    royalefleet k8s      write (or --check) the Kubernetes manifests in deploy/k8s/
     royalefleet chaos    a tiny stack under kills, faults and hostile messages; checks that it held
 """
 
@@ -325,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_demos.add_parser(sub)
     cmd_clone.add_parser(sub)
     cmd_keys.add_parser(sub)
+    from royalefleet.k8s import files as k8s_files
+
+    k8s_files.add_parser(sub)
     from royalefleet.k8s import files as k8s_files
 
     k8s_files.add_parser(sub)

@@ -148,6 +148,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundle", type=_host_name, metavar="NAME",
                    help="write host NAME's keys (created if missing) to standard output as a .tar.gz "
                    "and nothing else there")
+    p.add_argument("--k8s-secrets", action="store_true",
+                   help="write the keys to standard output as two Kubernetes Secrets (JSON, for `kubectl apply -f -`; "
+                        "docs/kubernetes.md) and nothing else there")
+    p.add_argument("--namespace", default="royalefleet", help="the Secrets' namespace (default: %(default)s)")
     p.set_defaults(func=run)
 
 
@@ -158,11 +162,14 @@ def run(args) -> int:
     hosts = [f"host-{k}" for k in range(1, args.hosts + 1)] + list(args.host)
     if args.bundle:
         hosts.append(args.bundle)
+    if args.bundle and args.k8s_secrets:
+        print("royalefleet keys: --bundle and --k8s-secrets both write to standard output; give one", file=sys.stderr)
+        return 2
     hosts = list(dict.fromkeys(hosts))
     folder = args.dir
     written = ensure_keys(folder, hosts)
-    # With --bundle the archive owns standard output; the report goes to standard error.
-    out = sys.stderr if args.bundle else sys.stdout
+    # With --bundle or --k8s-secrets the output owns standard output; the report goes to standard error.
+    out = sys.stderr if args.bundle or args.k8s_secrets else sys.stdout
 
     def say(text: str = "") -> None:
         print(text, file=out, flush=True)
@@ -182,6 +189,11 @@ def run(args) -> int:
     if not extra:
         say("Extra rollout hosts: add one with --host NAME (or --bundle NAME to get its keys as a .tar.gz).")
     say("Revoke a host: delete its clients/<name>.key (no restart needed).")
+    if args.k8s_secrets:
+        from royalefleet.k8s.secrets import key_secrets_json
+
+        sys.stdout.write(key_secrets_json(folder, args.namespace))
+        sys.stdout.flush()
     if args.bundle:
         sys.stdout.buffer.write(bundle_tar(folder, args.bundle))
         sys.stdout.buffer.flush()

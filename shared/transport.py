@@ -281,6 +281,10 @@ SERVER_PUBLIC = "server.key"
 CLIENT_SECRET = "client.key_secret"
 CLIENT_PUBLIC = "client.key"
 ALLOWED_CLIENTS = "clients"
+CLIENTS_DIR_ENV = "ROYALEFLEET_CURVE_CLIENTS_DIR"
+"""The allow-list folder when it is not ``<keys folder>/clients``: under Kubernetes the keys and
+the allow-list are two Secrets mounted apart (deploy/k8s, docs/kubernetes.md), since a Secret
+volume cannot hold a sub-folder that grows as hosts are added. Unset or empty: the default."""
 
 
 @dataclass(frozen=True)
@@ -305,7 +309,8 @@ def curve_server_keys(environ=None) -> CurveServer | None:
     folder = _curve_dir(environ)
     if folder is None:
         return None
-    return CurveServer(os.path.join(folder, SERVER_SECRET), os.path.join(folder, ALLOWED_CLIENTS))
+    clients = (os.environ if environ is None else environ).get(CLIENTS_DIR_ENV, "")
+    return CurveServer(os.path.join(folder, SERVER_SECRET), clients or os.path.join(folder, ALLOWED_CLIENTS))
 
 
 def curve_client_keys(environ=None) -> CurveClient | None:
