@@ -32,6 +32,11 @@ class PoolClient:
         self.courier = EpisodeCourier(ladder, cfg.run_name, run_dir, say)  # exactly once, held if unanswered
         self.silent = False
         """The ladder left the last plan request unanswered (``request_plan``)."""
+        self.unoffered: list[tuple[str, int, int]] = []
+        """Candidates stored but not offered because the ladder did not answer: (snapshot id, env
+        steps, iteration), oldest first; offered again after each plan the ladder answers
+        (``offer_unoffered``). A candidate is offered more than once safely: the pool answers
+        ``duplicate`` for one it holds."""
 
     def _timeout(self) -> float | None:
         return self.cfg.services.ladder_status_timeout_s if self.silent else None
@@ -62,7 +67,17 @@ class PoolClient:
         if self.silent:
             self.say(f"learner: the ladder answers again (iteration {req.iteration})")
             self.silent = False
+        self.offer_unoffered()
         return reply
+
+    def offer_unoffered(self) -> None:
+        """Offer again, oldest first, the candidates the ladder did not answer for; stops at the
+        first that goes unanswered again (it stays, with those after it)."""
+        while self.unoffered:
+            snapshot_id, env_steps, iteration = self.unoffered[0]
+            if not self.admit_candidate(snapshot_id, env_steps=env_steps, iteration=iteration, again=True):
+                return
+            self.unoffered.pop(0)
 
     def deliver_episodes(self, episodes: list, iteration: int) -> None:
         """Episodes to the result log (services/learner/episode_courier.py)."""
@@ -99,15 +114,20 @@ class PoolClient:
         else:
             self.say(f"learner: the checkpoint service refused the snapshot: {getattr(reply, 'reason', reply)}")
 
-    def admit_candidate(self, snapshot_id: str, *, env_steps: int, iteration: int) -> None:
-        """Offer a stored snapshot to the ladder's pool (AdmitCandidate) and say what it did."""
+    def admit_candidate(self, snapshot_id: str, *, env_steps: int, iteration: int, again: bool = False) -> bool:
+        """Offer a stored snapshot to the ladder's pool (AdmitCandidate) and say what it did.
+        One the ladder does not answer is kept in ``unoffered`` (``again``: it is there
+        already) and offered after the next plan the ladder answers. False: unanswered."""
         try:
             reply, _ = self.ladder.request(AdmitCandidate(
                 request_id=self.ladder.next_id(), run_name=self.cfg.run_name, snapshot_id=snapshot_id,
                 env_steps=env_steps, iteration=iteration), timeout_s=self._timeout())
         except transport.ServiceTimeout as exc:
-            self.say(f"learner: candidate snap:{snapshot_id} not offered to the pool: {exc}")
-            return
+            if not again:
+                self.unoffered.append((snapshot_id, env_steps, iteration))
+                self.say(f"learner: candidate snap:{snapshot_id} not offered to the pool yet: {exc}; offered again "
+                         "once the ladder answers a plan")
+            return False
         if isinstance(reply, Admitted):
             what = {"admitted_free": "admitted free as the run's first snapshot: it is the champion",
                     "pending": "pending: it waits for a gate",
@@ -115,6 +135,7 @@ class PoolClient:
             self.say(f"learner: pool candidate snap:{snapshot_id} {what}")
         else:
             self.say(f"learner: the ladder refused candidate snap:{snapshot_id}: {getattr(reply, 'reason', reply)}")
+        return True
 
     def admit_seed_snapshots(self, identity, spec, net) -> None:
         """``ladder.pool.seed_snapshots`` read, checked (sha256, spec digests, weights),
