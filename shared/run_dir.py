@@ -61,6 +61,10 @@ SNAPSHOTS = "snapshots"
 REPLAYS = "replays"
 REPLAYS_INDEX = "index.json"
 """In ``replays/``."""
+DEMOS = "demos"
+"""Demonstration sets (shared/demos.py): ``demos/<name>/`` each, written by ``royalefleet demos record``."""
+CLONES = "clones"
+"""``clones/<snapshot id>/``: a clone's critic and epoch report (royalefleet/cmd_clone.py)."""
 
 TAIL_BYTES = 1 << 20
 """The last metric row is looked for in the file's last MiB (a row is a few KB; the file grows
@@ -136,6 +140,8 @@ class RunDir:
     snapshots = property(lambda self: self.root / SNAPSHOTS)
     replays = property(lambda self: self.root / REPLAYS)
     replays_index = property(lambda self: self.root / REPLAYS / REPLAYS_INDEX)
+    demos = property(lambda self: self.root / DEMOS)
+    clones = property(lambda self: self.root / CLONES)
 
     def bundle(self, iteration: int) -> Path:
         """``bundles/<iteration>``: the diagnostic bundle of a halt at ``iteration``."""

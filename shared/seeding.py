@@ -40,6 +40,10 @@ STREAMS: dict[str, str] = {
     "eval/seed_set": "the fixed evaluation seed set (ladder.pool.eval_seed_count env seeds), drawn once",
     "eval/act/job/{job}/seed/{seed}/side/{side}/seat/{seat}":
         "one seat's action uniforms (and a scripted player's draws) in one evaluation game",
+    "demos/teacher/battle/{battle}/seat/{seat}": "a teacher's draws on one recorded seat of one demonstration battle",
+    "clone/split": "which demonstration battles a clone holds out for validation",
+    "clone/init": "a clone's initial network weights",
+    "clone/epoch/{epoch}": "the row order of one clone epoch",
 }
 
 _FIELDS = {t: {f for _, f, _, _ in string.Formatter().parse(t) if f} for t in STREAMS}

@@ -1,0 +1,188 @@
+"""Behaviour cloning: the run's own actor-critic (``shared.nn.model.ActorCritic`` of the run's
+``net`` config) trained to copy demonstrations (royalefleet/clone_data.py).
+
+* Actor: masked cross-entropy ``-log pi(a_teacher | s)`` (``shared.nn.distribution``'s masked
+  softmax) on choice rows only. A forced row (only the no-op legal) has log-probability 0 under
+  every weight: it carries nothing, and counting it in the mean would only shrink the loss.
+* Critic: ``0.5 (V(s) - G)^2`` on the demonstrations' returns ``G`` (the recorded seat's
+  discounted return-to-go at the run's starting gamma), on choice rows and the kept forced rows,
+  so a warm-started run does not begin with advantages from an untrained critic.
+* Validation by battle, early stopping on the validation cross-entropy (``patience`` epochs
+  without a new best), the best epoch's weights kept.
+* Deterministic: initial weights from stream ``clone/init``, the row order of epoch e from
+  ``clone/epoch/{e}``, the run's ``determinism.torch_threads``, deterministic algorithms under
+  ``run_exact``. The same demonstrations and config give the same snapshot id.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from royalefleet.clone_data import CloneRows
+
+
+@dataclass(frozen=True)
+class CloneSettings:
+    """The clone's own knobs (``royalefleet clone --help`` shows the defaults)."""
+
+    max_epochs: int = 20
+    patience: int = 3
+    """Epochs without a new best validation cross-entropy before stopping."""
+    batch_size: int = 256
+    """Choice rows per actor step (the critic's step takes its rows in the same proportion)."""
+    actor_lr: float = 1e-3
+    critic_lr: float = 1e-3
+    max_grad_norm: float = 1.0
+
+
+@dataclass
+class EpochStats:
+    epoch: int
+    train_ce: float
+    train_agreement: float
+    train_value_loss: float
+    val_ce: float
+    val_agreement: float
+    val_value_loss: float
+    seconds: float
+
+
+@dataclass
+class CloneResult:
+    model: object  # ActorCritic, the best epoch's weights
+    epochs: list[EpochStats] = field(default_factory=list)
+    best_epoch: int = 0
+    stopped: str = ""
+
+    @property
+    def best(self) -> EpochStats:
+        return self.epochs[self.best_epoch - 1]
+
+
+def _obs(codec, rows: np.ndarray):
+    import torch
+
+    return {k: torch.tensor(v) for k, v in codec.unpack(rows).items()}
+
+
+def evaluate(model, codec, rows: CloneRows, batch: int = 512) -> tuple[float, float, float]:
+    """(mean cross-entropy and top-1 agreement over the choice rows, mean value loss over all
+    rows) of ``model`` on ``rows``; agreement is argmax of the masked policy == teacher action."""
+    import torch
+
+    from shared.nn.distribution import MaskedCategorical
+
+    ce = agree = vloss = 0.0
+    n_choice = int(rows.choice.sum())
+    with torch.no_grad():
+        for lo in range(0, len(rows.actions), batch):
+            sl = slice(lo, lo + batch)
+            obs = _obs(codec, rows.observations[sl])
+            vloss += float((0.5 * (model.value(obs) - torch.from_numpy(rows.returns[sl])) ** 2).sum())
+            c = torch.from_numpy(rows.choice[sl])
+            if bool(c.any()):
+                sub = {k: v[c] for k, v in obs.items()}
+                dist = MaskedCategorical(model.actor_logits(sub), sub["mask"])
+                a = torch.from_numpy(rows.actions[sl])[c]
+                ce -= float(dist.log_prob(a).sum())
+                agree += float((dist.mode() == a).sum())
+    return ce / max(n_choice, 1), agree / max(n_choice, 1), vloss / max(len(rows.actions), 1)
+
+
+def train_clone(spec, net, codec, train: CloneRows, val: CloneRows, master_seed: int,
+                settings: CloneSettings = CloneSettings(), say=print) -> CloneResult:
+    """Train a fresh ActorCritic on ``train``, stop early on ``val``; the caller has set torch's
+    threads and determinism. ``say`` gets one line per epoch."""
+    import copy
+    import time
+
+    import torch
+
+    from shared.nn.model import ActorCritic
+    from shared.seeding import derive_int, stream
+
+    model = ActorCritic(spec, net, seed=derive_int(master_seed, "clone/init"))
+    opt_a = torch.optim.Adam(model.actor.parameters(), lr=settings.actor_lr)
+    opt_c = torch.optim.Adam(model.critic.parameters(), lr=settings.critic_lr)
+    choice_idx = np.flatnonzero(train.choice)
+    if not len(choice_idx) or not val.choice.any():
+        raise ValueError(f"no choice rows to clone ({len(choice_idx)} in training, {int(val.choice.sum())} in "
+                         "validation): record more battles")
+    steps = max(1, math.ceil(len(choice_idx) / settings.batch_size))
+    critic_batch = math.ceil(len(train.actions) / steps)
+    result, best, since = CloneResult(model=model), math.inf, 0
+    best_state = copy.deepcopy(model.state_dict())
+    for epoch in range(1, settings.max_epochs + 1):
+        t0 = time.monotonic()
+        rng = stream(master_seed, "clone/epoch/{epoch}", epoch=epoch)
+        order_a, order_c = rng.permutation(choice_idx), rng.permutation(len(train.actions))
+        sums = np.zeros(3)
+        model.train()
+        for k in range(steps):
+            sums += _step(model, codec, train, order_a[k * settings.batch_size:(k + 1) * settings.batch_size],
+                          order_c[k * critic_batch:(k + 1) * critic_batch], opt_a, opt_c, settings.max_grad_norm)
+        model.eval()
+        v_ce, v_agree, v_value = evaluate(model, codec, val)
+        stats = EpochStats(epoch, float(sums[0] / len(choice_idx)), float(sums[1] / len(choice_idx)),
+                           float(sums[2] / len(train.actions)), v_ce, v_agree, v_value, time.monotonic() - t0)
+        result.epochs.append(stats)
+        better = v_ce < best
+        if better:
+            best, since, result.best_epoch = v_ce, 0, epoch
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            since += 1
+        say(f"  epoch {epoch:>2}: train CE {stats.train_ce:.4f}, agreement {stats.train_agreement:.3f}, value loss "
+            f"{stats.train_value_loss:.4f} | validation CE {v_ce:.4f}, agreement {v_agree:.3f}, value loss "
+            f"{v_value:.4f} | {stats.seconds:.0f} s{'  (best)' if better else ''}")
+        if since >= settings.patience:
+            result.stopped = f"early stop: no better validation CE for {settings.patience} epochs"
+            break
+    else:
+        result.stopped = f"max epochs ({settings.max_epochs}) reached"
+    model.load_state_dict(best_state)
+    model.eval()
+    return result
+
+
+def _step(model, codec, rows: CloneRows, actor_idx, critic_idx, opt_a, opt_c, max_norm: float) -> np.ndarray:
+    """One actor step (masked CE on ``actor_idx``, choice rows) and one critic step (value loss
+    on ``critic_idx``); (summed CE, agreements, summed value loss) before the step."""
+    import torch
+
+    from shared.nn.distribution import MaskedCategorical
+
+    obs = _obs(codec, rows.observations[actor_idx])
+    logits = model.actor_logits(obs)
+    a = torch.from_numpy(rows.actions[actor_idx])
+    loss = masked_ce(logits, obs["mask"], a, ~torch.from_numpy(rows.choice[actor_idx]))
+    opt_a.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.actor.parameters(), max_norm)
+    opt_a.step()
+    cobs = _obs(codec, rows.observations[critic_idx])
+    err = model.value(cobs) - torch.from_numpy(rows.returns[critic_idx])
+    vloss = 0.5 * err**2
+    opt_c.zero_grad(set_to_none=True)
+    vloss.mean().backward()
+    torch.nn.utils.clip_grad_norm_(model.critic.parameters(), max_norm)
+    opt_c.step()
+    with torch.no_grad():
+        dist = MaskedCategorical(logits.detach(), obs["mask"])
+        ce_sum = -float(dist.log_prob(a).sum())
+    return np.array([ce_sum, float((dist.mode() == a).sum()), float(vloss.detach().sum())])
+
+
+def masked_ce(logits, mask, actions, forced):
+    """Mean masked cross-entropy over the rows that are not ``forced`` (a (B,) bool tensor):
+    the actor loss's definition, for a test to hold it to. 0.0 when every row is forced."""
+    from shared.nn.distribution import MaskedCategorical
+
+    keep = ~forced
+    if not bool(keep.any()):
+        return logits.sum() * 0.0
+    dist = MaskedCategorical(logits[keep], mask[keep])
+    return -dist.log_prob(actions[keep]).mean()

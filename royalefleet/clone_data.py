@@ -1,0 +1,96 @@
+"""The rows a clone trains on, read from demonstration sets (shared/demos.py).
+
+Of every shard only what training uses is kept in memory, as the shard is read:
+
+* choice rows (more than the no-op legal) whose teacher action is legal under the row's mask:
+  the actor's rows, and the critic's. A choice row whose action our mask refuses is left out
+  and COUNTED (``illegal_left_out``): its cross-entropy would be infinite.
+* forced rows (only the no-op legal: ~93 % of a set): nothing for the actor (their
+  log-probability is 0 whatever the weights). For the critic one in ``forced_stride`` of them is
+  kept (by decision index), so the critic sees the waiting states too without their weight.
+
+Validation is split by battle (stream ``clone/split``): every row of a battle is on one side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from shared.demos import DemoDigests, DemoManifest, read_manifest, read_shard, refuse_digests
+
+VALIDATION_FRACTION = 0.1
+"""The share of battles held out for validation and early stopping (at least one battle)."""
+
+
+@dataclass
+class CloneRows:
+    """Rows kept for training, one entry per row (n rows)."""
+
+    observations: np.ndarray  # (n, row_bytes) uint8
+    actions: np.ndarray  # (n,) int64, head frame
+    returns: np.ndarray  # (n,) float32
+    battles: np.ndarray  # (n,) int64: (set index << 32) + battle id, a battle's key across sets
+    choice: np.ndarray  # (n,) bool: an actor row
+    illegal_left_out: int
+    forced_rows: int
+    manifests: list[DemoManifest]
+
+    def take(self, index: np.ndarray) -> CloneRows:
+        return CloneRows(self.observations[index], self.actions[index], self.returns[index], self.battles[index],
+                         self.choice[index], self.illegal_left_out, self.forced_rows, self.manifests)
+
+    @property
+    def digest(self) -> str:
+        """The demonstrations' digest: sha256 (16 hex) of the sets' digests in order."""
+        import hashlib
+
+        return hashlib.sha256(",".join(m.digest for m in self.manifests).encode()).hexdigest()[:16]
+
+
+def resolve_set(name: str, demos_root: Path) -> Path:
+    """A set by name (a folder under the run's ``demos/``) or by path. Raises FileNotFoundError
+    naming both places looked in and the run's sets."""
+    for candidate in (demos_root / name, Path(name)):
+        if candidate.is_dir():
+            return candidate
+    have = sorted(p.name for p in demos_root.iterdir() if p.is_dir()) if demos_root.is_dir() else []
+    raise FileNotFoundError(f"no demonstration set {name!r} under {demos_root} nor at that path; this run has: "
+                            f"{', '.join(have) if have else 'none (royalefleet demos record)'}")
+
+
+def load_rows(folders: list[Path], digests: DemoDigests) -> CloneRows:
+    """The training rows of every set in ``folders``. Raises DemosError (a digest that differs
+    from the run's, named by field; a shard that does not verify)."""
+    parts, manifests, illegal, forced_total = [], [], 0, 0
+    for k, folder in enumerate(folders):
+        m = read_manifest(folder)
+        refuse_digests(str(folder), m.digests, digests)
+        manifests.append(m)
+        stride = max(1, round(m.forced_rows / max(m.choice_rows, 1)))
+        for s in m.shards:
+            a = read_shard(folder / s.file, s.sha256, digests)
+            choice = ~a["forced"]
+            illegal += int((choice & ~a["action_legal"]).sum())
+            forced_total += int(a["forced"].sum())
+            keep = (choice & a["action_legal"]) | (a["forced"] & (a["decisions"] % stride == 0))
+            parts.append((a["observations"][keep], a["actions"][keep], a["returns"][keep],
+                          (np.int64(k) << 32) + a["battles"][keep], choice[keep]))
+    cols = [np.concatenate([p[i] for p in parts]) for i in range(5)]
+    return CloneRows(*cols, illegal_left_out=illegal, forced_rows=forced_total, manifests=manifests)
+
+
+def split_by_battle(rows: CloneRows, master_seed: int, fraction: float = VALIDATION_FRACTION):
+    """(train, validation): a ``fraction`` of the battles (at least one, and at least one left
+    to train on), drawn from stream ``clone/split``. Raises ValueError with fewer than 2 battles."""
+    from shared.seeding import stream
+
+    keys = np.unique(rows.battles)
+    if len(keys) < 2:
+        raise ValueError(f"{len(keys)} battle(s) in the demonstrations: a split by battle needs at least 2")
+    n_val = min(len(keys) - 1, max(1, int(round(fraction * len(keys)))))
+    held = stream(master_seed, "clone/split").permutation(keys)[:n_val]
+    val = np.isin(rows.battles, held)
+    return rows.take(np.flatnonzero(~val)), rows.take(np.flatnonzero(val))

@@ -1,0 +1,170 @@
+"""``royalefleet clone [RUN] --demos NAME``: the run's network trained to copy demonstrations,
+written as a snapshot of the run.
+
+    royalefleet demos record myrun --teacher scripted:defend --battles 600 --workers 2
+    royalefleet clone myrun --demos defend-600
+    royalefleet eval snap:<id> scripted:random_legal --games 200 --run-name myrun
+
+Training is royalefleet/clone.py's (masked cross-entropy on choice rows, the critic on the
+returns, validation split by battle, early stopping). The actor is written through the run's
+snapshot store (``<run>/snapshots/<id>/``: ``actor.safetensors`` fp16 and ``spec.json``, the
+files the learner's snapshots have), so ``eval``, ``play``, ``strength`` and
+``ladder.pool.seed_snapshots`` take ``snap:<id>``. Its spec adds ``clone`` (the demonstrations'
+digest, teachers, epochs, validation figures) and ``probe`` (validation rows with their
+log-probabilities, shared/nn/probes.py), verified here after the write by loading the snapshot
+back as every player loads it. The critic (no snapshot holds one) and the epoch table go to
+``<run>/clones/<id>/`` (``critic.safetensors``, ``report.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict, fields
+
+import numpy as np
+
+from royalefleet.clone import CloneSettings
+from royalefleet.run_options import add_run_argument, add_run_options, run_config
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    cp = subparsers.add_parser(
+        "clone", help="train the run's network to copy demonstrations; writes a snapshot snap:<id>",
+        description="Behaviour cloning into the network the run's config builds: masked cross-entropy on the "
+        "demonstrations' choice rows (forced rows carry nothing), the critic on their returns, a validation "
+        "split by battle with early stopping, deterministic. Prints one line per epoch and writes a snapshot "
+        "that eval, play, strength and the pool take.")
+    add_run_argument(cp)
+    cp.add_argument("--demos", action="append", required=True, metavar="NAME",
+                    help="a demonstration set: its name under <run>/demos/ (royalefleet demos list) or a folder; "
+                    "repeat for several")
+    d = CloneSettings()
+    for f in fields(CloneSettings):
+        cp.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(d, f.name)), default=getattr(d, f.name),
+                        help=f"(default {getattr(d, f.name)})")
+    add_run_options(cp, "the run whose network, codec and snapshot store the clone uses")
+    cp.set_defaults(func=cmd_clone)
+    return cp
+
+
+def cmd_clone(args, out=None) -> int:
+    from royalefleet.clone_data import load_rows, resolve_set, split_by_battle
+    from shared.demos import DemosError
+    from shared.run_dir import RunDir
+
+    out = out or sys.stdout
+    say = lambda s: (out.write(s + "\n"), out.flush())  # noqa: E731
+    cfg = run_config(args)
+    run = RunDir.of(cfg.runs_dir, cfg.run_name)
+    settings = CloneSettings(**{f.name: getattr(args, f.name) for f in fields(CloneSettings)})
+    try:
+        folders = [resolve_set(n, run.demos) for n in args.demos]
+    except FileNotFoundError as exc:
+        print(f"royalefleet clone: {exc}", file=sys.stderr)
+        return 2
+    pf, digests, ident = run_facts(cfg)
+    try:
+        rows = load_rows(folders, digests)
+        train, val = split_by_battle(rows, cfg.master_seed)
+    except (DemosError, ValueError) as exc:
+        print(f"royalefleet clone: {exc}", file=sys.stderr)
+        return 2
+    n_choice = int(rows.choice.sum())
+    chance = chance_agreement(val, pf.codec)
+    say(f"royalefleet clone: {len(folders)} set(s), digest {rows.digest}: {n_choice:,} choice rows to copy "
+        f"({rows.forced_rows:,} forced rows carry nothing for the actor; {len(rows.actions) - n_choice:,} of them kept "
+        f"for the critic), {rows.illegal_left_out} choice row(s) left out whose action our mask refuses; "
+        f"{len(set(train.battles.tolist()))} battles to train, {len(set(val.battles.tolist()))} to validate "
+        f"(chance top-1 agreement on them {chance:.4f})")
+    apply_threads(cfg)
+    from royalefleet.clone import train_clone
+
+    result = train_clone(pf.spec, cfg.net, pf.codec, train, val, cfg.master_seed, settings, say)
+    b = result.best
+    say(f"royalefleet clone: {result.stopped}; best epoch {result.best_epoch}: validation CE {b.val_ce:.4f}, "
+        f"top-1 agreement {b.val_agreement:.3f} (chance {chance:.4f})")
+    sid = write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say)
+    say(f"royalefleet clone: wrote snap:{sid}; play it with `royalefleet eval snap:{sid} scripted:random_legal "
+        f"--games 200 --run-name {cfg.run_name}`")
+    return 0
+
+
+def chance_agreement(rows, codec) -> float:
+    """The top-1 agreement of a uniformly random legal choice with the teacher on ``rows``' choice
+    rows: the mean of 1 / n_legal (the no-op counted among the legal), n_legal from each packed
+    row's mask bits. 0.0 without choice rows."""
+    from shared.codec import legal_counts
+
+    if not rows.choice.any():
+        return 0.0
+    return float(np.mean(1.0 / legal_counts(rows.observations[rows.choice], codec.omask)))
+
+
+def run_facts(cfg):
+    """(preflight, the DemoDigests rows must carry, the identity digests a snapshot spec names)."""
+    from shared.codec import CODEC_VERSION, table_digest
+    from shared.demos import DemoDigests
+    from shared.identity import config_digests
+    from shared.preflight import run_preflight
+
+    pf = run_preflight(cfg.env, cfg.master_seed, frame_stack=cfg.obs.frame_stack)
+    cd = config_digests(cfg)
+    digests = DemoDigests(env_spec_digest=cd["env_spec_digest"], obs_digest=pf.spec.digest(),
+                          codec_table_digest=table_digest(pf.table), codec_version=CODEC_VERSION,
+                          row_bytes=pf.codec.row_bytes)
+    ident = {"arch_digest": cd["arch_digest"], "obs_digest": digests.obs_digest,
+             "codec_table_digest": digests.codec_table_digest}
+    return pf, digests, ident
+
+
+def apply_threads(cfg) -> None:
+    """The run's torch thread count, and deterministic algorithms under ``run_exact``."""
+    import torch
+
+    from services.learner.determinism import set_deterministic_algorithms
+
+    torch.set_num_threads(cfg.determinism.torch_threads)
+    if cfg.determinism.tier == "run_exact":
+        set_deterministic_algorithms(True)
+
+
+def write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say) -> str:
+    """The snapshot (through the run's SnapshotStore), its probe verified after loading it back,
+    the critic and the report under ``<run>/clones/<id>/``; the snapshot id."""
+    import copy
+
+    import msgspec
+
+    from services.checkpoint.snapshots import SnapshotStore
+    from shared.durable import replace_file
+    from shared.nn.probes import PROBE_ROWS, make_probe, verify_probe
+    from shared.nn.snapshot import actor_builder, check_spec, load_frozen_actor
+    from shared.nn.statefiles import module_to_bytes
+
+    model = result.model
+    blob = module_to_bytes(copy.deepcopy(model.actor).half())
+    stored = load_frozen_actor("new clone", blob, actor_builder(pf.spec, cfg.net))
+    pick = np.flatnonzero(val.choice)[:PROBE_ROWS]
+    probe = make_probe(stored, pf.codec, val.observations[pick], val.actions[pick])
+    b = result.best
+    spec = {"run_id": f"clone:{rows.digest}", "iteration": 0, "env_steps": 0, **ident, "dtype": "float16",
+            "clone": {"demos_digest": rows.digest, "demos": [m.name for m in rows.manifests],
+                      "teachers": sorted({t for m in rows.manifests for t in m.teachers}),
+                      "best_epoch": result.best_epoch, "epochs": len(result.epochs),
+                      "val_ce": b.val_ce, "val_agreement": b.val_agreement, "chance_agreement": chance,
+                      "settings": asdict(settings)},
+            "probe": probe}
+    sid, folder, created = SnapshotStore(run.snapshots).write(blob, msgspec.json.encode(spec))
+    actor_bytes, spec_bytes = SnapshotStore(run.snapshots).read(sid)
+    doc = check_spec(sid, spec_bytes, ident)
+    diff = verify_probe(sid, load_frozen_actor(sid, actor_bytes, actor_builder(pf.spec, cfg.net)), pf.codec,
+                        doc["probe"])
+    say(f"royalefleet clone: snapshot {sid} {'written' if created else 'already stored (same weights)'} at {folder}; "
+        f"loaded back, its {len(pick)} probe rows verify (largest difference {diff:.2g} nats)")
+    out = run.clones / sid
+    replace_file(out / "critic.safetensors", module_to_bytes(model.critic))
+    replace_file(out / "report.json", msgspec.json.format(msgspec.json.encode(
+        {"snapshot": sid, "demos_digest": rows.digest, "stopped": result.stopped, "best_epoch": result.best_epoch,
+         "epochs": [asdict(e) for e in result.epochs], "illegal_left_out": rows.illegal_left_out}), indent=1))
+    return sid
+
