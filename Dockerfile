@@ -4,8 +4,9 @@
 #               No torch (the build fails if torch is importable).
 #   learner     the learner, the ladder and the checkpoint service: the rollout's dependencies
 #               plus torch and safetensors.
-#   prometheus  Prometheus from the base image's Debian packages, for sites that reach no
-#               container registry (the usual prom/prometheus image works as well).
+#   prometheus  Prometheus and Alertmanager from the base image's Debian packages, for sites that
+#               reach no container registry (the usual prom/prometheus image works as well);
+#               compose.yaml's alertmanager service runs this image with another entrypoint.
 #   wheel       (internal) the project built once as a wheel.
 #
 #   docker build --target rollout -t localhost/royalefleet-rollout .
@@ -85,10 +86,10 @@ FROM ${BASE_IMAGE} AS prometheus
 # policy-rc.d keeps the package's postinst from starting a daemon inside the build.
 RUN printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d \
  && apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus wget \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus prometheus-alertmanager wget \
  && rm -rf /var/lib/apt/lists/* /usr/sbin/policy-rc.d \
- && mkdir -p /prometheus \
- && chown prometheus:prometheus /prometheus
+ && mkdir -p /prometheus /alertmanager \
+ && chown prometheus:prometheus /prometheus /alertmanager
 USER prometheus
 EXPOSE 9090
 ENTRYPOINT ["/usr/bin/prometheus"]

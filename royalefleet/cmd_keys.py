@@ -15,10 +15,23 @@ A server admits a client only if its public key is a ``*.key`` file in ``clients
 servers re-read that folder at each handshake, so adding or removing a host needs no restart.
 Revoke a host by deleting ``clients/<host>.key`` (its open connection stays until it drops).
 
+Modes: every folder of the layout 0700 (set again at each run, so an older folder is tightened
+too), secret keys 0600, public keys 0644; a bundle written with ``--out`` is 0600.
+
 ``--bundle HOST`` writes ``hosts/HOST/`` to standard output as a .tar.gz (creating the host's
 keys if missing), which is how the keys leave a Compose volume::
 
     docker compose run --rm -T keys python -m royalefleet.cmd_keys --dir /keys --bundle box2 > box2-keys.tgz
+
+(``--bundle NAME --out FILE`` writes the archive to FILE, mode 0600, instead.)
+
+``--metrics NAME=ADDRESS:PORT[-PORT]`` writes the central Prometheus's scrape targets for host
+NAME's rollouts (compose.rollout.yaml publishes their metrics on ``FLEET_METRICS_PUBLISH``): a
+file-based service discovery file, ``<targets-dir>/NAME.json``, one target a port, labelled
+``host=NAME``; ``--targets-dir -`` prints it instead (how it leaves a container)::
+
+    docker compose run --rm -T --no-deps keys python -m royalefleet.cmd_keys --dir /keys \
+        --metrics box2=10.0.0.7:9110-9117 --targets-dir - > prometheus/targets/box2.json
 
 Runs without torch (``python -m royalefleet.cmd_keys``, in the rollout image too).
 """
@@ -27,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import re
 import shutil
@@ -47,6 +61,18 @@ HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 IMAGE_UID = 10001
 """The containers' user (Dockerfile): a bundle's files carry it, so ``sudo tar -x`` on a rollout
 host leaves them readable inside the container."""
+FOLDER_MODE = 0o700
+SECRET_MODE = 0o600
+TARGETS_DIR = os.path.join("prometheus", "targets")
+"""Where ``--metrics`` writes by default: the folder prometheus/prometheus.yml's ``rollout-hosts``
+job reads (``targets/*.json`` beside it)."""
+MAX_PORTS = 256
+
+
+def _private_dir(path: str) -> None:
+    """``path`` and its missing parents created; ``path`` itself mode 0700 (also if it existed)."""
+    os.makedirs(path, mode=FOLDER_MODE, exist_ok=True)
+    os.chmod(path, FOLDER_MODE)
 
 
 def _keypair(folder: str, name: str) -> bool:
@@ -55,11 +81,11 @@ def _keypair(folder: str, name: str) -> bool:
     secret = os.path.join(folder, name + ".key_secret")
     if os.path.exists(secret):
         return False
-    os.makedirs(folder, exist_ok=True)
+    _private_dir(folder)
     tmp = tempfile.mkdtemp(dir=folder, prefix=".new-")
     try:
         public_tmp, secret_tmp = zmq.auth.create_certificates(tmp, name)
-        os.chmod(secret_tmp, 0o600)
+        os.chmod(secret_tmp, SECRET_MODE)
         os.chmod(public_tmp, 0o644)
         os.replace(public_tmp, os.path.join(folder, name + ".key"))
         os.replace(secret_tmp, secret)
@@ -85,7 +111,13 @@ def ensure_keys(folder: str, hosts: list[str] = ()) -> list[str]:
     if not zmq.has("curve"):
         raise SystemExit("this libzmq was built without CURVE support")
     written: list[str] = []
-    os.makedirs(os.path.join(folder, ALLOWED_CLIENTS), exist_ok=True)
+    _private_dir(folder)
+    _private_dir(os.path.join(folder, ALLOWED_CLIENTS))
+    if os.path.isdir(os.path.join(folder, HOSTS)) or hosts:
+        _private_dir(os.path.join(folder, HOSTS))
+        for name in os.listdir(os.path.join(folder, HOSTS)):
+            if os.path.isdir(os.path.join(folder, HOSTS, name)):
+                _private_dir(os.path.join(folder, HOSTS, name))
     if _keypair(folder, "server"):
         written += [os.path.join(folder, SERVER_PUBLIC), os.path.join(folder, SERVER_SECRET)]
     if _keypair(folder, "client"):
@@ -95,6 +127,7 @@ def ensure_keys(folder: str, hosts: list[str] = ()) -> list[str]:
         written.append(allowed)
     for host in hosts:
         bundle = os.path.join(folder, HOSTS, host)
+        _private_dir(bundle)
         if _keypair(bundle, "client"):
             written += [os.path.join(bundle, CLIENT_PUBLIC), os.path.join(bundle, CLIENT_SECRET)]
         for src, dst in ((os.path.join(folder, SERVER_PUBLIC), os.path.join(bundle, SERVER_PUBLIC)),
@@ -113,10 +146,52 @@ def bundle_tar(folder: str, host: str) -> bytes:
             info = tar.gettarinfo(os.path.join(folder, HOSTS, host, name), arcname=name)
             info.uid = info.gid = IMAGE_UID
             info.uname = info.gname = ""
-            info.mode = 0o600 if name == CLIENT_SECRET else 0o644
+            info.mode = SECRET_MODE if name == CLIENT_SECRET else 0o644
             with open(os.path.join(folder, HOSTS, host, name), "rb") as fh:
                 tar.addfile(info, fh)
     return buf.getvalue()
+
+
+def write_private(path: str, data: bytes) -> None:
+    """``data`` into ``path``, created mode 0600 (an existing file is replaced, not reused)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, SECRET_MODE)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.chmod(tmp, SECRET_MODE)
+    os.replace(tmp, path)
+
+
+def scrape_targets(host: str, address: str) -> list[dict]:
+    """Prometheus's file_sd document for rollout host ``host`` whose metrics are published on
+    ``address`` (``HOST:PORT`` or ``HOST:FIRST-LAST``, compose.rollout.yaml's
+    ``FLEET_METRICS_PUBLISH``): one target a port, labelled ``host``. ValueError names the bad part."""
+    where, sep, ports = address.rpartition(":")
+    if not sep or not where:
+        raise ValueError(f"{address!r}: write ADDRESS:PORT or ADDRESS:FIRST-LAST, e.g. 10.0.0.7:9110-9117")
+    first, _, last = ports.partition("-")
+    try:
+        lo, hi = int(first), int(last or first)
+    except ValueError:
+        raise ValueError(f"{address!r}: the ports {ports!r} are not PORT or FIRST-LAST") from None
+    if not 1 <= lo <= hi <= 65535 or hi - lo >= MAX_PORTS:
+        raise ValueError(f"{address!r}: ports {lo}-{hi} must lie in 1-65535, first <= last, at most {MAX_PORTS}")
+    if where in ("127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]"):
+        raise ValueError(f"{address!r}: {where} is not an address the learner host's Prometheus can reach; give the "
+                         "rollout host's own address (FLEET_METRICS_PUBLISH on that host must publish on it too)")
+    return [{"targets": [f"{where}:{p}" for p in range(lo, hi + 1)], "labels": {"host": host}}]
+
+
+def _metrics_arg(text: str) -> tuple[str, str]:
+    name, sep, address = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r}: write NAME=ADDRESS:PORTS, e.g. box2=10.0.0.7:9110-9117")
+    name = _host_name(name)
+    try:
+        scrape_targets(name, address)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return name, address
 
 
 def _host_name(text: str) -> str:
@@ -152,12 +227,46 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="write the keys to standard output as two Kubernetes Secrets (JSON, for `kubectl apply -f -`; "
                         "docs/kubernetes.md) and nothing else there")
     p.add_argument("--namespace", default="royalefleet", help="the Secrets' namespace (default: %(default)s)")
+    p.add_argument("--out", metavar="FILE",
+                   help="with --bundle: write the .tar.gz to FILE (mode 0600) instead of standard output")
+    p.add_argument("--metrics", action="append", type=_metrics_arg, default=[], metavar="NAME=ADDRESS:PORTS",
+                   help="the central Prometheus scrapes rollout host NAME's rollouts at ADDRESS:PORT or "
+                   "ADDRESS:FIRST-LAST (that host's FLEET_METRICS_PUBLISH): writes NAME.json into --targets-dir "
+                   "(repeatable)")
+    p.add_argument("--targets-dir", default=TARGETS_DIR, metavar="FOLDER",
+                   help="where --metrics writes its files, the folder prometheus.yml's rollout-hosts job reads "
+                   "(default: %(default)s); '-' prints the one --metrics file to standard output")
     p.set_defaults(func=run)
+
+
+def write_targets(metrics: list[tuple[str, str]], targets_dir: str) -> list[str]:
+    """The ``--metrics`` files (``-``: printed); returns the paths written."""
+    if targets_dir == "-":
+        (name, address), = metrics
+        sys.stdout.write(json.dumps(scrape_targets(name, address), indent=2) + "\n")
+        return []
+    os.makedirs(targets_dir, exist_ok=True)
+    written = []
+    for name, address in metrics:
+        path = os.path.join(targets_dir, name + ".json")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps(scrape_targets(name, address), indent=2) + "\n")
+        os.replace(tmp, path)
+        written.append(path)
+    return written
 
 
 def run(args) -> int:
     if args.hosts < 0:
         print("royalefleet keys: --hosts must be >= 0", file=sys.stderr)
+        return 2
+    if args.out and not args.bundle:
+        print("royalefleet keys: --out names where --bundle NAME's archive goes; give --bundle too", file=sys.stderr)
+        return 2
+    if args.targets_dir == "-" and (len(args.metrics) != 1 or (args.bundle and not args.out) or args.k8s_secrets):
+        print("royalefleet keys: --targets-dir - prints one --metrics file, and standard output is its only "
+              "use (give exactly one --metrics, and --out with --bundle)", file=sys.stderr)
         return 2
     hosts = [f"host-{k}" for k in range(1, args.hosts + 1)] + list(args.host)
     if args.bundle:
@@ -168,8 +277,10 @@ def run(args) -> int:
     hosts = list(dict.fromkeys(hosts))
     folder = args.dir
     written = ensure_keys(folder, hosts)
+    if args.metrics:
+        written += write_targets(args.metrics, args.targets_dir)
     # With --bundle or --k8s-secrets the output owns standard output; the report goes to standard error.
-    out = sys.stderr if args.bundle or args.k8s_secrets else sys.stdout
+    out = sys.stderr if (args.bundle and not args.out) or args.k8s_secrets or args.targets_dir == "-" else sys.stdout
 
     def say(text: str = "") -> None:
         print(text, file=out, flush=True)
@@ -194,7 +305,10 @@ def run(args) -> int:
 
         sys.stdout.write(key_secrets_json(folder, args.namespace))
         sys.stdout.flush()
-    if args.bundle:
+    if args.bundle and args.out:
+        write_private(args.out, bundle_tar(folder, args.bundle))
+        say(f"wrote {args.out} (mode 0600): host {args.bundle}'s keys; copy it to that host, then delete it here")
+    elif args.bundle:
         sys.stdout.buffer.write(bundle_tar(folder, args.bundle))
         sys.stdout.buffer.flush()
     return 0

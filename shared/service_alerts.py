@@ -1,6 +1,6 @@
 """Service alerts: what Prometheus and Grafana watch that no metric row can say, because the
-process that would write the row is gone or stuck. The 25 alarms (``shared/alarms.py``) are
-evaluated by the learner on its own rows; these three are evaluated only by the monitoring
+process that would write the row is gone or stuck. The alarms (``shared/alarms.py``) are
+evaluated by the learner on its own rows; these are evaluated only by the monitoring
 stack, from scrapes. ``python -m royalefleet.grafana`` turns this table into rules of both
 (a ``royalefleet-services`` group beside the alarms), their promtool unit tests and a section
 of docs/alarms.md.
@@ -33,6 +33,14 @@ size. Compose restarts a rollout in seconds and Prometheus finds a new one by DN
 15 s refresh; a replica that is gone for good leaves DNS and its ``up`` series simply ends, so
 only a count against the expected size sees it (the learner trains on with fewer battles and
 no other rule fires)."""
+
+ROLLOUT_HOSTS_JOB = "rollout-hosts"
+"""The scrape job of rollouts on other hosts (``prometheus/targets/*.json``, written by
+``royalefleet keys --metrics``; royalefleet/grafana/prometheus.py)."""
+
+HOST_DOWN_SECONDS = 300
+"""A rollout on another host that misses scrapes this long is down: its host, its link or its
+Compose stack (a restart by Compose takes seconds)."""
 
 
 @dataclass(frozen=True)
@@ -86,8 +94,21 @@ SERVICE_ALERTS: tuple[ServiceAlert, ...] = (
                 "iteration takes longer, and nothing else fires until it stalls",
         what_to_do="`docker compose ps rollout` and `docker compose logs rollout`; bring the fleet back with "
                    "`docker compose up -d --scale rollout=N` (N = FLEET_ROLLOUTS, which the learner exports as "
-                   f"{EXPECTED_ROLLOUTS_METRIC}); a rollout host on another machine: its `compose.rollout.yaml` "
-                   "stack and its link to the learner. A fleet meant to be smaller: set FLEET_ROLLOUTS to its size "
-                   "and recreate the learner",
+                   f"{EXPECTED_ROLLOUTS_METRIC}). This counts the learner host's own rollouts; rollouts on other "
+                   "hosts have rollout_host_down. A fleet meant to be smaller: set FLEET_ROLLOUTS to its size and "
+                   "recreate the learner",
+    ),
+    ServiceAlert(
+        name="rollout_host_down",
+        expr=f'up{{job="{ROLLOUT_HOSTS_JOB}"}} == 0',
+        for_seconds=HOST_DOWN_SECONDS,
+        summary="a rollout of host {{ $labels.host }} on {{ $labels.instance }} has answered no scrape for 5 minutes",
+        meaning="a rollout on another host (compose.rollout.yaml, scraped through prometheus/targets/) is gone: "
+                "the host, its link or its stack is down, and the learner trains on with fewer battles",
+        what_to_do="on that host, `docker compose -f compose.rollout.yaml ps` and `... logs rollout` (a rollout "
+                   "the learner refused exits 2 and says why: a key not admitted, battles that differ from the "
+                   "run's); check the host can reach the learner's port and this Prometheus its metrics ports "
+                   "(FLEET_METRICS_PUBLISH there). A host taken out on purpose: delete its file in "
+                   "prometheus/targets/",
     ),
 )

@@ -10,10 +10,11 @@ Phases (each one timed; the times are printed as it goes and in a table at the e
   base       BASE_IMAGE from debootstrap (deploy/podman/make-base-image.sh), unless present
   helpers    the Docker API socket and the health ticker (deploy/podman/service.sh)
   build      `docker compose build`, one build at a time
-  up         `docker compose up -d` with 2 rollouts (every service but grafana: no image here)
+  up         `docker compose up -d` with 2 rollouts and the monitoring profile (every service
+             but grafana: no image here)
   train      the learner's first finished iteration
   prometheus Prometheus (in the stack) has the learner's row gauges and 2 rollout targets up
-             (DNS service discovery)
+             (DNS service discovery), and sends its alerts to the stack's Alertmanager
   kill       `docker kill` one rollout: the loss is counted (health/rollouts_lost,
              health/rows_invalid) and training goes on
   scale      `up --scale rollout=3`: the newcomer joins at the next iteration boundary
@@ -346,7 +347,7 @@ def diagnostics() -> None:
     log("diagnostics: state of the stack")
     try:
         print(compose("ps", "-a", check=False, quiet=True).stdout, flush=True)
-        for svc in ("keys", "checkpoint", "ladder", "learner", "rollout", "evaluator", "prometheus"):
+        for svc in ("keys", "checkpoint", "ladder", "learner", "rollout", "evaluator", "prometheus", "alertmanager"):
             for name in container_names(svc):
                 got = run(container_cli() + ["logs", "--tail", "40", name], check=False, quiet=True)
                 out = got.stdout + got.stderr
@@ -453,6 +454,7 @@ def main() -> int:
         "FLEET_ROLLOUTS": "2", "FLEET_BATTLES": "4", "FLEET_SHARDS": "2",
         "FLEET_LEARNER_THREADS": "1", "FLEET_ITERATIONS": "0",
         "FLEET_LEARNER_PUBLISH": f"127.0.0.1:{learner_port}", "PROMETHEUS_PORT": str(prom_port),
+        "ALERTMANAGER_PORT": str(free_port()), "COMPOSE_PROFILES": "monitoring",
         "BASE_IMAGE": BASE_IMAGE,
     }
     failure = None
@@ -539,6 +541,17 @@ def main() -> int:
 
             up = wait_for("2 rollout targets up (job rollout, DNS A records of `rollout`)", two_rollouts, timeout=120)
             log(f"prometheus: rollout targets up: {', '.join(up)}")
+
+            def alertmanager():
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/api/v1/alertmanagers", timeout=5) as r:
+                        active = json.load(r)["data"]["activeAlertmanagers"]
+                except OSError as exc:
+                    raise Failed(f"Prometheus: {exc}") from exc
+                return active and [a["url"] for a in active]
+
+            got = wait_for("Prometheus's Alertmanager (prometheus.yml alerting:) active", alertmanager, timeout=60)
+            log(f"prometheus: sends alerts to {', '.join(got)}")
 
         with phase("kill", "docker kill one rollout; the loss is counted, training goes on"):
             victim = sorted(container_names("rollout"))[-1]

@@ -11,11 +11,14 @@ Files (paths from the repository root):
 - ``grafana/provisioning/dashboards/royalefleet.yaml``: the file provider for ``grafana/dashboards``;
 - ``grafana/dashboards/{training,ladder,fleet}.json``;
 - ``grafana/provisioning/alerting/alarms.yaml``: one Grafana-managed alert rule per alarm;
-- ``grafana/provisioning/alerting/contact-points.yaml``: the learner-halt webhook and the
-  notification policy that routes only rules labelled ``action=halt`` to it;
-- ``prometheus/prometheus.yml``, ``prometheus/rules/alarms.yml`` (the same alarms as Prometheus
-  alerting rules) and ``prometheus/tests/alarms_test.yml`` (``promtool test rules``: for every
-  alarm a series that fires after its patience, one that stays quiet, one that resets).
+- ``grafana/provisioning/alerting/contact-points.yaml``: the person's webhook
+  (``$ALERT_WEBHOOK_URL``, the policy's root), the learner-halt webhook and the route that sends
+  only rules labelled ``action=halt`` to it;
+- ``prometheus/prometheus.yml`` (scrape jobs, rule files, the Alertmanager),
+  ``prometheus/rules/alarms.yml`` (the same alarms as Prometheus alerting rules) and
+  ``prometheus/tests/alarms_test.yml`` (``promtool test rules``: for every alarm a series that
+  fires after its patience, one that stays quiet, one that resets);
+- ``alertmanager/alertmanager.yml``: every alert Prometheus sends, to the same webhook.
 
 Both rule files also hold the service alerts (``shared/service_alerts.py``: a core service
 down, training stalled, the fleet below its size), in a group of their own, with promtool tests
@@ -41,6 +44,7 @@ The package, one module per kind of file (paths under ``royalefleet/grafana/``):
   ``dashboards/__init__.py`` lists them (``DASHBOARDS``);
 - ``alert_text.py``: the labels, summary and description both rule formats give an alert;
 - ``grafana_rules.py``, ``prometheus.py``: the Grafana rules; the Prometheus config and rules;
+- ``alertmanager.py``: Alertmanager's route and receiver;
 - ``promtool_tests.py``: the promtool scenarios; ``alarms_doc.py``: docs/alarms.md;
 - ``files.py``: ``render`` (path -> content of every file), ``stale``, ``write``, ``main``.
 
@@ -56,17 +60,20 @@ from __future__ import annotations
 
 from royalefleet.grafana.alarms_doc import alarms_doc
 from royalefleet.grafana.alert_text import alarm_description, alarm_labels, alarm_summary, rule_uid
-from royalefleet.grafana.common import (DATASOURCE, DATASOURCE_UID, DEFAULT_RECEIVER, ENV_VARS, FOLDER, HALT_RECEIVER,
-                                        HEADER, ITERATION_SECONDS, ROOT, duration, learner, num, pending_seconds)
+from royalefleet.grafana.alertmanager import PLACEHOLDER, alertmanager_config
+from royalefleet.grafana.common import (ALERT_WEBHOOK_UNSET, ALERT_WEBHOOK_VAR, DATASOURCE, DATASOURCE_UID,
+                                        DEFAULT_RECEIVER, ENV_VARS, FOLDER, HALT_RECEIVER, HEADER, ITERATION_SECONDS,
+                                        NOTIFY_RECEIVER, ROOT, duration, learner, num, pending_seconds)
 from royalefleet.grafana.dashboards import DASHBOARDS, dashboards, fleet, ladder, training
 from royalefleet.grafana.emit import to_json, to_yaml
 from royalefleet.grafana.files import main, render, stale, write
 from royalefleet.grafana.grafana_rules import grafana_alert_rules, grafana_rule, grafana_service_rule
-from royalefleet.grafana.panels import dashboard, dashboard_exprs, ts
-from royalefleet.grafana.prometheus import (SCALED_TARGETS, SCRAPE_TARGETS, prometheus_config, prometheus_rule,
-                                            prometheus_rules, prometheus_service_rule)
+from royalefleet.grafana.panels import alert_list, dashboard, dashboard_exprs, ts
+from royalefleet.grafana.prometheus import (ALERTMANAGER_TARGET, ROLLOUT_HOSTS_FILES, ROLLOUT_HOSTS_JOB, SCALED_TARGETS,
+                                            SCRAPE_TARGETS, prometheus_config, prometheus_rule, prometheus_rules,
+                                            prometheus_service_rule)
 from royalefleet.grafana.promtool_tests import HEALTHY, TOLERANT, firing_values, prometheus_tests, scenarios
-from royalefleet.grafana.provisioning import contact_points, dashboard_provider, datasource
+from royalefleet.grafana.provisioning import NOTIFY_TIMING, contact_points, dashboard_provider, datasource
 
 ALARM_PANEL = training.ALARM_PANEL
 training_dashboard, ladder_dashboard, fleet_dashboard = training.build, ladder.build, fleet.build

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from royalefleet.grafana.common import ITERATION_SECONDS, duration
+from royalefleet.grafana.common import ALERT_WEBHOOK_UNSET, ALERT_WEBHOOK_VAR, ITERATION_SECONDS, NOTIFY_RECEIVER, duration
+from royalefleet.grafana.dashboards.fleet import FIRING_PANEL
 from royalefleet.grafana.dashboards.training import ALARM_PANEL
+from royalefleet.grafana.prometheus import ROLLOUT_HOSTS_FILES
+from royalefleet.grafana.provisioning import NOTIFY_TIMING
 from shared.alarms import ALARMS, describe
 from shared.config import AlarmConfig
 from shared.service_alerts import EXPECTED_ROLLOUTS_METRIC, PROGRESS_METRIC, SERVICE_ALERTS
@@ -89,5 +92,57 @@ def alarms_doc() -> str:
         "series ends and `service_down` cannot see it, so `fleet_below_size` counts the rollouts that",
         "answer against that number. A fleet scaled on purpose below `FLEET_ROLLOUTS` fires it too: set",
         "`FLEET_ROLLOUTS` to the size meant.",
+        "",
+        "`rollout_host_down` watches the rollouts of other hosts (`compose.rollout.yaml`): Prometheus",
+        f"scrapes them through the files in `prometheus/{ROLLOUT_HOSTS_FILES}`, one a host, which",
+        "`royalefleet keys --metrics NAME=ADDRESS:PORTS` writes (docs/compose.md, \"Adding a rollout host\").",
+        "",
+        *_routing_section(),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _routing_section() -> list[str]:
+    """Where a firing alert shows and how it reaches a person."""
+    t = NOTIFY_TIMING
+    return [
+        "## Where alerts show and how they reach you",
+        "",
+        "Under Compose with the `monitoring` profile (`docker compose --profile monitoring up -d`,",
+        "docs/compose.md):",
+        "",
+        "- **Grafana**, <http://127.0.0.1:3000>: the fleet dashboard's first panel,",
+        f"  \"{FIRING_PANEL}\", lists every rule above that fires or is pending; Alerting, Alert",
+        "  rules shows them all with their state.",
+        "- **Prometheus**, <http://127.0.0.1:9090/alerts>: the same rules, evaluated by Prometheus,",
+        "  which sends the firing ones to **Alertmanager**, <http://127.0.0.1:9093> (silences too).",
+        "- **The learner's own log and files**: the table's alarms print `alarm [warn|halt] ...` and",
+        "  go to `runs/<run>/alarms.jsonl` (this is the evaluation that acts; the rules above use the",
+        "  defaults).",
+        "",
+        f"To be told, set one variable, `{ALERT_WEBHOOK_VAR}`, to a URL that takes a POST (a Slack or",
+        "Discord incoming webhook, an ntfy topic such as `https://ntfy.sh/<topic>`, any HTTP endpoint),",
+        "in `.env` beside `compose.yaml`, and bring the stack up again:",
+        "",
+        "```",
+        f"echo {ALERT_WEBHOOK_VAR}=https://ntfy.sh/my-fleet-alerts >> .env",
+        "docker compose --profile monitoring up -d",
+        "```",
+        "",
+        f"Two senders post there, both named `{NOTIFY_RECEIVER}`: Grafana's contact point (Grafana's",
+        "webhook JSON: `title`, `message`, `alerts`) and Alertmanager's receiver (Alertmanager's webhook",
+        "JSON: `receiver`, `status`, `alerts`, each alert with its `labels` and `annotations`). Both",
+        f"wait {t['group_wait']} to gather an alert's companions, send an update of a group at most every",
+        f"{t['group_interval']} and repeat a firing alert every {t['repeat_interval']}; Alertmanager also says",
+        "when it resolves. The two evaluate the same rules, so a firing alert arrives once from each;",
+        "to keep one, run the other's service alone (`docker compose --profile monitoring up -d",
+        "prometheus alertmanager`, without Grafana) or point Grafana's policy elsewhere in its UI.",
+        f"Unset, `{ALERT_WEBHOOK_VAR}` is `{ALERT_WEBHOOK_UNSET}`: nothing listens there, every",
+        "delivery fails, and both services' logs name the variable.",
+        "",
+        "Another receiver (mail, PagerDuty, per-severity routes): edit Grafana's contact points in its",
+        "UI, or give Alertmanager your own file: `alertmanager/alertmanager.yml` is generated, so copy",
+        "it, edit the copy and mount it over the generated one in a `compose.override.yaml`.",
+        "Prometheus's rules are the same text as Grafana's; `tests/system/test_live_metrics.py` fires",
+        "one on a running stack's metrics through Prometheus and Alertmanager to a local receiver.",
+    ]

@@ -8,6 +8,7 @@ import pathlib
 import sys
 
 from royalefleet.grafana.alarms_doc import alarms_doc
+from royalefleet.grafana.alertmanager import alertmanager_config
 from royalefleet.grafana.common import ROOT
 from royalefleet.grafana.dashboards import dashboards
 from royalefleet.grafana.emit import to_json, to_yaml
@@ -30,6 +31,7 @@ def render() -> dict[str, str]:
         "prometheus/prometheus.yml": to_yaml(prometheus_config()),
         "prometheus/rules/alarms.yml": to_yaml(prometheus_rules()),
         "prometheus/tests/alarms_test.yml": to_yaml(prometheus_tests()),
+        "alertmanager/alertmanager.yml": to_yaml(alertmanager_config()),
     }
     for name, dash in dashboards().items():
         files[f"grafana/dashboards/{name}.json"] = to_json(dash)

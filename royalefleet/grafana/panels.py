@@ -1,5 +1,6 @@
-"""The pieces every dashboard is built of: ``ts`` (a panel) and ``dashboard`` (rows of panels
-laid out on Grafana's 24-column grid, ids given in order of appearance)."""
+"""The pieces every dashboard is built of: ``ts`` (a panel of queries), ``alert_list`` (Grafana's
+list of alerts) and ``dashboard`` (rows of panels laid out on Grafana's 24-column grid, ids given
+in order of appearance)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,30 @@ def ts(title: str, targets: list[tuple[str, str]], unit: str = "short", descript
         "targets": [{"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": expr, "legendFormat": legend,
                      "range": True, "instant": False}
                     for i, (expr, legend) in enumerate(targets)],
+        "_width": width,
+    }
+
+
+def alert_list(title: str, description: str = "", width: int = 24) -> dict:
+    """Grafana's alert list panel (``alertlist``): the alert instances of this Grafana's rules
+    that fire, are pending or failed to evaluate, newest state first, one line each."""
+    return {
+        "type": "alertlist",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "options": {
+            "viewMode": "list",
+            "groupMode": "default",
+            "groupBy": [],
+            "maxItems": 50,
+            "sortOrder": 1,
+            "dashboardAlerts": False,
+            "alertName": "",
+            "alertInstanceLabelFilter": "",
+            "showInstances": True,
+            "stateFilter": {"firing": True, "pending": True, "error": True, "noData": False, "normal": False},
+        },
         "_width": width,
     }
 

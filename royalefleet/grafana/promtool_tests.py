@@ -149,6 +149,7 @@ def service_tests() -> list[dict]:
     ``for`` has passed and one that must never fire."""
     by_name = {a.name: a for a in SERVICE_ALERTS}
     down, stalled, fleet = by_name["service_down"], by_name["training_stalled"], by_name["fleet_below_size"]
+    host_down = by_name["rollout_host_down"]
 
     def fired(alert: ServiceAlert, summary: str, **labels) -> dict:
         return {"exp_labels": {**service_labels(alert), **labels},
@@ -180,7 +181,24 @@ def service_tests() -> list[dict]:
              {"eval_time": _minutes(fires_at - 1), "alertname": "training_stalled", "exp_alerts": []},
              {"eval_time": _minutes(fires_at), "alertname": "training_stalled", "exp_alerts": [stalled_alert]}]},
         *fleet_tests(fleet, fired),
+        host_down_test(host_down, fired),
     ]
+
+
+def host_down_test(alert: ServiceAlert, fired) -> dict:
+    """rollout_host_down: one remote rollout answers no scrape from minute 0 and fires ``for``
+    later; its neighbour on the same host, answering, never does."""
+    n = alert.for_seconds // 60
+    instance, host = "10.0.0.9:9111", "box2"
+    summary = alert.summary.replace("{{ $labels.host }}", host).replace("{{ $labels.instance }}", instance)
+    return {"name": alert.name, "interval": "1m",
+            "input_series": [
+                {"series": f'up{{job="rollout-hosts",host="{host}",instance="{instance}"}}', "values": f"0x{n + 2}"},
+                {"series": f'up{{job="rollout-hosts",host="{host}",instance="10.0.0.9:9110"}}', "values": f"1x{n + 2}"}],
+            "alert_rule_test": [
+                {"eval_time": _minutes(n - 1), "alertname": alert.name, "exp_alerts": []},
+                {"eval_time": _minutes(n), "alertname": alert.name,
+                 "exp_alerts": [fired(alert, summary, job="rollout-hosts", host=host, instance=instance)]}]}
 
 
 def fleet_tests(fleet: ServiceAlert, fired) -> list[dict]:

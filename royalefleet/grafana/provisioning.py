@@ -1,9 +1,11 @@
 """Grafana provisioning: the Prometheus datasource, the dashboard file provider, and the
-contact points with the notification policy (the learner-halt webhook)."""
+contact points with the notification policy (every alert to ``ALERT_WEBHOOK_URL``; operator
+rules labelled ``action=halt`` to the learner-halt webhook)."""
 
 from __future__ import annotations
 
-from royalefleet.grafana.common import DATASOURCE_UID, DEFAULT_RECEIVER, FOLDER, HALT_RECEIVER
+from royalefleet.grafana.common import (ALERT_WEBHOOK_VAR, DATASOURCE_UID, DEFAULT_RECEIVER, FOLDER, HALT_RECEIVER,
+                                        NOTIFY_RECEIVER)
 
 
 def datasource() -> dict:
@@ -43,10 +45,26 @@ def dashboard_provider() -> dict:
     }
 
 
+NOTIFY_TIMING = {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"}
+"""How soon and how often a person hears of a firing alert, the same in Grafana and Alertmanager:
+30 s to gather an alert's companions, 5 minutes between updates of a group, a reminder every
+4 hours while it fires."""
+
+
 def contact_points() -> dict:
+    """The person's webhook (the policy's root) and the learner's halt webhook (``action=halt``)."""
     return {
         "apiVersion": 1,
         "contactPoints": [{
+            "orgId": 1,
+            "name": NOTIFY_RECEIVER,
+            "receivers": [{
+                "uid": NOTIFY_RECEIVER,
+                "type": "webhook",
+                "disableResolveMessage": False,
+                "settings": {"url": f"${ALERT_WEBHOOK_VAR}", "httpMethod": "POST"},
+            }],
+        }, {
             "orgId": 1,
             "name": HALT_RECEIVER,
             "receivers": [{
@@ -66,9 +84,7 @@ def contact_points() -> dict:
             "orgId": 1,
             "receiver": DEFAULT_RECEIVER,
             "group_by": ["grafana_folder", "alertname"],
-            "group_wait": "30s",
-            "group_interval": "5m",
-            "repeat_interval": "4h",
+            **NOTIFY_TIMING,
             "routes": [{
                 # Operator-defined halts: a Grafana rule labelled action=halt stops the learner
                 # (checkpoint and bundle, as for a table alarm). The table's own halt alarms are

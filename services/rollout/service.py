@@ -29,6 +29,7 @@ from services.rollout.metrics import IdleWindow, RolloutMetrics
 from shared import service_settings, transport
 from shared.codec import WIRE_CODECS, WIRE_ZSTD, Codec, RowCompressor, compress_round
 from shared.components import hello_user_code
+from shared.config import RolloutConfig
 from shared.envs import build_env, engine_build, make_scripted
 from shared.log_guard import RefusalLog
 from shared.service_settings import option, port, positive
@@ -36,6 +37,21 @@ from shared.messages import (
     BattleStates, Close, Decoder, Failure, GetStates, Heartbeat, Hello, Plan, ProtocolError, Refused, Rejoin, Round,
     SetState, StatesSet, Step, ToRollout, Welcome,
 )
+
+
+
+def battles_mismatch(battles: int, shards: int, run: RolloutConfig) -> str | None:
+    """Why a rollout of ``battles`` in ``shards`` may not join a run whose config says ``run``
+    (the Welcome's ``rollout``), or None. The run identity records ``rollout.battles`` and
+    ``rollout.shards``: a rollout host started with other values (``FLEET_BATTLES`` and
+    ``FLEET_SHARDS`` that are not the learner host's) would change the run's batch."""
+    if (battles, shards) == (run.battles, run.shards):
+        return None
+    return (f"battles differ from the run's: this rollout runs {battles} battles in {shards} shards "
+            f"(ROYALEFLEET_BATTLES, ROYALEFLEET_SHARDS; FLEET_BATTLES, FLEET_SHARDS under Compose), the learner's "
+            f"config says rollout.battles={run.battles}, rollout.shards={run.shards}, which its run identity "
+            f"records: start this host's rollouts with FLEET_BATTLES={run.battles} FLEET_SHARDS={run.shards} "
+            f"(its replica count is its own: FLEET_HOST_ROLLOUTS)")
 
 
 class RolloutService:
@@ -95,6 +111,10 @@ class RolloutService:
             raise SystemExit(f"rollout {self.instance}: {reason}")
         if msg.wire_codec not in WIRE_CODECS:
             reason = f"the learner serves wire codec {msg.wire_codec}; this rollout speaks {list(WIRE_CODECS)}"
+            self._send(Failure(instance=self.instance, kind="refused", message=reason))
+            raise SystemExit(f"rollout {self.instance}: {reason}")
+        reason = battles_mismatch(self.n_battles, self.n_shards, msg.rollout)
+        if reason:
             self._send(Failure(instance=self.instance, kind="refused", message=reason))
             raise SystemExit(f"rollout {self.instance}: {reason}")
         first = self.welcome is None

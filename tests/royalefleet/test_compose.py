@@ -7,7 +7,10 @@
   (``launcher.module_of``) and its environment is exactly what ``launcher.service_environments``
   gives it for the same config (addresses aside: 0.0.0.0 to bind, service names to connect),
   plus ROYALEFLEET_CURVE_DIR; every command runs.
-* Scaling: no container_name or published port on the rollout.
+* Scaling: no container_name or published port on the rollout (a port range on a rollout host).
+* Safer defaults (issue 28): the learner's port on loopback unless FLEET_LEARNER_PUBLISH says
+  otherwise; Prometheus, Alertmanager and Grafana in the ``monitoring`` profile; Grafana's
+  healthcheck; the rollout's environment written once (compose.rollout.yaml extends it).
 * The images: pins agree with pyproject.toml; the rollout's have no torch.
 """
 
@@ -43,10 +46,50 @@ ROLLOUT_HOST_ENV = {"ROYALEFLEET_LEARNER": "tcp://learner-host.example:5555"}
 # ----------------------------------------------------------------------------- helpers
 
 
+class Reset(dict):
+    """Compose's ``!reset`` tag (2.24+): the extended service's value is dropped. An empty
+    mapping to the schema."""
+
+
 def load_yaml(path: Path):
     from ruamel.yaml import YAML  # check-jsonschema's YAML parser
 
-    return YAML(typ="safe", pure=True).load(path.read_text())
+    yaml = YAML(typ="safe", pure=True)
+    yaml.constructor.add_constructor("!reset", lambda loader, node: Reset())
+    return yaml.load(path.read_text())
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """Compose's merge of a service over the one it extends (compose-spec 13-merge.md, the keys
+    these files use): mappings merged key by key, volumes by their target, ports appended,
+    ``!reset`` dropping the base's value, anything else replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Reset):
+            out.pop(key, None)
+        elif key == "volumes":
+            by_target = {v.split(":")[1]: v for v in base.get(key, [])} | {v.split(":")[1]: v for v in value}
+            out[key] = list(by_target.values())
+        elif key == "ports":
+            out[key] = list(base.get(key, [])) + list(value)
+        elif isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = base[key] | value
+        else:
+            out[key] = value
+    return out
+
+
+def resolve_extends(doc: dict) -> dict:
+    """``doc`` with every ``extends: {file, service}`` replaced by the merged service, as Compose
+    loads it (each file as written; interpolation comes after)."""
+    services = {}
+    for name, spec in doc.get("services", {}).items():
+        ext = spec.get("extends")
+        if ext:
+            base = resolve_extends(load_yaml(ROOT / ext["file"]))["services"][ext["service"]]
+            spec = _merge(base, {k: v for k, v in spec.items() if k != "extends"})
+        services[name] = spec
+    return doc | {"services": services}
 
 
 def compose_schema() -> dict:
@@ -108,7 +151,8 @@ def interpolate(value, env: dict[str, str]):
 
 
 def compose(name: str, env: dict[str, str] | None = None) -> dict:
-    doc = load_yaml(ROOT / name)
+    """A Compose file with its ``extends`` resolved, interpolated with ``env`` unless None."""
+    doc = resolve_extends(load_yaml(ROOT / name))
     return doc if env is None else interpolate(doc, env)
 
 
@@ -141,6 +185,7 @@ def host_port(address: str) -> tuple[str, int]:
 
 @pytest.mark.parametrize("name", COMPOSE_FILES)
 def test_the_compose_file_validates_against_the_compose_specification_as_written(name):
+    assert schema_errors(load_yaml(ROOT / name)) == []
     assert schema_errors(compose(name)) == []
 
 
@@ -229,8 +274,21 @@ def test_compose_gives_each_service_the_launchers_environment(env_file):
 
 
 def test_the_rollout_host_file_runs_the_same_rollout():
-    local = env_list(compose("compose.yaml")["services"]["rollout"])
-    remote = env_list(compose("compose.rollout.yaml")["services"]["rollout"])
+    """compose.rollout.yaml extends compose.yaml's rollout: the environment is written once, and
+    only the learner's address, the keys folder, the replica count, the metrics ports and the
+    dependencies differ."""
+    raw = load_yaml(ROOT / "compose.rollout.yaml")["services"]["rollout"]
+    assert raw["extends"] == {"file": "compose.yaml", "service": "rollout"}
+    assert set(raw) == {"extends", "environment", "volumes", "ports", "deploy", "depends_on"}
+    assert set(raw["environment"]) == {"ROYALEFLEET_LEARNER"} and isinstance(raw["depends_on"], Reset)
+    text = (ROOT / "compose.yaml").read_text()
+    assert "x-rollout-env: &rollout-env" in text and "    environment: *rollout-env\n" in text
+    local_spec, remote_spec = compose("compose.yaml")["services"]["rollout"], compose("compose.rollout.yaml")["services"]["rollout"]
+    assert "depends_on" not in remote_spec and local_spec["depends_on"]["learner"]["condition"] == "service_healthy"
+    for key in ("image", "build", "command", "healthcheck", "init", "restart"):
+        assert remote_spec[key] == local_spec[key], key
+    local = env_list(local_spec)
+    remote = env_list(remote_spec)
     assert set(local) == set(remote)
     assert {k: v for k, v in remote.items() if k != "ROYALEFLEET_LEARNER"} == \
         {k: v for k, v in local.items() if k != "ROYALEFLEET_LEARNER"}
@@ -238,7 +296,7 @@ def test_the_rollout_host_file_runs_the_same_rollout():
 
 
 def test_the_env_files_match_their_machine_class():
-    assert ENV_FILES == ["laptop.env", "many_core.env", "workstation.env"]
+    assert ENV_FILES == ["cpu.env", "laptop.env", "many_core.env", "workstation.env"]
     for name in ENV_FILES:
         settings = read_env_file(ROOT / "deploy" / "env" / name)
         cfg = load_config(str(ROOT / "deploy" / "config" / settings["FLEET_CONFIG"]))
@@ -284,9 +342,17 @@ def test_every_service_command_in_the_compose_files_runs(name, svc, cmd, env, tm
 def test_the_rollout_scales():
     for name in ("compose.yaml", "compose.rollout.yaml"):
         rollout = compose(name)["services"]["rollout"]
-        assert "container_name" not in rollout and "ports" not in rollout and "hostname" not in rollout
+        assert "container_name" not in rollout and "hostname" not in rollout
         assert rollout["deploy"]["mode"] == "replicated"  # podman-compose ignores replicas without it
-        assert rollout["deploy"]["replicas"] == "${FLEET_ROLLOUTS:-1}"
+    local, remote = compose("compose.yaml")["services"]["rollout"], compose("compose.rollout.yaml")["services"]["rollout"]
+    assert "ports" not in local and local["deploy"]["replicas"] == "${FLEET_ROLLOUTS:-1}"
+    # A rollout host's own count, apart from the learner host's FLEET_ROLLOUTS and the run's battles.
+    assert remote["deploy"]["replicas"] == "${FLEET_HOST_ROLLOUTS:-1}"
+    # Its metrics: a host port a replica from a range, on loopback unless the host says otherwise.
+    assert remote["ports"] == ["${FLEET_METRICS_PUBLISH:-127.0.0.1:9110-9117}:9110"]
+    (published,) = interpolate(remote["ports"], {})
+    assert published == "127.0.0.1:9110-9117:9110"
+    assert interpolate(remote["deploy"], {"FLEET_ROLLOUTS": "12"})["replicas"] == "1"
     services = compose("compose.yaml")["services"]
     assert services["learner"]["environment"]["ROYALEFLEET_MIN_ROLLOUTS"] == "${FLEET_ROLLOUTS:-1}"
 
@@ -328,6 +394,9 @@ def test_prometheus_scrapes_every_service_on_its_metrics_port():
     services = compose("compose.yaml")["services"]
     targets = {}
     for job in gen.prometheus_config()["scrape_configs"]:
+        if "file_sd_configs" in job:  # rollouts on other hosts: royalefleet keys --metrics writes the files
+            assert job["job_name"] == "rollout-hosts" and job["file_sd_configs"][0]["files"] == ["targets/*.json"]
+            continue
         if "dns_sd_configs" in job:
             (sd,) = job["dns_sd_configs"]
             (name,) = sd["names"]
@@ -342,6 +411,75 @@ def test_prometheus_scrapes_every_service_on_its_metrics_port():
                  if "ROYALEFLEET_METRICS_PORT" in (svc.get("environment") or {})}
     assert targets == exporting
     assert targets["evaluator"] == "9200" and targets["rollout"] == "9110"
+
+
+def test_the_learners_port_is_published_on_loopback_unless_a_rollout_host_needs_it():
+    (port,) = compose("compose.yaml")["services"]["learner"]["ports"]
+    assert port == "${FLEET_LEARNER_PUBLISH:-127.0.0.1:5555}:5555"
+    assert interpolate(port, {}) == "127.0.0.1:5555:5555"
+    assert interpolate(port, {"FLEET_LEARNER_PUBLISH": "10.0.0.5:5555"}) == "10.0.0.5:5555:5555"
+    # every published port of compose.yaml is on loopback by default
+    for svc, spec in compose("compose.yaml", {})["services"].items():
+        for published in spec.get("ports", []):
+            assert published.startswith("127.0.0.1:"), (svc, published)
+
+
+MONITORING = {"prometheus", "alertmanager", "grafana"}
+
+
+def test_monitoring_is_a_profile_and_training_runs_without_it():
+    services = compose("compose.yaml")["services"]
+    assert {name for name, spec in services.items() if spec.get("profiles")} == MONITORING
+    assert all(services[name]["profiles"] == ["monitoring"] for name in MONITORING)
+    # nothing of the training stack waits for a monitoring service
+    for name, spec in services.items():
+        if name not in MONITORING:
+            assert not set(spec.get("depends_on") or {}) & MONITORING, name
+
+
+def test_grafana_has_a_healthcheck_podman_can_run():
+    check = compose("compose.yaml")["services"]["grafana"]["healthcheck"]
+    assert check["test"][0] == "CMD" and "http://127.0.0.1:3000/api/health" in check["test"]
+    assert all(" " not in arg for arg in check["test"])
+    assert check["start_period"] and check["retries"] >= 3
+
+
+def test_alertmanager_is_fed_by_prometheus_and_posts_to_the_one_webhook_setting():
+    from royalefleet import grafana as gen
+
+    services = compose("compose.yaml")["services"]
+    am = services["alertmanager"]
+    host, _, port = gen.ALERTMANAGER_TARGET.partition(":")
+    assert host == "alertmanager" and gen.prometheus_config()["alerting"]["alertmanagers"] == [
+        {"static_configs": [{"targets": ["alertmanager:9093"]}]}]
+    assert f"http://127.0.0.1:{port}/-/ready" in am["healthcheck"]["test"]
+    assert interpolate(am["ports"], {}) == [f"127.0.0.1:{port}:{port}"]
+    # the generated file and its entrypoint, mounted; the data folder the entrypoint writes to
+    assert "./alertmanager:/etc/alertmanager:ro" in am["volumes"] and "alertmanager-data:/alertmanager" in am["volumes"]
+    assert am["entrypoint"] == ["/bin/sh", "/etc/alertmanager/start.sh", "/alertmanager"]
+    assert (ROOT / "alertmanager" / "start.sh").exists() and (ROOT / "alertmanager" / "alertmanager.yml").exists()
+    assert am["image"] == services["prometheus"]["image"]  # Debian's prometheus-alertmanager is in that image
+    assert "prometheus-alertmanager" in _dockerfile_stage("prometheus")
+    assert "--cluster.listen-address=" in am["command"]  # one instance: no gossip port
+    # Grafana and Alertmanager read the same variable, with the same dead default
+    for svc in ("alertmanager", "grafana"):
+        value = services[svc]["environment"]["ALERT_WEBHOOK_URL"]
+        assert value == "${ALERT_WEBHOOK_URL:-" + gen.ALERT_WEBHOOK_UNSET + "}", svc
+        assert interpolate(value, {"ALERT_WEBHOOK_URL": "https://ntfy.sh/t"}) == "https://ntfy.sh/t"
+    assert "alertmanager-data" in compose("compose.yaml")["volumes"]
+
+
+def test_keys_and_key_bundles_are_ignored_by_git():
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = ["keys/server.key_secret", "keys/hosts/box2/client.key_secret", "box2-keys.tgz",
+             "prometheus/targets/box2.json"]
+    out = subprocess.run([git, "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert out.stdout.split() == paths
+    kept = subprocess.run([git, "check-ignore", "--no-index", "prometheus/targets/README.md", "deploy/env/cpu.env"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert kept.stdout == ""
 
 
 def test_monitoring_mounts_and_grafana_variables():

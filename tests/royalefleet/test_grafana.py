@@ -171,7 +171,10 @@ def test_service_alerts_come_from_their_table_in_both_files():
     assert [(r["alert"], r["expr"], r["for"], r["labels"]) for r in prom[1]["rules"]] == [
         (a.name, a.expr, gen.duration(a.for_seconds), {"severity": "critical", "alarm": a.name})
         for a in SERVICE_ALERTS]
-    assert [a.name for a in SERVICE_ALERTS] == ["service_down", "training_stalled", "fleet_below_size"]
+    assert [a.name for a in SERVICE_ALERTS] == ["service_down", "training_stalled", "fleet_below_size",
+                                                "rollout_host_down"]
+    assert SERVICE_ALERTS[3].expr == 'up{job="rollout-hosts"} == 0'
+    assert "rollout-hosts" in [j["job_name"] for j in gen.prometheus_config()["scrape_configs"]]
     assert SERVICE_ALERTS[1].expr == "time() - royalefleet_learner_progress_timestamp_seconds > 1200"
     assert SERVICE_ALERTS[2].expr == ('(count(up{job="rollout"} == 1) or vector(0)) < '
                                       'max(royalefleet_learner_rollouts_expected)')
@@ -204,13 +207,18 @@ def test_the_learner_exports_the_fleet_size_it_expects():
 
 def test_contact_point_and_policy():
     cp = gen.contact_points()
-    receiver = cp["contactPoints"][0]["receivers"][0]
+    points = {c["name"]: c["receivers"] for c in cp["contactPoints"]}
+    assert set(points) == {gen.NOTIFY_RECEIVER, gen.HALT_RECEIVER}
+    (notify,) = points[gen.NOTIFY_RECEIVER]
+    assert notify["type"] == "webhook" and notify["settings"] == {"url": "$ALERT_WEBHOOK_URL", "httpMethod": "POST"}
+    (receiver,) = points[gen.HALT_RECEIVER]
     assert receiver["type"] == "webhook"
     assert receiver["settings"]["url"] == "$LEARNER_HALT_URL"
     assert receiver["settings"]["authorization_credentials"] == "$LEARNER_HALT_TOKEN"
-    names = {c["name"] for c in cp["contactPoints"]} | {gen.DEFAULT_RECEIVER}
     policy = cp["policies"][0]
-    assert policy["receiver"] in names and all(r["receiver"] in names for r in policy["routes"])
+    # Every alert reaches the person's webhook (Grafana's default email is set up nowhere) ...
+    assert policy["receiver"] == gen.NOTIFY_RECEIVER != "grafana-default-email"
+    assert all(r["receiver"] in points for r in policy["routes"])
     # Only operator rules labelled action=halt reach the learner; no table rule carries it.
     assert policy["routes"][0]["object_matchers"] == [["action", "=", "halt"]]
     assert all("action" not in r["labels"] for r in gen.grafana_alert_rules()["groups"][0]["rules"])
@@ -339,3 +347,56 @@ def test_every_dashboard_expression_parses(tmp_path):
     path = tmp_path / "exprs.yml"
     path.write_text(gen.to_yaml({"groups": [{"name": "exprs", "rules": rules}]}))
     promtool("check", "rules", str(path))
+
+
+def test_alertmanager_routes_every_alert_to_the_same_webhook_as_grafana():
+    am = gen.alertmanager_config()
+    assert am["route"]["receiver"] == gen.NOTIFY_RECEIVER and "routes" not in am["route"]
+    (receiver,) = am["receivers"]
+    assert receiver["name"] == gen.NOTIFY_RECEIVER
+    assert receiver["webhook_configs"] == [{"url": "${ALERT_WEBHOOK_URL}", "send_resolved": True, "max_alerts": 0}]
+    policy = gen.contact_points()["policies"][0]
+    timing = ("group_wait", "group_interval", "repeat_interval")
+    assert [am["route"][k] for k in timing] == [policy[k] for k in timing] == ["30s", "5m", "4h"]
+    assert "alertmanager/alertmanager.yml" in gen.render()
+
+
+def test_the_start_script_puts_the_webhook_in_alertmanagers_file(tmp_path):
+    """alertmanager/start.sh as compose.yaml runs it (with ``echo`` for Alertmanager): the URL,
+    ampersands and all, in a 0600 copy that amtool accepts where installed; an empty or non-http
+    URL refused by name."""
+    import os
+    import stat
+
+    (tmp_path / "data").mkdir()
+    url = "https://hooks.example/services/T0/B1?a=1&b=x"
+    out = subprocess.run(["sh", str(ROOT / "alertmanager" / "start.sh"), str(tmp_path / "data"), "--flag"],
+                         env=os.environ | {"ALERT_WEBHOOK_URL": url, "ALERTMANAGER": "echo"},
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    written = tmp_path / "data" / "alertmanager.yml"
+    assert out.stdout.split() == [f"--config.file={written}", f"--storage.path={tmp_path / 'data'}", "--flag"]
+    doc = yaml.safe_load(written.read_text())
+    assert doc["receivers"][0]["webhook_configs"][0]["url"] == url
+    assert {k: v for k, v in doc.items() if k != "receivers"} == {
+        k: v for k, v in gen.alertmanager_config().items() if k != "receivers"}
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    amtool = shutil.which("amtool")
+    if amtool:
+        assert subprocess.run([amtool, "check-config", str(written)], capture_output=True).returncode == 0
+    for bad, says in (("", "ALERT_WEBHOOK_URL is empty"), ("ntfy.sh/topic", "is not an http:// or https:// URL")):
+        out = subprocess.run(["sh", str(ROOT / "alertmanager" / "start.sh"), str(tmp_path / "data")],
+                             env=os.environ | {"ALERT_WEBHOOK_URL": bad, "ALERTMANAGER": "echo"},
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 2 and says in out.stderr, out.stderr
+
+
+def test_the_fleet_dashboard_opens_on_the_firing_alerts():
+    dash = gen.fleet_dashboard()
+    row, panel = dash["panels"][:2]
+    assert row["type"] == "row" and row["title"] == "Alerts"
+    assert panel["type"] == "alertlist" and panel["title"] == "Firing and pending alerts"
+    assert panel["gridPos"] == {"h": 8, "w": 24, "x": 0, "y": 1}
+    states = panel["options"]["stateFilter"]
+    assert states["firing"] and states["pending"] and not states["normal"]
+    assert "Firing and pending alerts" in (ROOT / "docs" / "alarms.md").read_text()

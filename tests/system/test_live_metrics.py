@@ -1,17 +1,25 @@
-"""A running local stack exports every metric the generated dashboards and alert rules read, and
-halts on an authenticated operator request (Grafana's halt contact point) with a checkpoint and
-a bundle naming the reason."""
+"""A running local stack exports every metric the generated dashboards and alert rules read, fires
+a generated rule through Prometheus and Alertmanager to a webhook on loopback, and halts on an
+authenticated operator request (Grafana's halt contact point) with a checkpoint and a bundle
+naming the reason."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
+import shutil
+import subprocess
+import threading
+import time
 import urllib.request
 
 import pytest
+import yaml
 
 from royalefleet import grafana as gen
 from shared.metric_schema import prometheus_name
-from tests.stack import Up, read_rows, run_to_exit, tiny_config
+from tests.stack import REPO, Up, free_ports, read_rows, run_to_exit, tiny_config
 from tests.shared.test_alarms import PENDING_ROW_KEYS
 from tests.royalefleet.test_grafana import PENDING_DASHBOARD_KEYS, all_exprs, metric_names
 
@@ -45,13 +53,136 @@ def scrape(port: int) -> set[str]:
     return names
 
 
-def test_a_running_stack_exports_what_dashboards_and_rules_read_and_halts_on_request(tmp_path):
-    cfg_path = tiny_config(tmp_path / "runs", env={"max_steps": 12})
-    cfg = json.loads(cfg_path.read_text())
-    s = cfg["services"]
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """One tiny stack at iteration 2 for the tests below (the last one halts it): (Up, its config
+    document, its runs folder)."""
+    runs = tmp_path_factory.mktemp("live") / "runs"
+    cfg_path = tiny_config(runs, env={"max_steps": 12})
     up = Up(cfg_path, env={"ROYALEFLEET_HALT_TOKEN": "t0ken"})
     try:
         up.wait_for(lambda x: x.startswith("it    2 "), 240, "iteration 2")
+        yield up, json.loads(cfg_path.read_text()), runs
+    finally:
+        if up.proc.poll() is None:
+            up.kill()
+
+
+PROMETHEUS = shutil.which("prometheus")
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+FIRED = "noop_collapse"
+"""The generated rule the alert test fires: ``policy/cards_per_match < 8``, which a tiny run of
+12-step matches meets from its first row (checked on the row itself below)."""
+
+
+class Receiver(http.server.ThreadingHTTPServer):
+    """A webhook on loopback that keeps every POST's JSON body, with the time it came."""
+
+    def __init__(self):
+        self.posts: list[tuple[float, dict]] = []
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                receiver.posts.append((time.monotonic(), json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+def _wait_ready(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"{proc.args[0]} exited {proc.returncode}: {proc.stdout.read()[-2000:]}"
+        try:
+            if urllib.request.urlopen(url, timeout=2).status == 200:
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"{url} not ready after {timeout} s")
+
+
+@pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None,
+                    reason="needs Debian's prometheus and prometheus-alertmanager (.ci/run installs them)")
+def test_a_generated_rule_fires_through_prometheus_and_alertmanager_to_the_webhook(stack, tmp_path):
+    """prometheus/rules/alarms.yml as generated (only the fired rule's 4-minute ``for`` dropped)
+    on the live learner's metrics, Prometheus evaluating every second and sending to Alertmanager,
+    Alertmanager started by alertmanager/start.sh on the generated alertmanager.yml (group_wait
+    and group_interval cut to 1 s): the receiver on loopback gets the alert with its labels."""
+    up, cfg, runs = stack
+    row = read_rows(runs / "default")[-1]
+    assert row["policy/cards_per_match"] < 8, row["policy/cards_per_match"]  # the condition holds
+    t0 = time.monotonic()
+    rules = yaml.safe_load((REPO / "prometheus" / "rules" / "alarms.yml").read_text())
+    (rule,) = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == FIRED]
+    assert rule["expr"] == "royalefleet_learner_policy_cards_per_match < 8" and rule.pop("for") == "4m"
+    (tmp_path / "alarms.yml").write_text(yaml.safe_dump(rules))
+    am_dir = tmp_path / "alertmanager"
+    am_dir.mkdir()
+    shutil.copy(REPO / "alertmanager" / "start.sh", am_dir / "start.sh")
+    am_cfg = yaml.safe_load((REPO / "alertmanager" / "alertmanager.yml").read_text())
+    assert am_cfg["receivers"][0]["webhook_configs"][0]["url"] == "${ALERT_WEBHOOK_URL}"
+    am_cfg["route"] |= {"group_wait": "1s", "group_interval": "1s"}
+    (am_dir / "alertmanager.yml").write_text(yaml.safe_dump(am_cfg))
+    (am_dir / "data").mkdir()
+    prom_port, am_port = free_ports(2)
+    prom_cfg = gen.prometheus_config()
+    prom_cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    prom_cfg["alerting"]["alertmanagers"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{am_port}"]}]
+    prom_cfg["rule_files"] = [str(tmp_path / "alarms.yml")]
+    prom_cfg["scrape_configs"] = [{"job_name": "learner", "static_configs": [
+        {"targets": [f"127.0.0.1:{cfg['services']['learner_metrics_port']}"]}]}]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg))
+
+    receiver = Receiver()
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
+    procs = []
+    try:
+        procs.append(subprocess.Popen(
+            ["sh", str(am_dir / "start.sh"), str(am_dir / "data"), f"--web.listen-address=127.0.0.1:{am_port}",
+             "--cluster.listen-address=", "--log.level=warn"],
+            env=os.environ | {"ALERT_WEBHOOK_URL": url, "ALERTMANAGER": ALERTMANAGER},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        procs.append(subprocess.Popen(
+            [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        _wait_ready(f"http://127.0.0.1:{am_port}/-/ready", procs[0], 30)
+        _wait_ready(f"http://127.0.0.1:{prom_port}/-/ready", procs[1], 30)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+                a["labels"]["alertname"] == FIRED for _, p in receiver.posts for a in p["alerts"]):
+            time.sleep(0.2)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        receiver.shutdown()
+    fired = [(t, p, a) for t, p in receiver.posts for a in p["alerts"] if a["labels"]["alertname"] == FIRED]
+    assert fired, f"no POST for {FIRED} within 60 s; posts: {[p for _, p in receiver.posts]}"
+    t, post, alert = fired[0]
+    assert post["receiver"] == gen.NOTIFY_RECEIVER and post["status"] == "firing" and alert["status"] == "firing"
+    assert alert["labels"] | {"instance": "", "job": ""} == {
+        "alertname": FIRED, "alarm": FIRED, "severity": "warn", "service": "learner", "job": "", "instance": ""}
+    assert alert["annotations"]["summary"].startswith(f"{FIRED} [warn]: policy/cards_per_match < 8 on 127.0.0.1:")
+    print(f"alert test: rule fired and posted {t - t0:.1f} s after the test began "
+          f"({len(receiver.posts)} POST(s), alerts {sorted({a['labels']['alertname'] for _, p in receiver.posts for a in p['alerts']})})")
+
+
+def test_a_running_stack_exports_what_dashboards_and_rules_read_and_halts_on_request(stack):
+    up, cfg, runs = stack
+    s = cfg["services"]
+    try:
         exported = set()
         for port in (s["learner_metrics_port"], s["ladder_metrics_port"], s["checkpoint_metrics_port"],
                      s["rollout_metrics_port"], s["evaluator_metrics_port"]):
@@ -71,7 +202,7 @@ def test_a_running_stack_exports_what_dashboards_and_rules_read_and_halts_on_req
     finally:
         if up.proc.poll() is None:
             up.kill()
-    run = tmp_path / "runs" / "default"
+    run = runs / "default"
     last = read_rows(run)[-1]["run/iteration"]
     index = json.loads((run / "checkpoints" / "index.json").read_text())
     assert index["entries"][-1]["iteration"] == last

@@ -5,12 +5,24 @@ a new panel: one more ``ts(...)`` in its row's list (``royalefleet.grafana.panel
 from __future__ import annotations
 
 from royalefleet.grafana.common import learner as L
-from royalefleet.grafana.panels import Row, dashboard, ts
+from royalefleet.grafana.panels import Row, alert_list, dashboard, ts
 from shared.service_alerts import EXPECTED_ROLLOUTS_METRIC, PROGRESS_METRIC, STALL_SECONDS
 
 UID = "royalefleet-fleet"
 TITLE = "royalefleet: fleet"
-DESCRIPTION = "Rollouts registered, rows invalidated, restarts, round latency, wire bytes, checkpoints."
+DESCRIPTION = ("Firing alerts, rollouts registered, rows invalidated, restarts, round latency, wire bytes, "
+               "checkpoints.")
+FIRING_PANEL = "Firing and pending alerts"
+
+
+def alerts() -> list[dict]:
+    """Every alert of the generated rules (the alarm table and the service alerts) that fires or
+    waits out its ``for``."""
+    return [alert_list(FIRING_PANEL, description=(
+        "Grafana's copies of the alarm table and the service alerts that fire now, or hold and wait out their "
+        "'for' (pending). Each also goes to ALERT_WEBHOOK_URL, from Grafana and from Alertmanager "
+        "(docs/alarms.md, \"Where alerts show and how they reach you\"). The learner's own alarm counts are on "
+        "the training dashboard."))]
 
 
 def fleet() -> list[dict]:
@@ -95,9 +107,11 @@ def scale() -> list[dict]:
     ]
 
 
-ROWS = [("Fleet", fleet), ("Rounds and wire", rounds), ("Checkpoints", checkpoints), ("Scale", scale)]
-"""(row title, the function giving its panels), top to bottom. Panel ids follow this order,
-so a row added at the end leaves every existing id (and the alert rules' panel link) alone."""
+ROWS = [("Alerts", alerts), ("Fleet", fleet), ("Rounds and wire", rounds), ("Checkpoints", checkpoints),
+        ("Scale", scale)]
+"""(row title, the function giving its panels), top to bottom. Panel ids follow this order; no
+alert rule links to a panel of this dashboard (they link to the training dashboard's alarm
+panel), so the alert list went first, where it is seen."""
 
 
 def rows() -> list[Row]:
