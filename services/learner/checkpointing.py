@@ -50,6 +50,7 @@ digest no row of its iteration carries holds weights the run's record does not d
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -61,6 +62,9 @@ from shared.nn.statefiles import (
 from shared.config import RunConfig
 from shared.identity import RunIdentity
 from shared.messages import CodecTable
+
+if TYPE_CHECKING:
+    from services.learner.service import Learner
 
 STATE_FILES = ("actor/", "critic/", "optimizers/", "update_state/", "dqn/")
 ROW_FILE = "metric_row/row.json"
@@ -117,37 +121,37 @@ def _json(value) -> bytes:
     return msgspec.json.encode(value)
 
 
-def _save_optimizers(learner) -> dict[str, bytes]:
+def _save_optimizers(learner: Learner) -> dict[str, bytes]:
     out = {}
-    for name, opt in (("actor", learner.opt_actor), ("critic", learner.opt_critic)):
+    for name, opt in (("actor", learner.parts.opt_actor), ("critic", learner.parts.opt_critic)):
         out[f"optimizers/{name}.safetensors"], out[f"optimizers/{name}.json"] = optimizer_to_bytes(opt)
     return out
 
 
-def _load_optimizers(learner, f) -> None:
-    bytes_to_optimizer(learner.opt_actor, f["optimizers/actor.safetensors"], f["optimizers/actor.json"])
-    bytes_to_optimizer(learner.opt_critic, f["optimizers/critic.safetensors"], f["optimizers/critic.json"])
+def _load_optimizers(learner: Learner, f) -> None:
+    bytes_to_optimizer(learner.parts.opt_actor, f["optimizers/actor.safetensors"], f["optimizers/actor.json"])
+    bytes_to_optimizer(learner.parts.opt_critic, f["optimizers/critic.safetensors"], f["optimizers/critic.json"])
 
 
-def _load_counters(learner, f) -> None:
+def _load_counters(learner: Learner, f) -> None:
     c = msgspec.json.decode(f["counters/counters.json"], type=Counters)
-    learner.iteration, learner.timesteps, learner.env_steps, learner.episodes = (
+    learner.state.iteration, learner.state.timesteps, learner.state.env_steps, learner.state.episodes = (
         c.iteration, c.timesteps, c.env_steps, c.episodes)
 
 
-def _ordinals(learner) -> dict:
+def _ordinals(learner: Learner) -> dict:
     """Each battle's episode ordinal at the boundary the checkpoint describes: the one the
     learner kept there (``boundary_ordinals``) while an overlapped collection moves
     ``fleet.ordinal`` on, else ``fleet.ordinal``."""
-    return getattr(learner, "boundary_ordinals", None) or learner.fleet.ordinal
+    return learner.state.boundary_ordinals or learner.parts.fleet.ordinal
 
 
-def _load_ordinals(learner, f) -> None:
-    learner.fleet.ordinal = {int(k): int(v) for k, v in msgspec.json.decode(f["ladder_position/ordinals.json"]).items()}
+def _load_ordinals(learner: Learner, f) -> None:
+    learner.parts.fleet.ordinal = {int(k): int(v) for k, v in msgspec.json.decode(f["ladder_position/ordinals.json"]).items()}
 
 
-def _load_codec(learner, f) -> None:
-    if msgspec.json.decode(f["codec/table.json"], type=CodecTable) != learner.pf.table:
+def _load_codec(learner: Learner, f) -> None:
+    if msgspec.json.decode(f["codec/table.json"], type=CodecTable) != learner.parts.pf.table:
         raise ResumeRefused("the checkpoint's codec table differs from this run's: the observation layout changed")
 
 
@@ -159,11 +163,11 @@ def _dqn_files() -> tuple[str, ...]:
 
 COMPONENTS = (
     Component("actor", ("actor/model.safetensors",),
-              lambda L: {"actor/model.safetensors": module_to_bytes(L.model.actor)},
-              lambda L, f: bytes_to_module(L.model.actor, f["actor/model.safetensors"])),
+              lambda L: {"actor/model.safetensors": module_to_bytes(L.parts.model.actor)},
+              lambda L, f: bytes_to_module(L.parts.model.actor, f["actor/model.safetensors"])),
     Component("critic", ("critic/model.safetensors",),
-              lambda L: {"critic/model.safetensors": module_to_bytes(L.model.critic)},
-              lambda L, f: bytes_to_module(L.model.critic, f["critic/model.safetensors"])),
+              lambda L: {"critic/model.safetensors": module_to_bytes(L.parts.model.critic)},
+              lambda L, f: bytes_to_module(L.parts.model.critic, f["critic/model.safetensors"])),
     Component("optimizers", ("optimizers/actor.safetensors", "optimizers/actor.json",
                              "optimizers/critic.safetensors", "optimizers/critic.json"),
               _save_optimizers, _load_optimizers),
@@ -178,24 +182,24 @@ COMPONENTS = (
     Component("ladder_position", ("ladder_position/ordinals.json",),
               lambda L: {"ladder_position/ordinals.json": _json({str(k): v for k, v in sorted(_ordinals(L).items())})},
               _load_ordinals),
-    Component("battle_states", battle_states.FILES, lambda L: L.battle_states.files(),
-              lambda L, f: L.battle_states.load(f), optional=True),
-    Component("frame_history", frame_history.FILES, lambda L: L.frame_history.files(),
-              lambda L, f: L.frame_history.load(f), optional=True),
+    Component("battle_states", battle_states.FILES, lambda L: L.parts.battle_states.files(),
+              lambda L, f: L.parts.battle_states.load(f), optional=True),
+    Component("frame_history", frame_history.FILES, lambda L: L.parts.frame_history.files(),
+              lambda L, f: L.parts.frame_history.load(f), optional=True),
     # The DQN learner's target network, optimizer, replay and open windows; absent from a PPO
     # run's checkpoint (services/learner/dqn/learner.py).
-    Component("dqn", _dqn_files(), lambda L: L.dqn.checkpoint_files() if getattr(L, "dqn", None) else {},
-              lambda L, f: L.dqn.load_checkpoint_files(f) if getattr(L, "dqn", None) else None, optional=True),
-    Component("codec", ("codec/table.json",), lambda L: {"codec/table.json": _json(L.pf.table)}, _load_codec),
+    Component("dqn", _dqn_files(), lambda L: L.parts.dqn.checkpoint_files() if L.parts.dqn else {},
+              lambda L, f: L.parts.dqn.load_checkpoint_files(f) if L.parts.dqn else None, optional=True),
+    Component("codec", ("codec/table.json",), lambda L: {"codec/table.json": _json(L.parts.pf.table)}, _load_codec),
     # Read by people and, through the manifest's meta, by the resume's identity check; a load
     # keeps the run's own config and identity, so these two load nothing.
-    Component("config", ("config/config.json",), lambda L: {"config/config.json": _json(L.cfg)}, lambda L, f: None),
+    Component("config", ("config/config.json",), lambda L: {"config/config.json": _json(L.parts.cfg)}, lambda L, f: None),
     Component("identity", ("identity/identity.json",),
-              lambda L: {"identity/identity.json": _json(L.identity)}, lambda L, f: None),
+              lambda L: {"identity/identity.json": _json(L.parts.identity)}, lambda L, f: None),
 )
 
 
-def capture(learner) -> Snapshot:
+def capture(learner: Learner) -> Snapshot:
     """Everything a resume needs, as file bytes, for the state the current row describes."""
     files: dict[str, bytes] = {}
     for component in COMPONENTS:
@@ -206,9 +210,9 @@ def capture(learner) -> Snapshot:
             raise RuntimeError(f"component {component.name} wrote {sorted(written)}, declares {component.files}")
         files.update(written)
     digest = state_digest(files)
-    meta = CheckpointMeta(iteration=learner.iteration, run_id=learner.run_id, state_digest=digest,
-                          counters=learner.counters(), identity=learner.identity, config=learner.cfg)
-    return Snapshot(learner.iteration, files, _json(meta), digest)
+    meta = CheckpointMeta(iteration=learner.state.iteration, run_id=learner.parts.run_id, state_digest=digest,
+                          counters=learner.counters(), identity=learner.parts.identity, config=learner.parts.cfg)
+    return Snapshot(learner.state.iteration, files, _json(meta), digest)
 
 
 def attach_row(snapshot: Snapshot, line: bytes) -> None:
@@ -243,7 +247,7 @@ def missing_row(meta: CheckpointMeta, files: dict[str, bytes], metrics_path: str
     return line if line.endswith(b"\n") else line + b"\n"
 
 
-def restore(learner, files: dict[str, bytes], *, skip: tuple[str, ...] = ()) -> None:
+def restore(learner: Learner, files: dict[str, bytes], *, skip: tuple[str, ...] = ()) -> None:
     """Load every component. A missing file is a refusal naming it (strict load).
 
     ``skip`` names components NOT to load: a deliberately perturbed resume, used only by the
@@ -254,7 +258,7 @@ def restore(learner, files: dict[str, bytes], *, skip: tuple[str, ...] = ()) -> 
     unknown = sorted(set(skip) - {c.name for c in COMPONENTS})
     if unknown:
         raise ResumeRefused(f"unknown component(s) {unknown}; components: {', '.join(c.name for c in COMPONENTS)}")
-    if getattr(learner, "dqn", None) is not None:
+    if learner.parts.dqn is not None:
         lacking = [n for n in _dqn_files() if n not in files]
         if lacking:
             raise ResumeRefused(f"checkpoint lacks the DQN learner's {', '.join(lacking)}: it was not written by a "
@@ -270,7 +274,7 @@ def _digests_of(path: str, iteration: int) -> list[str]:
     """``run/state_digest`` of every row of ``iteration`` in a metric file (none if it is absent)."""
     import json
 
-    digests = []
+    digests: list[str] = []
     try:
         fh = open(path, "rb")
     except FileNotFoundError:

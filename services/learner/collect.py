@@ -21,7 +21,9 @@ never stored. Both sets of actions go back in the Step.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import zmq
@@ -42,6 +44,9 @@ from shared.log_guard import RefusalLog, printable
 from shared.nn.frame_stack import History
 from shared.round_arrays import RoundArrays
 from shared.seeding import stream
+
+if TYPE_CHECKING:
+    from services.learner.frame_history import FrameHistory
 
 
 @dataclass
@@ -92,11 +97,11 @@ class Collector:
         """The identity's ``user_code``; a Hello whose digests differ is refused (both named)."""
         self.stop_requested = False
         self.refused_count = 0
-        self.on_states = None
+        self.on_states: Callable[[Member, BattleStates | StatesSet], None] | None = None
         """(member, BattleStates | StatesSet) -> None: services/learner/battle_states.py."""
         self.provenance = ProvenanceTracker()
         """Stamps finished episodes with where their decisions were taken (royalefleet replay)."""
-        self.frame_history = None
+        self.frame_history: FrameHistory | None = None
         """obs.frame_stack > 1: services/learner/frame_history.py (each cell's previous rows)."""
         self.step_sent: dict[tuple[str, int], float] = {}
         """(instance, shard) -> monotonic time its last Step was sent (``rollout_idle_frac``)."""
@@ -167,12 +172,13 @@ class Collector:
             self._refused("hello", f"refused rollout {msg.instance}@{msg.host}: {reason}")
             self._send(identity, Refused(reason=reason))
             return
-        reason = user_code_refusal(self.user_code, msg.user_code)
-        if reason:
-            self._refused("hello", f"refused rollout {printable(msg.instance, 40)}@{printable(msg.host, 80)}: {reason}")
-            self._send(identity, Refused(reason=reason))
+        refusal = user_code_refusal(self.user_code, msg.user_code)
+        if refusal:
+            self._refused("hello", f"refused rollout {printable(msg.instance, 40)}@{printable(msg.host, 80)}: {refusal}")
+            self._send(identity, Refused(reason=refusal))
             return
         fleet_battles = sum(m.battles for m in self.fleet.members.values() if not m.lost and m.instance != msg.instance)
+        problem: str | None
         if self.hello_limits is not None:
             problem = self.hello_limits.refusal(msg, fleet_battles)
         elif msg.battles < 1 or msg.shards < 1 or msg.battles % msg.shards:
@@ -213,202 +219,12 @@ class Collector:
 
     def collect(self, iteration: int, members: list[Member], slot_map: SlotMap, rect: Rectangle, policy,
                 master_seed: int, round_timeout_s: float, frozen=None) -> CollectStats:
-        """Fill ``rect``; returns what happened. Rollouts that are not ``fresh`` have their
-        cycle-0 round held from the previous iteration. ``frozen`` (a
+        """Fill ``rect``; returns what happened (``CollectionRun``). Rollouts that are not
+        ``fresh`` have their cycle-0 round held from the previous iteration. ``frozen`` (a
         ``services.learner.frozen.FrozenActors``) plays the GROUP_FROZEN slots; without it they
         play the no-op, counted as ``no_actors``."""
-        T = rect.T
-        stats = CollectStats()
-        self.provenance.begin(iteration, policy.model.actor)
-        fh = self.frame_history
-        if fh is not None:
-            fh.begin(rect, slot_map.battle_ids)
-        self.refused_count = 0
-        expected: dict[tuple[str, int], int] = {}
-        deadline: dict[tuple[str, int], float] = {}
-        uniforms: dict[int, np.ndarray] = {}
-        frozen_uniforms: dict[int, np.ndarray] = {}
-        by_instance = {m.instance: m for m in members}
-        pending: list[tuple[Member, Round, dict]] = []
-        held: list[tuple[Member, Round, dict]] = []
-
-        def u_for(cycle: int) -> np.ndarray:
-            if cycle not in uniforms:
-                uniforms[cycle] = stream(master_seed, "act/iteration/{iteration}/cycle/{cycle}",
-                                         iteration=iteration, cycle=cycle).random(rect.R, dtype=np.float64)
-            return uniforms[cycle]
-
-        def frozen_u_for(cycle: int) -> np.ndarray:
-            if cycle not in frozen_uniforms:
-                frozen_uniforms[cycle] = stream(master_seed, "act/frozen/iteration/{iteration}/cycle/{cycle}",
-                                                iteration=iteration, cycle=cycle).random(rect.R, dtype=np.float64)
-            return frozen_uniforms[cycle]
-
-        now = time.monotonic()
-        for m in members:
-            for s in range(m.shards):
-                expected[(m.instance, s)] = 0
-                deadline[(m.instance, s)] = now + round_timeout_s
-                if not m.fresh:
-                    held.append((m, *m.held[s]))
-            m.held = {}
-
-        def on_round(member: Member, body: Round, arrays: dict) -> None:
-            if member.instance not in by_instance:
-                return  # registered during this iteration: its rounds come after its Plan
-            sent = self.step_sent.pop((member.instance, body.shard), None)
-            if sent is not None:  # the shard stepped from our Step to this round: the rollout was busy
-                self.busy_seconds[member.instance] = self.busy_seconds.get(member.instance, 0.0) + time.monotonic() - sent
-            pending.append((member, body, arrays))
-
-        def file_round(member: Member, body: Round, arrays: dict, label_iteration: int, from_wire: bool = True) -> None:
-            key = (member.instance, body.shard)
-            if key not in expected or expected[key] > T:
-                self._refused("unexpected", f"unexpected round {body.iteration}/{body.cycle} shard {body.shard} from {member.label()}")
-                return
-            c = expected[key]
-            if body.cycle != c or label_iteration != iteration:
-                self._refused("out_of_order", f"round {body.iteration}/{body.cycle} from {member.label()} shard {body.shard}; expected {iteration}/{c}")
-                return
-            slots = slot_map.slots[key]
-            sent_bytes = sum(a.nbytes for a in arrays.values())
-            try:
-                group = arrays["group"]
-                if group.shape != slots.shape:
-                    raise ValueError(f"group has {group.shape[0]} slots, the shard has {len(slots)}")
-                if from_wire:  # a held round was expanded when it arrived
-                    t0 = time.thread_time()  # CPU time, as the rollout's encode time
-                    arrays = decompress_round(arrays, self.decompressor if member.wire_codec == WIRE_ZSTD else None)
-                    stats.wire_decode_seconds += time.thread_time() - t0
-                ra = RoundArrays.of(arrays, step=c > 0)
-                learner, frozen_slots, frozen_rows = rect.store_obs(c, slots, group, ra.tick, ra.rows)
-                if fh is not None:
-                    fh.file(c, slots, group, ra.ordinal, frozen_slots, frozen_rows)
-                if c > 0:
-                    fs = ra.final_slots
-                    if len(fs) and (fs.min() < 0 or fs.max() >= len(slots)):
-                        raise ValueError("final_slots out of range")
-                    rect.store_step(c - 1, slots, ra.reward, ra.terminated, ra.truncated,
-                                    ra.deploy_status, fs, ra.final_rows)
-                    stats.env_steps += len(slots) // 2
-                    stats.illegal += int(np.count_nonzero((ra.deploy_status > 0) & (rect.group[c - 1, slots] == GROUP_LEARNER)))
-            except WireError as exc:
-                self._refused(exc.reason, f"refused the rows of a round from {member.label()} "
-                                          f"(wire codec {member.wire_codec}): {exc}")
-                return
-            except (KeyError, ValueError) as exc:
-                self._refused("arrays", f"malformed round from {member.label()}: {exc}")
-                return
-            positions = slots[::2] // 2
-            for b, o in zip(slot_map.battle_ids[positions], ra.ordinal[::2]):
-                self.fleet.ordinal[int(b)] = int(o)
-            self.provenance.stamp(body.episodes)
-            for ep in body.episodes:
-                ep.iteration = iteration
-            stats.episodes.extend(body.episodes)
-            stats.codec_clipped += body.codec_clipped
-            stats.codec_rounded += body.codec_rounded
-            stats.rounds += 1
-            if from_wire:
-                n_rows = len(learner) + len(frozen_slots) + len(ra.final_rows)
-                stats.wire_bytes += sent_bytes
-                stats.rows_received += n_rows
-                stats.wire_encode_seconds += body.wire_encode_seconds
-            expected[key] = c + 1
-            deadline[key] = time.monotonic() + round_timeout_s
-            if c == T:
-                member.held[body.shard] = (body, ra)
-                return
-            ready.append((member, body, ra, c, slots, group, learner, frozen_slots, frozen_rows))
-
-        def answer(rounds: list) -> None:
-            """Infer the filed rounds' learner rows (one forward per round under run_exact, one
-            per batch of ready rounds otherwise: ``infer_rounds``), then each round's frozen
-            seats, and send each round its own Step."""
-            if not rounds:
-                return
-            t0 = time.perf_counter()
-            by_episode = getattr(policy, "acts_by_episode", False)  # DQN's Thompson behaviour
-            requests = [(rect.rows[r[3], r[6]], rect.n_legal[r[3], r[6]], u_for(r[3])[r[6]],
-                         None if fh is None else fh.at(r[3], r[6]),
-                         episode_keys(r[3], r[6], r[5], r[2].ordinal, slot_map) if by_episode else None)
-                        for r in rounds]
-            places: list = []
-            answers = infer_rounds(policy, requests, self.batch_rows if self.batched else 0, stats.batch_rows, places)
-            stats.inference_seconds += time.perf_counter() - t0
-            for r, (actions, log_probs), place in zip(rounds, answers, places):
-                step(*r, actions, log_probs, place)
-
-        def step(member, body, ra: RoundArrays, c, slots, group, learner, frozen_slots, frozen_rows, actions, log_probs,
-                 place) -> None:
-            rect.actions[c, learner] = actions
-            rect.log_probs[c, learner] = log_probs
-            rect.acted[c, learner] = True
-            rect.policy_lag[c, learner] = getattr(policy, "last_lag", 0)  # overlap.BehaviourPolicy says
-            out = np.zeros(len(slots), np.int16)
-            out[group == GROUP_LEARNER] = actions
-            inferred = [(learner, rect.n_legal[c, learner], actions, None, place)]
-            if len(frozen_slots):
-                local = np.flatnonzero((group >= 0) & (group != GROUP_LEARNER))
-                frozen_legal = rect.legal_counts(frozen_rows)
-                out[local], snapshot_ids = self._play_frozen(
-                    frozen, stats.frozen, slot_map.battle_ids[frozen_slots // 2], ra.ordinal[local],
-                    frozen_rows, frozen_legal, frozen_u_for(c)[frozen_slots],
-                    None if fh is None else fh.at(c, frozen_slots))
-                inferred.append((frozen_slots, frozen_legal, out[local], snapshot_ids))
-            self.provenance.observe(c, slot_map.battle_ids, slots, ra.ordinal, member.fresh and c == 0, inferred)
-            if not self._send(member.identity, Step(iteration=iteration, cycle=c, shard=body.shard), {"actions": out}):
-                self.say(f"could not send a step to {member.label()}")
-            else:
-                self.step_sent[(member.instance, body.shard)] = time.monotonic()
-
-        # A held cycle-T round is this iteration's cycle 0: the battles did not move since.
-        ready: list = []
-        for m, body, arrays in held:
-            file_round(m, Round(instance=body.instance, iteration=iteration, cycle=0, shard=body.shard),
-                       arrays.observation_half().arrays(), iteration, from_wire=False)
-        answer(ready)
-        ready.clear()
-
-        def outstanding() -> int:
-            """Live shards whose next round (cycle <= T) is neither filed nor waiting."""
-            waiting = {(m.instance, b.shard) for m, b, _ in pending}
-            return sum(1 for k, c in expected.items() if c <= T and not by_instance[k[0]].lost and k not in waiting)
-
-        while any(expected[k] <= T for k in expected if not by_instance[k[0]].lost):
-            if self.stop_requested:
-                break
-            t0 = time.perf_counter()
-            self.poll(50, on_round)
-            if pending and self.batched and self.max_wait_s > 0:
-                # SEED RL's batching: wait (boundedly) for more shards to join the forward.
-                until = time.perf_counter() + self.max_wait_s
-                while outstanding() and time.perf_counter() < until:
-                    self.poll(max(0, int(1000 * (until - time.perf_counter()))), on_round)
-            stats.wait_seconds += time.perf_counter() - t0
-            for m, body, arrays in pending:
-                if not m.lost:
-                    file_round(m, body, arrays, body.iteration)
-            pending.clear()
-            answer(ready)
-            ready.clear()
-            now = time.monotonic()
-            for key, c in expected.items():
-                m = by_instance[key[0]]
-                if c <= T and not m.lost and now > deadline[key]:
-                    self.say(f"rollout {m.label()} missed the round deadline ({round_timeout_s:.0f} s) at "
-                             f"cycle {c} of shard {key[1]}; its slots are invalid for the rest of iteration {iteration}")
-                    self.fleet.mark_lost(m)
-                if m.lost and m.instance not in stats.lost:
-                    stats.lost.append(m.instance)
-        if fh is not None:
-            fh.end()
-        stats.refused = self.refused_count
-        # Canonical order, never arrival order: the row's means are float sums, and the result
-        # log is a record; both must not depend on which rollout answered first.
-        stats.episodes.sort(key=lambda e: (e.battle, e.ordinal, e.seat))
-        return stats
-
+        return CollectionRun(self, iteration, members, slot_map, rect, policy, master_seed, round_timeout_s,
+                             frozen).run()
 
     def _play_frozen(self, frozen, fstats: FrozenStats, battles: np.ndarray, ordinals: np.ndarray, rows: np.ndarray,
                      n_legal: np.ndarray, uniforms: np.ndarray, history=None) -> tuple[np.ndarray, list[str | None]]:
@@ -431,6 +247,298 @@ class Collector:
         fstats.rows += len(rows)
         fstats.seconds += time.perf_counter() - t0
         return actions, ids
+
+
+UNIFORMS = {"learner": "act/iteration/{iteration}/cycle/{cycle}",
+            "frozen": "act/frozen/iteration/{iteration}/cycle/{cycle}"}
+"""The random streams (shared/seeding.py) a cycle's actions are sampled from, by seats."""
+
+
+class Arrival(NamedTuple):
+    """A round as it came off the socket, not yet filed."""
+
+    member: Member
+    body: Round
+    arrays: dict
+    """The message's arrays, as sent (compressed under wire codec 2)."""
+
+
+class HeldRound(NamedTuple):
+    """A shard's cycle-T round, kept in ``Member.held[shard]``: the next iteration's cycle 0."""
+
+    body: Round
+    arrays: RoundArrays
+
+
+class FiledRound(NamedTuple):
+    """A round filed into the rectangle at ``cycle`` (< T), waiting for its answer."""
+
+    member: Member
+    body: Round
+    arrays: RoundArrays
+    cycle: int
+    slots: np.ndarray
+    """(n,) the shard's global slots, in the round's slot order."""
+    group: np.ndarray
+    """(n,) each slot's group (``GROUP_LEARNER``, ``GROUP_FROZEN``, or negative: none)."""
+    learner: np.ndarray
+    """The learner-held global slots (``Rectangle.store_obs``)."""
+    frozen_slots: np.ndarray
+    """The frozen seats' global slots."""
+    frozen_rows: np.ndarray
+    """(len(frozen_slots), row_bytes) uint8: their rows, inferred and never stored."""
+
+
+class CollectionRun:
+    """One iteration's rounds: each shard of each member goes through cycles 0..T (module
+    docstring). ``run`` steps the fleet until every live shard has sent its cycle-T round
+    (or a stop): each pass polls the socket (``receive``), files what arrived
+    (``file_round``), answers the filed rounds (``answer``, which infers and sends each its
+    ``Step``) and loses the shards past their deadline (``check_deadlines``)."""
+
+    def __init__(self, collector: Collector, iteration: int, members: list[Member], slot_map: SlotMap,
+                 rect: Rectangle, policy, master_seed: int, round_timeout_s: float, frozen=None):
+        self.collector, self.iteration, self.slot_map, self.rect = collector, iteration, slot_map, rect
+        self.policy, self.master_seed, self.round_timeout_s, self.frozen = policy, master_seed, round_timeout_s, frozen
+        self.stats = CollectStats()
+        self.frame_history = collector.frame_history
+        self.by_instance = {m.instance: m for m in members}
+        self.expected: dict[tuple[str, int], int] = {}
+        """(instance, shard) -> the cycle of its next round (T + 1: done)."""
+        self.deadline: dict[tuple[str, int], float] = {}
+        """(instance, shard) -> monotonic time its next round is due by."""
+        self.pending: list[Arrival] = []
+        """Rounds received since the last filing."""
+        self.ready: list[FiledRound] = []
+        """Rounds filed since the last answer."""
+        self._uniforms: dict[tuple[str, int], np.ndarray] = {}
+        self.held: list[tuple[Member, HeldRound]] = []
+        """Members' held cycle-T rounds of the previous iteration: this iteration's cycle 0."""
+        now = time.monotonic()
+        for m in members:
+            for s in range(m.shards):
+                self.expected[(m.instance, s)] = 0
+                self.deadline[(m.instance, s)] = now + round_timeout_s
+                if not m.fresh:
+                    self.held.append((m, m.held[s]))
+            m.held = {}
+
+    def uniforms(self, seats: str, cycle: int) -> np.ndarray:
+        """(R,) float64 uniforms of ``cycle`` for the learner's slots (``seats`` "learner") or
+        the frozen seats' ("frozen"), indexed by slot (``UNIFORMS``); drawn once a cycle."""
+        if (seats, cycle) not in self._uniforms:
+            self._uniforms[(seats, cycle)] = stream(self.master_seed, UNIFORMS[seats], iteration=self.iteration,
+                                                    cycle=cycle).random(self.rect.R, dtype=np.float64)
+        return self._uniforms[(seats, cycle)]
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> CollectStats:
+        """Collect the iteration (class docstring); returns its ``CollectStats``."""
+        c, fh = self.collector, self.frame_history
+        c.provenance.begin(self.iteration, self.policy.model.actor)
+        if fh is not None:
+            fh.begin(self.rect, self.slot_map.battle_ids)
+        c.refused_count = 0
+        # A held cycle-T round is this iteration's cycle 0: the battles did not move since.
+        for m, h in self.held:
+            self.file_round(Arrival(m, Round(instance=h.body.instance, iteration=self.iteration, cycle=0,
+                                             shard=h.body.shard), h.arrays.observation_half().arrays()),
+                            self.iteration, from_wire=False)
+        self.answer_ready()
+        while any(self.expected[k] <= self.rect.T for k in self.expected if not self.by_instance[k[0]].lost):
+            if c.stop_requested:
+                break
+            self.step_fleet()
+        if fh is not None:
+            fh.end()
+        self.stats.refused = c.refused_count
+        # Canonical order, never arrival order: the row's means are float sums, and the result
+        # log is a record; both must not depend on which rollout answered first.
+        self.stats.episodes.sort(key=lambda e: (e.battle, e.ordinal, e.seat))
+        return self.stats
+
+    def step_fleet(self) -> None:
+        """One pass: wait (50 ms, and under batching up to ``max_wait_s`` for more shards) for
+        rounds, file them, answer them, lose the shards past their deadline."""
+        c = self.collector
+        t0 = time.perf_counter()
+        c.poll(50, self.receive)
+        if self.pending and c.batched and c.max_wait_s > 0:
+            # SEED RL's batching: wait (boundedly) for more shards to join the forward.
+            until = time.perf_counter() + c.max_wait_s
+            while self.outstanding() and time.perf_counter() < until:
+                c.poll(max(0, int(1000 * (until - time.perf_counter()))), self.receive)
+        self.stats.wait_seconds += time.perf_counter() - t0
+        for arrival in self.pending:
+            if not arrival.member.lost:
+                self.file_round(arrival, arrival.body.iteration)
+        self.pending.clear()
+        self.answer_ready()
+        self.check_deadlines()
+
+    def receive(self, member: Member, body: Round, arrays: dict) -> None:
+        """``Collector.poll``'s ``on_round``: keep the round for filing; the time since its
+        shard's Step counts as the rollout's busy time."""
+        if member.instance not in self.by_instance:
+            return  # registered during this iteration: its rounds come after its Plan
+        c = self.collector
+        sent = c.step_sent.pop((member.instance, body.shard), None)
+        if sent is not None:  # the shard stepped from our Step to this round: the rollout was busy
+            c.busy_seconds[member.instance] = c.busy_seconds.get(member.instance, 0.0) + time.monotonic() - sent
+        self.pending.append(Arrival(member, body, arrays))
+
+    def outstanding(self) -> int:
+        """Live shards whose next round (cycle <= T) is neither filed nor waiting."""
+        waiting = {(a.member.instance, a.body.shard) for a in self.pending}
+        return sum(1 for k, c in self.expected.items()
+                   if c <= self.rect.T and not self.by_instance[k[0]].lost and k not in waiting)
+
+    def check_deadlines(self) -> None:
+        """A shard whose next round is past ``round_timeout_s`` loses its member for the rest
+        of the iteration (``stats.lost``)."""
+        now = time.monotonic()
+        for key, c in self.expected.items():
+            m = self.by_instance[key[0]]
+            if c <= self.rect.T and not m.lost and now > self.deadline[key]:
+                self.collector.say(f"rollout {m.label()} missed the round deadline ({self.round_timeout_s:.0f} s) at "
+                                   f"cycle {c} of shard {key[1]}; its slots are invalid for the rest of iteration "
+                                   f"{self.iteration}")
+                self.collector.fleet.mark_lost(m)
+            if m.lost and m.instance not in self.stats.lost:
+                self.stats.lost.append(m.instance)
+
+    # ------------------------------------------------------------------ file a round
+
+    def file_round(self, arrival: Arrival, label_iteration: int, from_wire: bool = True) -> FiledRound | None:
+        """Store ``arrival``'s rows into the rectangle (and the step its cycle closes); refuse
+        one out of order, unexpected or malformed (None). A round below cycle T joins
+        ``ready``; the cycle-T round is held in ``Member.held`` for the next iteration."""
+        c, rect, stats, fh = self.collector, self.rect, self.stats, self.frame_history
+        member, body, arrays = arrival
+        key = (member.instance, body.shard)
+        if key not in self.expected or self.expected[key] > rect.T:
+            c._refused("unexpected", f"unexpected round {body.iteration}/{body.cycle} shard {body.shard} "
+                                     f"from {member.label()}")
+            return None
+        cycle = self.expected[key]
+        if body.cycle != cycle or label_iteration != self.iteration:
+            c._refused("out_of_order", f"round {body.iteration}/{body.cycle} from {member.label()} shard {body.shard}; "
+                                       f"expected {self.iteration}/{cycle}")
+            return None
+        slots = self.slot_map.slots[key]
+        sent_bytes = sum(a.nbytes for a in arrays.values())
+        try:
+            group = arrays["group"]
+            if group.shape != slots.shape:
+                raise ValueError(f"group has {group.shape[0]} slots, the shard has {len(slots)}")
+            if from_wire:  # a held round was expanded when it arrived
+                t0 = time.thread_time()  # CPU time, as the rollout's encode time
+                arrays = decompress_round(arrays, c.decompressor if member.wire_codec == WIRE_ZSTD else None)
+                stats.wire_decode_seconds += time.thread_time() - t0
+            ra = RoundArrays.of(arrays, step=cycle > 0)
+            learner, frozen_slots, frozen_rows = rect.store_obs(cycle, slots, group, ra.tick, ra.rows)
+            if fh is not None:
+                fh.file(cycle, slots, group, ra.ordinal, frozen_slots, frozen_rows)
+            if cycle > 0:
+                self._store_step(cycle, slots, ra)
+        except WireError as exc:
+            c._refused(exc.reason, f"refused the rows of a round from {member.label()} "
+                                   f"(wire codec {member.wire_codec}): {exc}")
+            return None
+        except (KeyError, ValueError) as exc:
+            c._refused("arrays", f"malformed round from {member.label()}: {exc}")
+            return None
+        positions = slots[::2] // 2
+        for b, o in zip(self.slot_map.battle_ids[positions], ra.ordinal[::2]):
+            c.fleet.ordinal[int(b)] = int(o)
+        c.provenance.stamp(body.episodes)
+        for ep in body.episodes:
+            ep.iteration = self.iteration
+        stats.episodes.extend(body.episodes)
+        stats.codec_clipped += body.codec_clipped
+        stats.codec_rounded += body.codec_rounded
+        stats.rounds += 1
+        if from_wire:
+            stats.wire_bytes += sent_bytes
+            stats.rows_received += len(learner) + len(frozen_slots) + len(ra.final_rows)
+            stats.wire_encode_seconds += body.wire_encode_seconds
+        self.expected[key] = cycle + 1
+        self.deadline[key] = time.monotonic() + self.round_timeout_s
+        if cycle == rect.T:
+            member.held[body.shard] = HeldRound(body, ra)
+            return None
+        filed = FiledRound(member, body, ra, cycle, slots, group, learner, frozen_slots, frozen_rows)
+        self.ready.append(filed)
+        return filed
+
+    def _store_step(self, cycle: int, slots: np.ndarray, ra: RoundArrays) -> None:
+        """The step of cycle - 1 that this round closes: rewards, ends, deploy statuses, final
+        rows. Raises ValueError for final slots outside the shard."""
+        rect, fs = self.rect, ra.final_slots
+        if ra.deploy_status is None:  # RoundArrays.of(step=True) raised KeyError before this
+            raise ValueError("a round past cycle 0 without its step half")
+        if len(fs) and (int(fs.min()) < 0 or int(fs.max()) >= len(slots)):
+            raise ValueError("final_slots out of range")
+        rect.store_step(cycle - 1, slots, ra.reward, ra.terminated, ra.truncated, ra.deploy_status, fs, ra.final_rows)
+        self.stats.env_steps += len(slots) // 2
+        learner_acted = (ra.deploy_status > 0) & (rect.group[cycle - 1, slots] == GROUP_LEARNER)
+        self.stats.illegal += int(np.count_nonzero(learner_acted))
+
+    # ------------------------------------------------------------------ answer it
+
+    def answer_ready(self) -> None:
+        """Answer every round filed since the last answer."""
+        self.answer(self.ready)
+        self.ready = []
+
+    def answer(self, rounds: list[FiledRound]) -> None:
+        """Infer the filed rounds' learner rows (one forward per round under run_exact, one per
+        batch of ready rounds otherwise: ``infer_rounds``), then each round's frozen seats, and
+        send each round its own Step."""
+        if not rounds:
+            return
+        rect, fh, stats = self.rect, self.frame_history, self.stats
+        t0 = time.perf_counter()
+        by_episode = getattr(self.policy, "acts_by_episode", False)  # DQN's Thompson behaviour
+        requests = [(rect.rows[r.cycle, r.learner], rect.n_legal[r.cycle, r.learner],
+                     self.uniforms("learner", r.cycle)[r.learner],
+                     None if fh is None else fh.at(r.cycle, r.learner),
+                     episode_keys(r.cycle, r.learner, r.group, r.arrays.ordinal, self.slot_map) if by_episode else None)
+                    for r in rounds]
+        places: list = []
+        c = self.collector
+        answers = infer_rounds(self.policy, requests, c.batch_rows if c.batched else 0, stats.batch_rows, places)
+        stats.inference_seconds += time.perf_counter() - t0
+        for r, (actions, log_probs), place in zip(rounds, answers, places):
+            self.send_step(r, actions, log_probs, place)
+
+    def send_step(self, r: FiledRound, actions: np.ndarray, log_probs: np.ndarray, place) -> None:
+        """Record the learner's ``actions`` (and ``log_probs``) of round ``r``, play its frozen
+        seats, stamp the decisions' provenance and send the shard its Step."""
+        rect, fh, c, cycle, learner = self.rect, self.frame_history, self.collector, r.cycle, r.learner
+        rect.actions[cycle, learner] = actions
+        rect.log_probs[cycle, learner] = log_probs
+        rect.acted[cycle, learner] = True
+        rect.policy_lag[cycle, learner] = getattr(self.policy, "last_lag", 0)  # overlap.BehaviourPolicy says
+        out = np.zeros(len(r.slots), np.int16)
+        out[r.group == GROUP_LEARNER] = actions
+        inferred: list[tuple] = [(learner, rect.n_legal[cycle, learner], actions, None, place)]
+        if len(r.frozen_slots):
+            local = np.flatnonzero((r.group >= 0) & (r.group != GROUP_LEARNER))
+            frozen_legal = rect.legal_counts(r.frozen_rows)
+            out[local], snapshot_ids = c._play_frozen(
+                self.frozen, self.stats.frozen, self.slot_map.battle_ids[r.frozen_slots // 2], r.arrays.ordinal[local],
+                r.frozen_rows, frozen_legal, self.uniforms("frozen", cycle)[r.frozen_slots],
+                None if fh is None else fh.at(cycle, r.frozen_slots))
+            inferred.append((r.frozen_slots, frozen_legal, out[local], snapshot_ids))
+        c.provenance.observe(cycle, self.slot_map.battle_ids, r.slots, r.arrays.ordinal, r.member.fresh and cycle == 0,
+                             inferred)
+        if not c._send(r.member.identity, Step(iteration=self.iteration, cycle=cycle, shard=r.body.shard),
+                       {"actions": out}):
+            c.say(f"could not send a step to {r.member.label()}")
+        else:
+            c.step_sent[(r.member.instance, r.body.shard)] = time.monotonic()
 
 
 def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list | None = None,
@@ -458,13 +566,15 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
     def episodes_kw(r) -> dict:  # only a policy that acts by episode is handed the keys
         return {} if len(r) < 5 or r[4] is None else {"episodes": r[4]}
 
+    out: list = []
     if not max_batch_rows:
         out = [policy.act(*r[:3], history=r[3], **episodes_kw(r)) for r in requests]
         if batch_sizes is not None:
             batch_sizes.extend(len(r[0]) for r in requests)
         places.extend([None] * len(requests))
         return out
-    out, group, rows_in = [], [], 0
+    group: list = []
+    rows_in = 0
 
     def flush():
         if not group:

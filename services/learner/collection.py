@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from services.learner.boundary import send_plans, wait_for_rollouts
+from services.learner.boundary import send_plans
 from services.learner.collect import CollectStats
+from services.learner.fleet import SlotMap
+from services.learner.frozen import FrozenCounts
 from services.learner.rectangle import Rectangle
 from services.learner.row_keys import evaluate_schedules
+
+if TYPE_CHECKING:
+    from services.learner.service import Learner
 
 
 @dataclass
@@ -25,7 +31,7 @@ class Collected:
     sched: dict
     """``evaluate_schedules`` at the env steps the iteration started from."""
     members: list
-    slot_map: object
+    slot_map: SlotMap
     T: int
     learner_rows: int
     roles: list
@@ -38,32 +44,31 @@ class Collected:
     """``time.perf_counter()`` when the boundary began (``time/iteration`` runs from it)."""
     policy: object = None
     """What inferred the rounds: a ``Policy``, or an ``overlap.BehaviourPolicy``."""
-    frozen_counts: dict | None = None
+    frozen_counts: FrozenCounts | None = None
     """The frozen actors' load counts when the collection ended (``frozen_metrics``), before
     an overlapped boundary resets them."""
     ordinals: dict | None = None
     """Each battle's episode ordinal at the end of the collection (the checkpoint's)."""
 
 
-def collect_iteration(learner, iteration: int, env_steps: int, policy) -> Collected:
+def collect_iteration(learner: Learner, iteration: int, env_steps: int, policy) -> Collected:
     """Boundary and collection of ``iteration``, its actions inferred by ``policy``. Raises
     StopRequested when a stop arrives (then the rectangle is abandoned: nothing trains on it)."""
     t_iter = time.perf_counter()
-    sched = evaluate_schedules(learner.cfg, env_steps)
-    members = wait_for_rollouts(learner)
-    slot_map = learner.fleet.slot_map(members)
+    sched = evaluate_schedules(learner.parts.cfg, env_steps)
+    members = learner.wait_for_rollouts()
+    slot_map = learner.parts.fleet.slot_map(members)
     T, learner_rows, roles = send_plans(learner, members, slot_map, sched["gamma"], iteration)
-    rect = Rectangle.for_codec(T, slot_map.n_slots, learner.pf.codec)
+    rect = Rectangle.for_codec(T, slot_map.n_slots, learner.parts.pf.codec)
     policy.model.last_precision.clear()  # this iteration's forwards say what they ran in
-    if learner.device.type == "cuda":
+    if learner.parts.device.type == "cuda":
         from services.learner.vram import reset_peak
 
-        reset_peak(learner.device)
+        reset_peak(learner.parts.device)
     t0 = time.perf_counter()
-    stats = learner.collector.collect(iteration, members, slot_map, rect, policy, learner.cfg.master_seed,
-                                      learner.cfg.rollout.round_timeout_s, frozen=learner.frozen)
+    stats = learner.parts.collector.collect(iteration, members, slot_map, rect, policy, learner.parts.cfg.master_seed,
+                                      learner.parts.cfg.rollout.round_timeout_s, frozen=learner.parts.frozen)
     seconds = time.perf_counter() - t0
-    fa = learner.frozen
-    counts = {"loads": fa.loads, "hits": fa.hits, "load_failures": fa.load_failures, "resident": list(fa.resident)}
+    counts = learner.parts.frozen.counts()
     return Collected(iteration, sched, members, slot_map, T, learner_rows, roles, rect, stats, seconds,
                      policy.model.last_precision.get("actor"), t_iter, policy, counts)

@@ -20,6 +20,8 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
 from shared.run_dir import CURVES
 
 CURVES_DIR = CURVES
@@ -34,10 +36,10 @@ def scalars(row: dict) -> dict[str, float]:
 class TensorBoardCurves:
     """Writes each metric row to ``<run_dir>/tensorboard`` (module docstring). ``say`` prints."""
 
-    def __init__(self, run_dir: str | Path, say: Callable[[str], None]):
+    def __init__(self, run_dir: str | Path, say: Callable[[str], object]):
         self.dir = Path(run_dir) / CURVES_DIR
         self.say = say
-        self.writer = None
+        self.writer: Any = None  # a tensorboardX SummaryWriter once the first row arrives
         self.off = False
 
     def write(self, row: dict) -> None:

@@ -33,7 +33,7 @@ def set_deterministic_algorithms(mode: bool) -> None:
     setter(mode, warn_only=False)
     inductor = sys.modules.get("torch._inductor.config")
     if inductor is not None and hasattr(inductor, "deterministic"):
-        inductor.deterministic = mode
+        setattr(inductor, "deterministic", mode)
 
 
 def apply_determinism(cfg: RunConfig, device: str) -> dict:

@@ -128,7 +128,8 @@ class Fleet:
                 continue
             if not m.ready:
                 continue  # still building its battles: it joins at a later boundary
-            free, b = [], 0
+            free: list[int] = []
+            b = 0
             while len(free) < m.battles:
                 if b not in taken:
                     free.append(b)

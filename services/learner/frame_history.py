@@ -24,10 +24,15 @@ not the learner's), so the snapshot that plays it sees its history the same way.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
 import numpy as np
 
 from shared.nn.frame_stack import History
+
+if TYPE_CHECKING:
+    from services.learner.rectangle import Rectangle
 
 CARRY_FILE = "frame_history/carry.msgpack"
 FILES = (CARRY_FILE,)
@@ -54,7 +59,7 @@ class FrameHistory:
             raise ValueError(f"FrameHistory is for obs.frame_stack >= 2, got {k}")
         self.k, self.row_bytes = k, row_bytes
         self.carry: dict[tuple[int, int], CarryEntry] = {}
-        self.rect = None
+        self.rect: Rectangle = None  # type: ignore[assignment]  # begin() sets it before any other call
 
     # ------------------------------------------------------------------ one iteration
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -95,6 +96,10 @@ class FrozenActors:
     def resident(self) -> list[str]:
         """Snapshot ids held, least recently used first."""
         return list(self._resident)
+
+    def counts(self) -> FrozenCounts:
+        """The load counts now (a collection's, kept before an overlapped boundary resets them)."""
+        return FrozenCounts(self.loads, self.hits, self.load_failures, self.resident)
 
     def new_iteration(self) -> None:
         """Reset the counts, and forget the failures: a snapshot refused last iteration is asked
@@ -167,7 +172,7 @@ class FrozenActors:
             try:
                 policy = self.get(sid)
             except SnapshotUnavailable as exc:
-                for i in idx:
+                for i in idx.tolist():
                     reasons[i] = exc.reason
                 continue
             a, _ = policy.act(rows[idx], n_legal[idx], uniforms[idx], None if history is None else history.take(idx))
@@ -198,8 +203,18 @@ class FrozenStats:
         self.tainted.add((battle, ordinal))
 
 
-def frozen_metrics(stats: FrozenStats, actors: FrozenActors | None, episodes_unreported: int) -> dict:
-    """The iteration's frozen-seat keys of the metric row (shared/metric_schema.py)."""
+class FrozenCounts(NamedTuple):
+    """``FrozenActors``' load counts at one moment (``FrozenActors.counts``)."""
+
+    loads: int
+    hits: int
+    load_failures: int
+    resident: list[str]
+
+
+def frozen_metrics(stats: FrozenStats, actors: FrozenActors | FrozenCounts | None, episodes_unreported: int) -> dict:
+    """The iteration's frozen-seat keys of the metric row (shared/metric_schema.py); ``actors``
+    (the actors or their counts) adds the load counts."""
     row = {
         "time/frozen_inference": stats.seconds,
         "health/frozen_rows": stats.rows,
@@ -222,7 +237,9 @@ def plan_snapshots(fleet, battles: list[int], limit: int) -> list[str]:
     plan is recorded."""
     from shared.messages import snapshot_of
 
-    now, later, listed = set(), set(), set(battles)
+    now: set[str] = set()
+    later: set[str] = set()
+    listed = set(battles)
     for (b, k), a in fleet.assignments.items():
         sid = snapshot_of(a.opponent)
         if sid is not None and b in listed:

@@ -45,14 +45,18 @@ def reason_from(body: bytes) -> str:
         return "operator halt (unparseable body)"
     if not isinstance(doc, dict):
         return "operator halt"
-    if isinstance(doc.get("reason"), str):
-        return doc["reason"][:500]
-    alerts = doc.get("alerts") if isinstance(doc.get("alerts"), list) else []
+    reason = doc.get("reason")
+    if isinstance(reason, str):
+        return reason[:500]
+    alerts = doc.get("alerts")
+    if not isinstance(alerts, list):
+        alerts = []
     names = []
     for a in alerts[:10]:
         if isinstance(a, dict):
-            labels = a.get("labels") if isinstance(a.get("labels"), dict) else {}
-            ann = a.get("annotations") if isinstance(a.get("annotations"), dict) else {}
+            labels, ann = a.get("labels"), a.get("annotations")
+            labels = labels if isinstance(labels, dict) else {}
+            ann = ann if isinstance(ann, dict) else {}
             names.append(str(labels.get("alertname") or labels.get("alarm") or "alert")
                          + (f": {ann['summary']}" if isinstance(ann.get("summary"), str) else ""))
     title = doc.get("title") if isinstance(doc.get("title"), str) else ""

@@ -59,7 +59,7 @@ class LearnerMetrics:
     def _gauge(self, name: str, labels: dict, key: str) -> Gauge:
         g = self._gauges.get(name)
         if g is None:
-            unit, doc = SCHEMA[schema_key(key)]
+            unit, doc = SCHEMA[schema_key(key) or key]
             g = Gauge(name, f"{doc} [{unit}]", list(labels), registry=self.registry)
             self._gauges[name] = g
         return g

@@ -24,10 +24,14 @@ from __future__ import annotations
 
 import copy
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from services.learner.stops import StopRequested
+
+if TYPE_CHECKING:
+    from services.learner.service import Learner
 
 
 def behaviour_snapshot(model):
@@ -94,7 +98,7 @@ class OverlappedCollection:
     answered or not), then the boundary and the rounds. ``join`` returns the ``Collected``
     (None when a stop ended it before a rectangle existed) and restores the torch threads."""
 
-    def __init__(self, learner, iteration: int, env_steps: int, behaviour: BehaviourPolicy,
+    def __init__(self, learner: Learner, iteration: int, env_steps: int, behaviour: BehaviourPolicy,
                  previous_members: list, previous_iteration: int):
         import torch
 
@@ -105,12 +109,12 @@ class OverlappedCollection:
         self.result = None
         self.error: BaseException | None = None
         self.threads_before = torch.get_num_threads()
-        torch.set_num_threads(overlap_threads(learner.cfg))
+        torch.set_num_threads(overlap_threads(learner.parts.cfg))
 
         def run():
             try:
-                learner.battle_states.gather(learner.collector, previous_members, previous_iteration,
-                                             learner.cfg.rollout.round_timeout_s)
+                learner.parts.battle_states.gather(learner.parts.collector, previous_members, previous_iteration,
+                                             learner.parts.cfg.rollout.round_timeout_s)
                 self.states_gathered.set()
                 self.result = collect_iteration(learner, iteration, env_steps, behaviour)
             except StopRequested:
@@ -186,40 +190,40 @@ def first_batch(n_rows: int, batch_size: int, epoch0) -> np.ndarray:
 
 # ------------------------------------------------------------------ the learner's side
 
-def start_overlap(learner, c) -> BehaviourPolicy | None:
-    """Start iteration ``c.iteration + 1``'s collection (``learner.overlapped``) with a behaviour
+def start_overlap(learner: Learner, c) -> BehaviourPolicy | None:
+    """Start iteration ``c.iteration + 1``'s collection (``learner.state.overlapped``) with a behaviour
     snapshot of the actor as it is now, before update ``c.iteration``; returns the behaviour
     policy, to switch to the updated actor once the update is done. None when overlap is off or
     no further iteration is wanted (``--iterations`` or ``timestep_limit`` reached by this
     update)."""
     from shared.nn.policy import Policy
 
-    cfg = learner.cfg
-    if not cfg.rollout.overlap or (0 < learner.iterations_limit <= c.iteration):
+    cfg = learner.parts.cfg
+    if not cfg.rollout.overlap or (0 < learner.options.iterations_limit <= c.iteration):
         return None
-    if 0 < cfg.timestep_limit <= learner.timesteps + int(np.count_nonzero(c.rect.trainable())):
+    if 0 < cfg.timestep_limit <= learner.state.timesteps + int(np.count_nonzero(c.rect.trainable())):
         return None
-    behaviour = BehaviourPolicy(Policy(behaviour_snapshot(learner.model), learner.pf.codec, learner.device), lag=1)
-    learner.overlapped = OverlappedCollection(learner, c.iteration + 1, learner.env_steps + c.stats.env_steps,
+    behaviour = BehaviourPolicy(Policy(behaviour_snapshot(learner.parts.model), learner.parts.pf.codec, learner.parts.device), lag=1)
+    learner.state.overlapped = OverlappedCollection(learner, c.iteration + 1, learner.state.env_steps + c.stats.env_steps,
                                               behaviour, c.members, c.iteration)
     return behaviour
 
 
-def join_overlap(learner):
+def join_overlap(learner: Learner):
     """The overlapped collection's ``Collected`` (None when a stop ended it before it had a
-    rectangle); ``learner.overlapped`` is None again and the torch threads are the run's."""
-    overlapped, learner.overlapped = learner.overlapped, None
-    return overlapped.join()
+    rectangle); ``learner.state.overlapped`` is None again and the torch threads are the run's."""
+    overlapped, learner.state.overlapped = learner.state.overlapped, None
+    return overlapped.join() if overlapped is not None else None
 
 
-def count_untrained(learner, collected, why: str = "collected under overlap") -> None:
+def count_untrained(learner: Learner, collected, why: str = "collected under overlap") -> None:
     """Count the rows of ``collected`` that nothing will train (a stop): rows an overlapped
     collection inferred, or (``why`` says so) the rows of an update the stop abandoned.
-    ``learner.untrained_rows``, ``royalefleet_learner_untrained_rows_total`` and one log line."""
+    ``learner.state.untrained_rows``, ``royalefleet_learner_untrained_rows_total`` and one log line."""
     n = untrained_rows(collected)
     if n:
-        learner.untrained_rows += n
-        learner.metrics.untrained_rows.inc(n)
-        learner.say(f"learner: {n} rows of iteration {collected.iteration} {why} are not trained "
-                    f"(the run stops at iteration {learner.iteration}); counted in "
+        learner.state.untrained_rows += n
+        learner.parts.metrics.untrained_rows.inc(n)
+        learner.parts.say(f"learner: {n} rows of iteration {collected.iteration} {why} are not trained "
+                    f"(the run stops at iteration {learner.state.iteration}); counted in "
                     "royalefleet_learner_untrained_rows_total")

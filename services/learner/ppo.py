@@ -358,6 +358,7 @@ def ppo_update(
             metrics[f"ppo/clip_fraction_epoch{epoch}"] = float(clipped_sum[epoch]) / choice_seen[epoch]
         last = ppo.n_epochs - 1
         forwarded = sum(choice_seen)
+        actor_precision = update_precision or "fp32"  # set by every actor forward; n_choice > 0 means one ran
         metrics.update({
             "ppo/kl": metrics[f"ppo/kl_epoch{last}"],
             "ppo/clip_fraction": metrics[f"ppo/clip_fraction_epoch{last}"],
@@ -368,7 +369,7 @@ def ppo_update(
             "ppo/policy_loss": float(torch.stack(policy_losses).mean()),
             "ppo/grad_norm_actor": float(torch.stack(grad_norms_actor).double().mean()),
             "ppo/ratio_max_abs_dev": float(ratio_dev),
-            "ppo/ratio_atol": RATIO_ATOL[coarser(update_precision, data.old_log_prob_precision or update_precision)],
+            "ppo/ratio_atol": RATIO_ATOL[coarser(actor_precision, data.old_log_prob_precision or actor_precision)],
         })
         ev_choice = explained_variance(data.old_values[choice], data.returns[choice])
         if ev_choice is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
@@ -19,35 +20,38 @@ from shared.identity import identity_differences
 from shared.messages import Loaded, LoadLatest, NotFound, SaveCheckpoint, Saved
 from shared.run_dir import RunDir
 
+if TYPE_CHECKING:
+    from services.learner.service import Learner
 
-def save_checkpoint(learner, snapshot: checkpointing.Snapshot, attempts: int = 3) -> bool:
+
+def save_checkpoint(learner: Learner, snapshot: checkpointing.Snapshot, attempts: int = 3) -> bool:
     names = list(snapshot.files)
     for attempt in range(1, attempts + 1):
         try:
-            req = SaveCheckpoint(request_id=learner.ckpt.next_id(), run_name=learner.cfg.run_name,
+            req = SaveCheckpoint(request_id=learner.parts.ckpt.next_id(), run_name=learner.parts.cfg.run_name,
                                  iteration=snapshot.iteration, names=names, meta=snapshot.meta,
-                                 token=learner.ckpt_token)
-            reply, _ = learner.ckpt.request(req, {n: np.frombuffer(snapshot.files[n], np.uint8) for n in names})
+                                 token=learner.parts.ckpt_token)
+            reply, _ = learner.parts.ckpt.request(req, {n: np.frombuffer(snapshot.files[n], np.uint8) for n in names})
             if isinstance(reply, Saved):
-                learner.saved_iteration = snapshot.iteration
-                learner.failed_saves = 0
-                learner.say(f"learner: checkpoint of iteration {snapshot.iteration} written to {reply.path}")
+                learner.state.saved_iteration = snapshot.iteration
+                learner.state.failed_saves = 0
+                learner.parts.say(f"learner: checkpoint of iteration {snapshot.iteration} written to {reply.path}")
                 return True
-            learner.say(f"learner: checkpoint service refused the save ({getattr(reply, 'reason', reply)}); "
+            learner.parts.say(f"learner: checkpoint service refused the save ({getattr(reply, 'reason', reply)}); "
                      f"attempt {attempt}/{attempts}")
         except transport.ServiceTimeout as exc:
-            learner.say(f"learner: checkpoint save failed ({exc}); attempt {attempt}/{attempts}, state kept in memory")
+            learner.parts.say(f"learner: checkpoint save failed ({exc}); attempt {attempt}/{attempts}, state kept in memory")
         if attempt < attempts:
             time.sleep(min(2.0 * attempt, 5.0))
-    learner.metrics.checkpoint_failures.inc()
-    learner.failed_saves += 1
-    learner.say(f"learner: checkpoint of iteration {snapshot.iteration} NOT written after {attempts} attempts "
-             f"({learner.failed_saves} failed save(s) in a row; the learner halts at "
-             f"checkpoint.max_failed_saves = {learner.cfg.checkpoint.max_failed_saves}); the state stays in memory")
+    learner.parts.metrics.checkpoint_failures.inc()
+    learner.state.failed_saves += 1
+    learner.parts.say(f"learner: checkpoint of iteration {snapshot.iteration} NOT written after {attempts} attempts "
+             f"({learner.state.failed_saves} failed save(s) in a row; the learner halts at "
+             f"checkpoint.max_failed_saves = {learner.parts.cfg.checkpoint.max_failed_saves}); the state stays in memory")
     return False
 
 
-def resume_run(learner) -> None:
+def resume_run(learner: Learner) -> None:
     """Continue from the run's newest checkpoint that verifies, or start fresh when the run
     has none. A run whose checkpoints exist and none verifies is refused (SystemExit naming
     each one and its failing file), nothing purged, unless ``start_fresh``.
@@ -57,14 +61,14 @@ def resume_run(learner) -> None:
     metric row of its iteration describes. Config differences outside the identity are
     printed and continued past."""
     try:
-        reply, arrays = learner.ckpt.request(LoadLatest(request_id=learner.ckpt.next_id(), run_name=learner.cfg.run_name))
+        reply, arrays = learner.parts.ckpt.request(LoadLatest(request_id=learner.parts.ckpt.next_id(), run_name=learner.parts.cfg.run_name))
     except transport.ServiceTimeout as exc:
         raise SystemExit(f"learner: cannot reach the checkpoint service to look for a checkpoint: {exc}")
-    if isinstance(reply, NotFound) and reply.skipped and not learner.start_fresh:
+    if isinstance(reply, NotFound) and reply.skipped and not learner.options.start_fresh:
         # Checkpoints exist and none verifies: starting fresh would purge the run's record
         # and overwrite its checkpoint folders. Purge nothing; a person decides.
         raise SystemExit(
-            f"learner: refusing to start run {learner.cfg.run_name!r}: it has {len(reply.skipped)} checkpoint(s) "
+            f"learner: refusing to start run {learner.parts.cfg.run_name!r}: it has {len(reply.skipped)} checkpoint(s) "
             "and none verifies:\n" + "\n".join(f"  {s}" for s in reply.skipped)
             + "\nNothing was changed. Repair or restore a checkpoint folder (royalefleet checkpoints lists "
             "them), start another run_name, or start this run over with `royalefleet resume --start-fresh` "
@@ -72,90 +76,90 @@ def resume_run(learner) -> None:
             f"its metric rows to {metric_log.PURGED_NAME} and overwrites its checkpoints as new ones are written")
     if isinstance(reply, NotFound):
         if reply.skipped:
-            learner.say(f"learner: starting run {learner.cfg.run_name!r} over (--start-fresh); none of its "
+            learner.parts.say(f"learner: starting run {learner.parts.cfg.run_name!r} over (--start-fresh); none of its "
                      f"{len(reply.skipped)} checkpoint(s) verifies:\n" + "\n".join(f"  {s}" for s in reply.skipped))
-        learner.say(f"learner: no checkpoint for run {learner.cfg.run_name!r}; starting fresh")
-        moved, _ = metric_log.purge_after(learner.metrics_path, 0)
+        learner.parts.say(f"learner: no checkpoint for run {learner.parts.cfg.run_name!r}; starting fresh")
+        moved, _ = metric_log.purge_after(learner.parts.metrics_path, 0)
         if moved:  # a process killed before its first checkpoint: its rows describe nothing kept
-            learner.say(f"learner: {moved} metric row(s) of a process that wrote no checkpoint moved from "
+            learner.parts.say(f"learner: {moved} metric row(s) of a process that wrote no checkpoint moved from "
                      f"metrics.jsonl to {metric_log.PURGED_NAME}")
-        learner.pool.admit_seed_snapshots(learner.identity, learner.pf.spec, learner.cfg.net)  # fresh start only; a resumed pool already holds them
+        learner.parts.pool.admit_seed_snapshots(learner.parts.identity, learner.parts.pf.spec, learner.parts.cfg.net)  # fresh start only; a resumed pool already holds them
         return
     if not isinstance(reply, Loaded):
         raise SystemExit(f"learner: the checkpoint service could not load the latest checkpoint: "
                          f"{getattr(reply, 'reason', reply)}")
     for problem in reply.skipped:  # the fallback to an older checkpoint, said where it is seen
-        learner.say(f"learner: skipped a newer checkpoint that does not verify: {problem}")
+        learner.parts.say(f"learner: skipped a newer checkpoint that does not verify: {problem}")
     try:
         meta = msgspec.json.decode(reply.meta, type=checkpointing.CheckpointMeta)
     except msgspec.ValidationError as exc:
         raise SystemExit(f"learner: checkpoint {reply.path} was written by another format ({exc}); "
                          "start a new run_name or resume with the build that wrote it")
-    diffs = identity_differences(meta.identity, learner.identity)
+    diffs = identity_differences(meta.identity, learner.parts.identity)
     if diffs:
         lines = [f"  {k}: checkpoint {a!r}, this run {b!r}" for k, (a, b) in diffs.items()]
-        if not learner.allow_identity_drift:
+        if not learner.options.allow_identity_drift:
             raise SystemExit(
                 f"learner: refusing to resume {reply.path}: the run identity differs in {len(diffs)} field(s):\n"
                 + "\n".join(lines)
                 + "\nThese change the numbers the run produces. Start a new run_name, or pass "
                 "--allow-identity-drift to record the drift and continue.")
-        learner.resumed_with_drift = True
-        RunDir(learner.run_dir).append_drift(msgspec.json.encode({
-            "iteration": meta.iteration, "from_run_id": meta.run_id, "to_run_id": learner.run_id,
+        learner.state.resumed_with_drift = True
+        RunDir(learner.parts.run_dir).append_drift(msgspec.json.encode({
+            "iteration": meta.iteration, "from_run_id": meta.run_id, "to_run_id": learner.parts.run_id,
             "fields": {k: [str(a), str(b)] for k, (a, b) in diffs.items()}}))
-        learner.say("learner: resuming across an identity drift (recorded in drift.json):\n" + "\n".join(lines))
-    ok, note = checkpointing.described(meta, learner.metrics_path)
+        learner.parts.say("learner: resuming across an identity drift (recorded in drift.json):\n" + "\n".join(lines))
+    ok, note = checkpointing.described(meta, learner.parts.metrics_path)
     if not ok:
         raise SystemExit(f"learner: refusing to resume {reply.path}: {note}. Resume from an earlier "
                          "checkpoint (royalefleet checkpoints lists them).")
     if note:
-        learner.say(f"learner: note: {note}")
+        learner.parts.say(f"learner: note: {note}")
     files = {n: bytes(arrays[n]) for n in reply.names}
     try:
-        checkpointing.restore(learner, files, skip=learner.perturb_resume)
+        checkpointing.restore(learner, files, skip=learner.options.perturb_resume)
     except checkpointing.ResumeRefused as exc:
         raise SystemExit(f"learner: refusing to resume {reply.path}: {exc}")
     # Learning rates come from this config (an lr change on resume takes effect).
-    for opt, lr in ((learner.opt_actor, learner.cfg.ppo.lr_actor), (learner.opt_critic, learner.cfg.ppo.lr_critic)):
+    for opt, lr in ((learner.parts.opt_actor, learner.parts.cfg.ppo.lr_actor), (learner.parts.opt_critic, learner.parts.cfg.ppo.lr_critic)):
         for group in opt.param_groups:
             group["lr"] = lr
-    learner.lr_backoff.apply(learner.opt_actor, learner.opt_critic)  # a backoff outlives a resume
-    learner.saved_iteration = meta.iteration
-    learner.snapshot = checkpointing.capture(learner)
-    if learner.snapshot.state_digest != meta.state_digest and not learner.perturb_resume:
-        raise SystemExit(f"learner: the restored state hashes to {learner.snapshot.state_digest}, the checkpoint "
+    learner.parts.lr_backoff.apply(learner.parts.opt_actor, learner.parts.opt_critic)  # a backoff outlives a resume
+    learner.state.saved_iteration = meta.iteration
+    learner.state.snapshot = checkpointing.capture(learner)
+    if learner.state.snapshot.state_digest != meta.state_digest and not learner.options.perturb_resume:
+        raise SystemExit(f"learner: the restored state hashes to {learner.state.snapshot.state_digest}, the checkpoint "
                          f"says {meta.state_digest}: the restore lost something")
-    for path, (a, b) in config_differences(meta.config, learner.cfg).items():
-        learner.say(f"learner: config differs from the checkpoint's: {path} {a!r} -> {b!r}")
-    moved, lost = metric_log.purge_after(learner.metrics_path, meta.iteration)
+    for path, (a, b) in config_differences(meta.config, learner.parts.cfg).items():
+        learner.parts.say(f"learner: config differs from the checkpoint's: {path} {a!r} -> {b!r}")
+    moved, lost = metric_log.purge_after(learner.parts.metrics_path, meta.iteration)
     if moved:
         span = (f"iterations {lost[0]}-{lost[-1]}" if len(lost) > 1 else f"iteration {lost[0]}" if lost
                 else "a torn line")
-        learner.say(f"learner: {moved} metric row(s) that describe no weights this run goes on from ({span}: "
+        learner.parts.say(f"learner: {moved} metric row(s) that describe no weights this run goes on from ({span}: "
                  f"past checkpoint {meta.iteration}, torn, or superseded) moved from metrics.jsonl to "
                  f"{metric_log.PURGED_NAME}")
-    row = checkpointing.missing_row(meta, files, learner.metrics_path)
+    row = checkpointing.missing_row(meta, files, learner.parts.metrics_path)
     if row is not None:  # the checkpointed iteration's row was torn or lost: it is part of the checkpoint
-        metric_log.append_row(learner.metrics_path, row)
-        learner.say(f"learner: the metric row of iteration {meta.iteration} was missing from metrics.jsonl; "
+        metric_log.append_row(learner.parts.metrics_path, row)
+        learner.parts.say(f"learner: the metric row of iteration {meta.iteration} was missing from metrics.jsonl; "
                  f"restored from {reply.path}/{checkpointing.ROW_FILE}")
-    if learner.perturb_resume:
-        learner.say(f"learner: PERTURBED resume (test hook): did not load {', '.join(learner.perturb_resume)}")
-    learner.say(f"learner: resumed iteration {meta.iteration} at {meta.counters.timesteps:,} timesteps from "
+    if learner.options.perturb_resume:
+        learner.parts.say(f"learner: PERTURBED resume (test hook): did not load {', '.join(learner.options.perturb_resume)}")
+    learner.parts.say(f"learner: resumed iteration {meta.iteration} at {meta.counters.timesteps:,} timesteps from "
              f"{reply.path} (state {meta.state_digest})")
 
 
-def halt_cleared(learner) -> bool:
+def halt_cleared(learner: Learner) -> bool:
     """False (after saying why and how to go on) when the run was halted and not cleared."""
-    what = read_halt_mark(learner.run_dir)
+    what = read_halt_mark(learner.parts.run_dir)
     if what is None:
         return True
-    if learner.clear_halt:
-        RunDir(learner.run_dir).clear_halt()
-        learner.say(f"learner: clearing the halt of run {learner.cfg.run_name!r} {what}")
+    if learner.options.clear_halt:
+        RunDir(learner.parts.run_dir).clear_halt()
+        learner.parts.say(f"learner: clearing the halt of run {learner.parts.cfg.run_name!r} {what}")
         return True
-    learner.say(f"learner: run {learner.cfg.run_name!r} was halted {what}. Read {learner.run_dir}/bundles/ and "
+    learner.parts.say(f"learner: run {learner.parts.cfg.run_name!r} was halted {what}. Read {learner.parts.run_dir}/bundles/ and "
              f"alarms.jsonl, then continue with `royalefleet resume --clear-halt` (or ROYALEFLEET_CLEAR_HALT=1; "
              f"Compose: FLEET_CLEAR_HALT=1 for one `up -d learner`), or start another run_name")
     return False

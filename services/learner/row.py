@@ -5,7 +5,7 @@ line. Its pure pieces are ``services/learner/row_keys.py``."""
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
@@ -21,18 +21,21 @@ from services.learner.row_keys import (
 )
 from services.learner.update import UpdateResult
 
+if TYPE_CHECKING:
+    from services.learner.service import Learner
 
-def assemble_row(learner, c: Collected, adv: Advantages, upd: UpdateResult, learner_eps: list) -> tuple[dict, list]:
+
+def assemble_row(learner: Learner, c: Collected, adv: Advantages, upd: UpdateResult, learner_eps: list) -> tuple[dict, list]:
     """The row's keys known once the update ran (the counters already advanced), and the
     episodes to report to the result log (those whose frozen seat could play)."""
-    cfg, rect, stats, T = learner.cfg, c.rect, c.stats, c.T
+    cfg, rect, stats, T = learner.parts.cfg, c.rect, c.stats, c.T
     t_collect, n_train = c.seconds, upd.n_train
     gamma, lam = c.sched["gamma"], cfg.advantage.gae_lambda
     lost = lost_cells(rect, T)
     row = {
-        "run/iteration": c.iteration, "run/timesteps": learner.timesteps, "run/env_steps": learner.env_steps,
-        "run/episodes": learner.episodes, "run/wall_seconds": time.monotonic() - learner.t_start,
-        "run/gamma": gamma, "run/credit_horizon_seconds": credit_horizon_seconds(gamma, lam, learner.pf.spec.decision_ms),
+        "run/iteration": c.iteration, "run/timesteps": learner.state.timesteps, "run/env_steps": learner.state.env_steps,
+        "run/episodes": learner.state.episodes, "run/wall_seconds": time.monotonic() - learner.options.t_start,
+        "run/gamma": gamma, "run/credit_horizon_seconds": credit_horizon_seconds(gamma, lam, learner.parts.pf.spec.decision_ms),
         "run/cycles": T, "run/slots": rect.R, "run/battles": c.slot_map.n_battles, "run/learner_rows_per_cycle": c.learner_rows,
         "throughput/collected_steps_per_second": n_train / t_collect if t_collect > 0 else 0.0,
         "throughput/env_steps_per_second": stats.env_steps / t_collect if t_collect > 0 else 0.0,
@@ -50,10 +53,10 @@ def assemble_row(learner, c: Collected, adv: Advantages, upd: UpdateResult, lear
         "throughput/rollout_capacity_ratio": upd.seconds / t_collect if t_collect > 0 else 0.0,
         "ppo/ent_coef": c.sched["ent_coef"], "ppo/ent_coef_noop": c.sched["ent_coef_noop"],
     }
-    row.update(play_metrics(rect, learner.pf, T))
+    row.update(play_metrics(rect, learner.parts.pf, T))
     row.update(choice_metrics(rect, adv.trainable))
     row.update(adv.scale_stats)
-    row.update(learner.lr_backoff.metrics(learner.opt_actor, learner.opt_critic))
+    row.update(learner.parts.lr_backoff.metrics(learner.parts.opt_actor, learner.parts.opt_critic))
     if stats.batch_rows:
         row["throughput/inference_batch_rows_mean"] = float(np.mean(stats.batch_rows))
         row["throughput/inference_batch_rows_p90"] = float(np.percentile(stats.batch_rows, 90))
@@ -62,14 +65,14 @@ def assemble_row(learner, c: Collected, adv: Advantages, upd: UpdateResult, lear
         row["throughput/wire_bytes_per_row"] = stats.wire_bytes / stats.rows_received
         row["throughput/wire_encode_us_per_row"] = 1e6 * stats.wire_encode_seconds / stats.rows_received
         row["throughput/wire_decode_us_per_row"] = 1e6 * stats.wire_decode_seconds / stats.rows_received
-    if learner.device.type == "cuda":  # CUDA only: a CPU learner has no device memory to watch
+    if learner.parts.device.type == "cuda":  # CUDA only: a CPU learner has no device memory to watch
         from services.learner.vram import vram_row
 
-        row.update(vram_row(learner.device))
+        row.update(vram_row(learner.parts.device))
     if c.inference_precision:
         row["run/inference_precision"] = c.inference_precision
     if n_train:
-        row["run/train_precision"] = learner.model.last_precision.get("critic", "fp32")
+        row["run/train_precision"] = learner.parts.model.last_precision.get("critic", "fp32")
         row["ppo/advantage_mean"] = float(adv.advantages[adv.trainable].mean())
         row["ppo/return_mean"] = float(adv.returns[adv.trainable].mean())
     row.update(upd.stats)
@@ -77,30 +80,30 @@ def assemble_row(learner, c: Collected, adv: Advantages, upd: UpdateResult, lear
     # an episode whose frozen seat played the no-op (its snapshot could not play) was
     # no game against that snapshot: kept out of the result log (services/learner/frozen.py).
     reported = [e for e in stats.episodes if (e.battle, e.ordinal) not in stats.frozen.tainted]
-    actors = SimpleNamespace(**c.frozen_counts) if c.frozen_counts is not None else learner.frozen
+    actors = c.frozen_counts if c.frozen_counts is not None else learner.parts.frozen
     row.update(frozen_metrics(stats.frozen, actors, len(stats.episodes) - len(reported)))
     row.update(lag_metrics(rect, adv.trainable))
     if stats.frozen.noop_rows:
-        learner.say(f"learner: {sum(stats.frozen.noop_rows.values())} frozen-seat rows played the no-op "
+        learner.parts.say(f"learner: {sum(stats.frozen.noop_rows.values())} frozen-seat rows played the no-op "
                     f"({', '.join(f'{k} {v}' for k, v in sorted(stats.frozen.noop_rows.items()))}); "
                     f"{len(stats.episodes) - len(reported)} seat-episodes kept out of the result log")
     return row, reported
 
 
-def write_row(learner, row: dict) -> tuple[bytes, bool]:
+def write_row(learner: Learner, row: dict) -> tuple[bytes, bool]:
     """Append ``row`` (plain: ``metric_log.plain_row``) to metrics.jsonl, export and print it;
     returns (the encoded line, whether the file took it). A disk that refuses (OSError) is
     said, not raised."""
     line = msgspec.json.encode(row) + b"\n"
     written = True
     try:
-        metric_log.append_row(learner.metrics_path, line)
+        metric_log.append_row(learner.parts.metrics_path, line)
     except OSError as exc:
         written = False
-        learner.say(f"learner: metric row of iteration {row['run/iteration']} NOT written to {learner.metrics_path} "
+        learner.parts.say(f"learner: metric row of iteration {row['run/iteration']} NOT written to {learner.parts.metrics_path} "
                     f"({exc}); it is kept with this iteration's checkpoint, which a resume restores it from")
-    learner.metrics.export(row)
-    learner.curves.write(row)  # TensorBoard's view of the same row (services/learner/curves.py)
-    learner.say(progress_line(row))
+    learner.parts.metrics.export(row)
+    learner.parts.curves.write(row)  # TensorBoard's view of the same row (services/learner/curves.py)
+    learner.parts.say(progress_line(row))
     return line, written
 

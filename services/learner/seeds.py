@@ -113,7 +113,7 @@ def admit_seeds(seeds: list[SeedFiles], run_name: str, ckpt, ladder, say: Callab
 
     Raises SeedRefused naming the seed when a service does not answer in time, refuses, or the
     store names another id than the seed's."""
-    statuses = []
+    statuses: list[str] = []
     for s in seeds:
         member = f"snap:{s.snapshot_id}"
         try:

@@ -1,5 +1,6 @@
-"""The learner's start-up wiring: what ``Learner.__init__`` builds from the config, in order,
-before a socket is bound where a refusal must leave nothing behind (docs/iteration.md).
+"""The learner's start-up wiring: ``build_parts`` builds every part of ``parts.LearnerParts``
+from the config, in order, before a socket is bound where a refusal must leave nothing behind
+(docs/iteration.md).
 
 * ``build_model``: the device and the determinism tier, the preflight (codec table, engine
   build), the run identity and run id, the actor-critic with its optimizers (on CUDA the
@@ -11,12 +12,16 @@ before a socket is bound where a refusal must leave nothing behind (docs/iterati
 * ``build_collector``: the collector that files and answers rounds (Hello limits, wire codec,
   batched inference, frame history, user code, battle states) and the idle meter.
 
-Each sets its parts as the learner's attributes, the names the stage modules read.
+Each returns its parts as a dict of ``LearnerParts`` field names; ``build_parts`` makes the
+one frozen object of them.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 from services.learner.admission import HelloLimits
 from services.learner.battle_states import BattleStateBook
@@ -28,12 +33,33 @@ from services.learner.frozen import FrozenActors, checkpoint_fetcher
 from services.learner.pool_client import PoolClient
 from shared import transport
 from shared.identity import action_digest_of, compute_identity, describe_device, run_id
-from shared.messages import Decoder, FromCheckpoint, FromLadder, ToLearner
+from services.learner.parts import LearnerParts, RunOptions, Say
+from shared.config import RunConfig
+from shared.messages import Decoder, FromCheckpoint, FromLadder, ToLearner, Welcome
+from shared.preflight import Preflight
+from shared.run_dir import RunDir
 from shared.seeding import stream
 from shared.writer_token import checkpoint_token
 
 
-def build_model(learner, runs_dir: str) -> None:
+def build_parts(cfg: RunConfig, options: RunOptions, *, runs_dir: str, bind: str, ladder: str, checkpoint: str,
+                metrics_port: int | None, metrics_host: str, halt_port: int, on_halt: Callable[[str], None],
+                say: Say) -> LearnerParts:
+    """Every part of the learner, in order (module docstring). ``on_halt``: what the halt
+    endpoint calls with the operator's reason. Raises DeterminismError and DeviceMemoryError
+    (``build_model``) before anything is bound."""
+    from services.learner.curves import TensorBoardCurves
+
+    model = build_model(cfg, runs_dir, say)  # refusals (tier, GPU memory) come before any bind
+    links = connect(cfg, model, options, bind=bind, ladder=ladder, checkpoint=checkpoint, metrics_port=metrics_port,
+                    metrics_host=metrics_host, halt_port=halt_port, on_halt=on_halt, say=say)
+    collection = build_collector(cfg, model, links, say)
+    run_dir = model["run_dir"]
+    return LearnerParts(cfg=cfg, say=say, **model, **links, **collection, metrics_path=str(RunDir(run_dir).metrics),
+                        curves=TensorBoardCurves(run_dir, say))
+
+
+def build_model(cfg: RunConfig, runs_dir: str, say: Say) -> dict[str, Any]:
     """Device, run folder, preflight, identity, model, optimizers, policy (module docstring).
     Raises DeterminismError (a tier the device cannot honour) and DeviceMemoryError (the update
     does not fit the GPU), both before anything is bound."""
@@ -47,108 +73,113 @@ def build_model(learner, runs_dir: str) -> None:
     from shared.nn.policy import Policy
     from shared.preflight import run_preflight
 
-    cfg, say = learner.cfg, learner.say
-    device = cfg.net.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    apply_determinism(cfg, device)
-    learner.device = torch.device(device)
-    learner.run_dir = os.path.join(runs_dir, cfg.run_name)
-    os.makedirs(learner.run_dir, exist_ok=True)
+    name = cfg.net.device
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    apply_determinism(cfg, name)
+    device = torch.device(name)
+    run_dir = os.path.join(runs_dir, cfg.run_name)
+    os.makedirs(run_dir, exist_ok=True)
 
-    pf = learner.pf = run_preflight(cfg.env, cfg.master_seed, frame_stack=cfg.obs.frame_stack)
+    pf = run_preflight(cfg.env, cfg.master_seed, frame_stack=cfg.obs.frame_stack)
     say(f"learner: {describe_table(pf.table)}; {pf.codec.row_bytes} B a row (preflight {pf.seconds:.1f} s); "
         f"wire codec {cfg.services.wire_codec} served to rollouts that speak it")
     say(f"learner: engine {pf.engine.describe()}")
-    learner.codec_digest = table_digest(pf.table)
-    learner.identity = compute_identity(
+    codec_digest = table_digest(pf.table)
+    identity = compute_identity(
         cfg, engine=pf.engine, obs_digest=pf.spec.digest(), action_digest=action_digest_of(pf.spec),
-        codec_table_digest=learner.codec_digest, device_kind=describe_device(device),
-        torch_version=str(torch.__version__))
-    learner.run_id = run_id(learner.identity)
-    learner.resumed_with_drift = False
+        codec_table_digest=codec_digest, device_kind=describe_device(name), torch_version=str(torch.__version__))
     seed = int(stream(cfg.master_seed, "torch/init").integers(2**62))
-    learner.model = ActorCritic(pf.spec, cfg.net, seed=seed).to(learner.device)
-    learner.opt_actor, learner.opt_critic = make_optimizers(learner.model, cfg.ppo)
-    if learner.device.type == "cuda":  # before any socket is bound: a refusal leaves nothing behind
+    model = ActorCritic(pf.spec, cfg.net, seed=seed).to(device)
+    opt_actor, opt_critic = make_optimizers(model, cfg.ppo)
+    if device.type == "cuda":  # before any socket is bound: a refusal leaves nothing behind
         from services.learner.vram import check_update_fits
 
-        check_update_fits(learner.model, learner.opt_actor, learner.opt_critic, pf.spec, cfg.ppo,
-                          pf.codec.row_bytes, learner.device, say)
-    counts = learner.model.parameter_count()
-    say(f"learner: actor {counts['actor']:,} parameters, critic {counts['critic']:,}; device {learner.device}, "
+        check_update_fits(model, opt_actor, opt_critic, pf.spec, cfg.ppo, pf.codec.row_bytes, device, say)
+    counts = model.parameter_count()
+    say(f"learner: actor {counts['actor']:,} parameters, critic {counts['critic']:,}; device {device}, "
         f"{cfg.determinism.torch_threads} threads, tier {cfg.determinism.tier}")
-    learner.policy = Policy(learner.model, pf.codec, learner.device)
-    learner.dqn = None  # the DQN learner's stages and state (services/learner/dqn/learner.py)
+    policy = Policy(model, pf.codec, device)
+    dqn = None  # the DQN learner's stages and state (services/learner/dqn/learner.py)
     if cfg.learner.algorithm == "dqn":
         from services.learner.dqn.learner import DqnLearner
 
-        learner.dqn = DqnLearner(learner)
-    learner.return_scaler = ReturnScaler(cfg.advantage.reward_clip)
-    learner.lr_backoff = LrBackoff(cfg.ppo.lr_backoff)
+        dqn = DqnLearner(cfg, pf, model, device, policy, say)
+    return dict(device=device, run_dir=run_dir, pf=pf, codec_digest=codec_digest, identity=identity,
+                run_id=run_id(identity), model=model, opt_actor=opt_actor, opt_critic=opt_critic, policy=policy,
+                dqn=dqn, return_scaler=ReturnScaler(cfg.advantage.reward_clip), lr_backoff=LrBackoff(cfg.ppo.lr_backoff))
 
 
-def connect(learner, *, bind: str, ladder: str, checkpoint: str, metrics_port: int | None, metrics_host: str,
-            halt_port: int) -> None:
+def connect(cfg: RunConfig, model: dict[str, Any], options: RunOptions, *, bind: str, ladder: str, checkpoint: str,
+            metrics_port: int | None, metrics_host: str, halt_port: int, on_halt: Callable[[str], None],
+            say: Say) -> dict[str, Any]:
     """``/metrics``, the alarms, the sockets and clients, the pool client, the fleet, the frozen
-    actors and the halt endpoint (module docstring). ``halt_port`` 0 (or no
-    ``ROYALEFLEET_HALT_TOKEN``): no halt endpoint."""
+    actors and the halt endpoint (module docstring); ``model``: ``build_model``'s parts.
+    ``halt_port`` 0 (or no ``ROYALEFLEET_HALT_TOKEN``): no halt endpoint."""
     from services.learner.alarms import AlarmMonitor
     from services.learner.metrics import LearnerMetrics
     from shared.nn.snapshot import actor_builder
 
-    cfg, say, pf = learner.cfg, learner.say, learner.pf
+    pf, run_dir = model["pf"], model["run_dir"]
     max_bytes = cfg.services.max_message_mb << 20
-    learner.metrics = LearnerMetrics(metrics_port, metrics_host, expected_rollouts=learner.min_rollouts)
-    learner.alarms = AlarmMonitor(cfg.alarms, learner.metrics.registry, run_dir=learner.run_dir, say=say)
-    learner.sock = transport.bind_router(bind, max_bytes=max_bytes, curve=transport.curve_server_keys())
-    learner.ladder = transport.Client(ladder, Decoder(FromLadder), name="ladder",
-                                      timeout_s=cfg.services.request_timeout_s, curve=transport.curve_client_keys())
-    learner.ckpt_token = checkpoint_token()  # shared/writer_token.py: only this run's learner writes
-    learner.ckpt = transport.Client(checkpoint, Decoder(FromCheckpoint), name="checkpoint service",
-                                    max_bytes=max_bytes, timeout_s=cfg.services.request_timeout_s,
-                                    curve=transport.curve_client_keys())
+    metrics = LearnerMetrics(metrics_port, metrics_host, expected_rollouts=options.min_rollouts)
+    alarms = AlarmMonitor(cfg.alarms, metrics.registry, run_dir=run_dir, say=say)
+    sock = transport.bind_router(bind, max_bytes=max_bytes, curve=transport.curve_server_keys())
+    ladder_client: Any = transport.Client(ladder, Decoder(FromLadder), name="ladder",
+                                          timeout_s=cfg.services.request_timeout_s,
+                                          curve=transport.curve_client_keys())
+    ckpt_token = checkpoint_token()  # shared/writer_token.py: only this run's learner writes
+    ckpt: Any = transport.Client(checkpoint, Decoder(FromCheckpoint), name="checkpoint service",
+                                 max_bytes=max_bytes, timeout_s=cfg.services.request_timeout_s,
+                                 curve=transport.curve_client_keys())
     if cfg.rollout.overlap:  # the collection thread and the main thread share these clients
         from services.learner.overlap import LockedClient
 
-        learner.ladder, learner.ckpt = LockedClient(learner.ladder), LockedClient(learner.ckpt)
-    learner.pool = PoolClient(cfg, learner.ladder, learner.ckpt, learner.ckpt_token, learner.run_dir,
-                              learner.metrics.ladder_unanswered_plans, say)
-    learner.fleet = Fleet()
+        ladder_client, ckpt = LockedClient(ladder_client), LockedClient(ckpt)
+    pool = PoolClient(cfg, ladder_client, ckpt, ckpt_token, run_dir, metrics.ladder_unanswered_plans, say)
     # the pool snapshots that hold GROUP_FROZEN seats (services/learner/frozen.py).
-    ident = learner.identity
-    learner.frozen = FrozenActors(
+    ident = model["identity"]
+    frozen = FrozenActors(
         cfg.ladder.pool.max_resident_opponents + 2,
-        checkpoint_fetcher(learner.ckpt, cfg.run_name, cfg.services.request_timeout_s),
+        checkpoint_fetcher(ckpt, cfg.run_name, cfg.services.request_timeout_s),
         actor_builder(pf.spec, cfg.net),
         {"arch_digest": ident.arch_digest, "obs_digest": ident.obs_digest,
          "codec_table_digest": ident.codec_table_digest},
-        pf.codec, learner.device, say)
-    learner.halt_endpoint = None
+        pf.codec, model["device"], say)
+    halt_endpoint = None
     token = os.environ.get("ROYALEFLEET_HALT_TOKEN", "")
     if token and halt_port:
         from services.learner.halt import HaltEndpoint
 
-        learner.halt_endpoint = HaltEndpoint(metrics_host, halt_port, token, learner.request_halt,
-                                             learner.metrics.halt_requests)
-        say(f"learner: halt endpoint on http://{metrics_host}:{learner.halt_endpoint.port}/halt (bearer token)")
+        halt_endpoint = HaltEndpoint(metrics_host, halt_port, token, on_halt, metrics.halt_requests)
+        say(f"learner: halt endpoint on http://{metrics_host}:{halt_endpoint.port}/halt (bearer token)")
+    return dict(metrics=metrics, alarms=alarms, sock=sock, ladder=ladder_client, ckpt=ckpt, ckpt_token=ckpt_token,
+                pool=pool, fleet=Fleet(), frozen=frozen, halt_endpoint=halt_endpoint)
 
 
-def build_collector(learner) -> None:
+def welcome(cfg: RunConfig, pf: Preflight, wire_codec: int) -> Welcome:
+    """What a registered rollout is told (the collector sends it)."""
+    return Welcome(env=cfg.env, master_seed=cfg.master_seed, codec=pf.table, engine=pf.engine,
+                   random_legal_noop_prob=cfg.ladder.random_legal_noop_prob, rollout=cfg.rollout,
+                   wire_codec=wire_codec)
+
+
+def build_collector(cfg: RunConfig, model: dict[str, Any], links: dict[str, Any], say: Say) -> dict[str, Any]:
     """The collector, the frame history, the idle meter and the battle-state book (module
-    docstring)."""
+    docstring); ``model`` and ``links``: ``build_model``'s and ``connect``'s parts."""
     from services.learner.collect import Collector
     from shared.codec import RowDecompressor
 
-    cfg, pf = learner.cfg, learner.pf
-    c = learner.collector = Collector(
-        learner.sock, Decoder(ToLearner), learner.fleet, learner.welcome, pf.engine, learner.say,
-        learner.metrics.refused, HelloLimits.at_start(cfg, pf.codec.row_bytes), wire_codec=cfg.services.wire_codec,
+    pf = model["pf"]
+    c = Collector(
+        links["sock"], Decoder(ToLearner), links["fleet"], partial(welcome, cfg, pf), pf.engine, say,
+        links["metrics"].refused, HelloLimits.at_start(cfg, pf.codec.row_bytes), wire_codec=cfg.services.wire_codec,
         decompressor=RowDecompressor(pf.codec.row_bytes, cfg.services.max_message_mb << 20))
     c.configure_batching(cfg.determinism.tier, cfg.rollout.inference_max_batch_rows, cfg.rollout.inference_max_wait_ms)
-    learner.frame_history = make_frame_history(cfg.obs.frame_stack, pf.codec.row_bytes)  # obs.frame_stack
-    c.frame_history = learner.frame_history if cfg.obs.frame_stack > 1 else None
-    learner.idle_meter = IdleMeter()  # throughput/rollout_idle_frac
-    c.user_code = learner.identity.user_code  # a Hello with other user code is refused
-    learner.battle_states = BattleStateBook(pf.engine, learner.say)  # exact battles in the checkpoint
-    c.on_states = learner.battle_states.on_message
+    frame_history = make_frame_history(cfg.obs.frame_stack, pf.codec.row_bytes)  # obs.frame_stack
+    c.frame_history = frame_history if cfg.obs.frame_stack > 1 else None
+    c.user_code = model["identity"].user_code  # a Hello with other user code is refused
+    battle_states = BattleStateBook(pf.engine, say)  # exact battles in the checkpoint
+    c.on_states = battle_states.on_message
+    return dict(collector=c, frame_history=frame_history, idle_meter=IdleMeter(),  # throughput/rollout_idle_frac
+                battle_states=battle_states)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from services.learner.rectangle import Rectangle
 from services.learner.stops import StopRequested
 from shared.batches import PackedObs, PpoBatch
 from shared.seeding import stream
+
+if TYPE_CHECKING:
+    from services.learner.service import Learner
 
 
 @dataclass
@@ -43,25 +47,25 @@ def ppo_batch(rect: Rectangle, adv: Advantages, n_actions: int) -> PpoBatch:
     )
 
 
-def run_update(learner, rect: Rectangle, adv: Advantages, *, iteration: int, sched: dict,
+def run_update(learner: Learner, rect: Rectangle, adv: Advantages, *, iteration: int, sched: dict,
                inference_precision: str | None, behaviour_model=None) -> UpdateResult:
-    """Train ``learner.model`` on ``rect``. Raises StopRequested at the next minibatch once a
+    """Train ``learner.parts.model`` on ``rect``. Raises StopRequested at the next minibatch once a
     stop is requested (the weights are then mid-update: the caller must not capture them).
 
     ``behaviour_model``: the snapshot that inferred the rectangle's lag-1 cells (overlap). When
     there are any, ``ppo/ratio_max_abs_dev`` is measured against the actor that inferred each
     row of the first batch (``overlap.behaviour_ratio_dev``), before the first step; the
     ratio inside the update stays against the rows' own log-probs."""
-    cfg = learner.cfg
+    cfg = learner.parts.cfg
     t0 = time.perf_counter()
-    batch = ppo_batch(rect, adv, learner.pf.spec.n_actions)
+    batch = ppo_batch(rect, adv, learner.parts.pf.spec.n_actions)
     n_train = len(batch) if not adv.nan_trips else 0
     if not n_train:
         return UpdateResult(0, {}, time.perf_counter() - t0)
     # CUDA: the trainable rows go to the device once, here; CPU: numpy per minibatch.
     t_idx, r_idx = np.divmod(batch.obs.index, rect.R)
-    stacked = None if cfg.obs.frame_stack == 1 else (lambda c: of_cells(learner.frame_history, t_idx[c], r_idx[c]))
-    batch_of = learner.policy.fetcher(batch.obs.rows, batch.obs.index, stacked)
+    stacked = None if cfg.obs.frame_stack == 1 else (lambda c: of_cells(learner.parts.frame_history, t_idx[c], r_idx[c]))
+    batch_of = learner.parts.policy.fetcher(batch.obs.rows, batch.obs.index, stacked)
 
     def fetch(idx):
         # Called once per minibatch: the point where a stop request abandons the
@@ -81,11 +85,11 @@ def run_update(learner, rect: Rectangle, adv: Advantages, *, iteration: int, sch
         from services.learner.overlap import behaviour_ratio_dev, first_batch
 
         cells = first_batch(n_train, cfg.ppo.batch_size, epoch_rng(0))
-        behaviour_dev = behaviour_ratio_dev({0: learner.model, 1: behaviour_model}, batch_of, cells, data.actions,
+        behaviour_dev = behaviour_ratio_dev({0: learner.parts.model, 1: behaviour_model}, batch_of, cells, data.actions,
                                             data.old_log_probs, lags, data.n_legal)
-    stats = ppo_update(learner.model, learner.opt_actor, learner.opt_critic, data, cfg.ppo, epoch_rng, learner.device,
+    stats = ppo_update(learner.parts.model, learner.parts.opt_actor, learner.parts.opt_critic, data, cfg.ppo, epoch_rng, learner.parts.device,
                        ent_coef=sched["ent_coef"], ent_coef_noop=sched["ent_coef_noop"])
     if behaviour_dev is not None and "ppo/ratio_max_abs_dev" in stats:
         stats["ppo/ratio_max_abs_dev"] = behaviour_dev
-    learner.lr_backoff.observe(stats.get("ppo/kl"), learner.opt_actor, learner.opt_critic)
+    learner.parts.lr_backoff.observe(stats.get("ppo/kl"), learner.parts.opt_actor, learner.parts.opt_critic)
     return UpdateResult(n_train, stats, time.perf_counter() - t0)

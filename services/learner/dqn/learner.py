@@ -27,6 +27,7 @@ continues the same buffer and the same minibatches.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
@@ -41,9 +42,16 @@ from services.learner.dqn.state_files import (REPLAY_FILES, WINDOW_FILES, replay
                                               windows_from_files, windows_to_files)
 from services.learner.dqn.update import DqnUpdateSpec, dqn_update
 from services.learner.dqn.windows import WindowBuilder, feed_rectangle
+from services.learner.parts import Say
 from services.learner.update import UpdateResult
 from shared.nn.statefiles import bytes_to_module, bytes_to_optimizer, module_to_bytes, optimizer_to_bytes
 from shared.seeding import stream
+
+if TYPE_CHECKING:
+    from shared.config import RunConfig
+    from shared.nn.model import ActorCritic
+    from shared.nn.policy import Policy
+    from shared.preflight import Preflight
 
 STATE_FILES = ("dqn/online.safetensors", "dqn/target.safetensors", "dqn/optimizer.safetensors", "dqn/optimizer.json",
                "dqn/counters.json")
@@ -105,12 +113,13 @@ class TallyBehaviour(DqnBehaviour):
 
 
 class DqnLearner:
-    """The DQN stages for ``learner`` (a ``services.learner.service.Learner``)."""
+    """The DQN stages of the learner: built by ``startup.build_model`` from the parts it uses."""
 
-    def __init__(self, learner):
-        cfg, d = learner.cfg, learner.cfg.dqn
-        self.learner, self.cfg = learner, d
-        codec = learner.pf.codec
+    def __init__(self, run_cfg: RunConfig, pf: Preflight, model: ActorCritic, device: torch.device, policy: Policy,
+                 say: Say):
+        cfg, d = run_cfg, run_cfg.dqn
+        self.cfg, self.master_seed, self.policy, self.pf, self.model, self.device = d, cfg.master_seed, policy, pf, model, device
+        codec = pf.codec
         self.replay = PrioritizedReplay(d.replay_capacity, codec.row_bytes, d.heads, alpha=d.per_alpha, beta=d.per_beta,
                                         budget_mb=d.replay_memory_mb)
         self.builder = WindowBuilder(d.n_step, 0.99, codec.row_bytes, mask_offset=codec.omask)  # gamma: per iteration
@@ -119,40 +128,39 @@ class DqnLearner:
         mean) rather than the actor's logits read as one head (``QActor``)."""
         if self.own_network:
             seed = int(stream(cfg.master_seed, "dqn/heads/init").integers(2**62))
-            self.online = PointerQ(learner.model.actor, d.heads, dueling=d.dueling, seed=seed,
-                                   autocast=cfg.net.autocast).to(learner.device)
-            played_actor(self.online, learner.model.actor)
+            self.online = PointerQ(model.actor, d.heads, dueling=d.dueling, seed=seed,
+                                   autocast=cfg.net.autocast).to(device)
+            played_actor(self.online, model.actor)
             self.trained = self.online
         else:
-            self.online = QActor(learner.model)
-            self.trained = learner.model.actor
+            self.online = QActor(model)
+            self.trained = model.actor
         """The module whose parameters the DQN optimizer steps (``dqn/online.safetensors``)."""
         params = self.trained.parameters()
         self.target = make_target(self.online)
         self.opt = torch.optim.Adam(params, lr=d.lr, eps=cfg.ppo.adam_eps)
         self.steps = 0
         """Optimizer steps since the run began (the target period counts across iterations)."""
-        learner.say(f"learner: DQN replay of {d.replay_capacity:,} records, {self.replay.nbytes / 2**20:.0f} MiB "
+        say(f"learner: DQN replay of {d.replay_capacity:,} records, {self.replay.nbytes / 2**20:.0f} MiB "
                     f"(budget {d.replay_memory_mb:.0f} MiB)")
 
     def behaviour(self, iteration: int) -> TallyBehaviour:
-        L = self.learner
         eps = epsilon(iteration - 1, start=self.cfg.epsilon_start, floor=self.cfg.epsilon_floor,
                       decay_iterations=self.cfg.epsilon_decay_iterations)
 
         def q_rows(rows):
-            obs = L.policy.obs_batch(rows)
+            obs = self.policy.obs_batch(rows)
             return self.online(obs), obs["mask"]
 
-        thompson = (L.cfg.master_seed, self.cfg.heads) if self.cfg.behaviour == "thompson" else None
-        return TallyBehaviour(q_rows, eps, L.model, thompson=thompson,
+        thompson = (self.master_seed, self.cfg.heads) if self.cfg.behaviour == "thompson" else None
+        return TallyBehaviour(q_rows, eps, self.model, thompson=thompson,
                               mean_head=MEAN_HEAD if self.cfg.heads > 1 else 0)
 
     def train(self, c) -> tuple[Advantages, UpdateResult, dict]:
         """Windows, replay, update over ``c`` (a ``Collected``). Returns the (value-free)
         ``Advantages`` the row reads (trainable cells, NaN count), the update result and the
         behaviour's row keys."""
-        L, d, rect, it = self.learner, self.cfg, c.rect, c.iteration
+        d, rect, it = self.cfg, c.rect, c.iteration
         t0 = time.perf_counter()
         trainable = rect.trainable()
         nan_trips = int(np.count_nonzero(~np.isfinite(rect.reward[trainable])))
@@ -162,7 +170,7 @@ class DqnLearner:
         self.builder.gamma = float(c.sched["gamma"])
         feed_rectangle(self.builder, rect, heads=behaviour.heads_table(rect.T, rect.R), epsilon=behaviour.eps)
         windows = self.builder.drain()
-        masks = bootstrap_masks(stream(L.cfg.master_seed, "dqn/bootstrap_masks/iteration/{iteration}", iteration=it),
+        masks = bootstrap_masks(stream(self.master_seed, "dqn/bootstrap_masks/iteration/{iteration}", iteration=it),
                                 len(windows), d.heads, d.bootstrap_p)
         self.replay.add(windows, masks)
         stats: dict = {"dqn/replay_size": float(len(self.replay)), "dqn/windows_added": float(len(windows))}
@@ -170,12 +178,12 @@ class DqnLearner:
             spec = DqnUpdateSpec(d.updates_per_iteration, d.batch_size, d.target_update_period, d.max_grad_norm,
                                  d.huber_delta)
             stats.update(dqn_update(self.online, self.target, self.opt, self.replay, spec,
-                                    stream(L.cfg.master_seed, "dqn/replay/iteration/{iteration}", iteration=it),
-                                    L.policy.obs_batch, mask_offset=L.pf.codec.omask, n_actions=L.pf.spec.n_actions,
-                                    steps_before=self.steps, device=L.device))
+                                    stream(self.master_seed, "dqn/replay/iteration/{iteration}", iteration=it),
+                                    self.policy.obs_batch, mask_offset=self.pf.codec.omask, n_actions=self.pf.spec.n_actions,
+                                    steps_before=self.steps, device=self.device))
             self.steps += d.updates_per_iteration
             if self.own_network:  # what every snapshot and evaluator plays: the heads' mean
-                played_actor(self.online, L.model.actor)
+                played_actor(self.online, self.model.actor)
         zeros = np.zeros(trainable.shape, np.float32)
         adv = Advantages(np.zeros((rect.T + 1, rect.R), np.float32), zeros, zeros, zeros, trainable, nan_trips)
         n_train = int(trainable.sum()) if not nan_trips else 0

@@ -60,7 +60,7 @@ def windows_to_files(builder: WindowBuilder) -> dict[str, bytes]:
     state = builder.state_dict()
     slots = sorted(state)
     flat = [d for s in slots for d in state[s]]
-    arrays = {
+    arrays: dict[str, np.ndarray] = {
         "rows": np.stack([d[0] for d in flat]).astype(np.uint8) if flat else np.zeros((0, builder.row_bytes), np.uint8),
         "actions": np.array([d[1] for d in flat], np.int64),
         "rewards": np.array([d[2] for d in flat], np.float64),

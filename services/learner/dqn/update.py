@@ -47,7 +47,7 @@ class DqnUpdateSpec:
 def dqn_update(online: torch.nn.Module, target: torch.nn.Module, opt: torch.optim.Optimizer,
                replay: PrioritizedReplay, spec: DqnUpdateSpec, rng: np.random.Generator,
                to_obs: Callable[[np.ndarray], object], *, mask_offset: int, n_actions: int,
-               steps_before: int, device) -> dict[str, float]:
+               steps_before: int, device) -> dict[str, float | None]:
     """``spec.steps`` optimizer steps. ``to_obs`` unpacks uint8 rows (B, row_bytes) into the
     network's input; ``steps_before`` is the optimizer steps of earlier updates (the target
     period counts across iterations). Returns ``dqn/...`` keys:
@@ -104,7 +104,7 @@ def dqn_update(online: torch.nn.Module, target: torch.nn.Module, opt: torch.opti
             sums["loss"] += float(loss)
             sums["w_min"] = min(sums["w_min"], float(sample.weights.min()))
     n = spec.steps * spec.batch_size
-    out = {
+    out: dict[str, float | None] = {  # priority_spread: None on an empty replay
         "dqn/td_error_abs": sums["td"] / max(sums["pairs"], 1.0),
         "dqn/q_abs_mean": sums["q_abs"] / max(sums["q_n"], 1),
         "dqn/q_abs_max": q_abs_max,

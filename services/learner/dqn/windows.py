@@ -53,8 +53,7 @@ def feed_rectangle(builder: "WindowBuilder", rect, heads: np.ndarray | None = No
     learner = rect.learner_cells()[:-1]
     dropped = 0
     for t in range(rect.T):
-        for r in np.flatnonzero(learner[t]):
-            r = int(r)
+        for r in map(int, np.flatnonzero(learner[t])):
             if not trainable[t, r]:
                 dropped += builder.discard(r)
                 continue

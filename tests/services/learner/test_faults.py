@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import time
-import types
 from pathlib import Path
 
 import msgspec
@@ -17,7 +16,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from services.learner.collect import Collector
 from services.learner.fleet import Fleet, Member
-from services.learner.service import JOIN_WAIT_S, Learner
+from services.learner.boundary import JOIN_WAIT_S, wait_for_rollouts
+from services.learner.parts import IterationState
 from shared import transport
 from shared.config import load_config
 from shared.messages import Decoder, EngineBuild, Heartbeat, Hello, ProtocolError, Rejoin, ToLadder, ToLearner, ToRollout
@@ -62,10 +62,8 @@ def test_a_boundary_does_not_wait_for_a_rollout_killed_while_building():
     collector = Collector(server, Decoder(ToLearner), fleet, lambda codec: None, ENGINE, said.append)
     live, ghost = (transport.connect_dealer(f"tcp://127.0.0.1:{port}") for _ in range(2))
     registry = CollectorRegistry()
-    learner = types.SimpleNamespace(
-        cfg=load_config({"profile": "tiny"}), fleet=fleet, collector=collector, stopping=False, first_iteration=False,
-        min_rollouts=1, say=said.append,
-        metrics=types.SimpleNamespace(rollouts_forgotten=Counter("forgotten", "x", registry=registry)))
+    state = IterationState(first_iteration=False)
+    forgotten = Counter("forgotten", "x", registry=registry)
     try:
         _hello(live, "live", 1)
         _hello(ghost, "ghost", 2)
@@ -77,7 +75,9 @@ def test_a_boundary_does_not_wait_for_a_rollout_killed_while_building():
             collector.poll(100, lambda *a: None)
         fleet.members["ghost"].registered -= JOIN_WAIT_S + 1  # said Hello a join wait ago, never ready since
         t0 = time.monotonic()
-        members = Learner.wait_for_rollouts(learner)
+        members = wait_for_rollouts(collector, state, min_rollouts=1,
+                                    round_timeout_s=load_config({"profile": "tiny"}).rollout.round_timeout_s,
+                                    forgotten=forgotten, say=said.append)
         waited = time.monotonic() - t0
         assert [m.instance for m in members] == ["live"]
         assert waited < 5.0, f"the boundary waited {waited:.1f} s for a ghost"

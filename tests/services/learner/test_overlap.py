@@ -160,6 +160,7 @@ def test_a_stop_that_abandons_the_update_counts_its_rows_and_re_raises():
     metric move by exactly that many, and the stop still ends the run."""
     from types import SimpleNamespace
 
+    from services.learner.parts import IterationState, RunOptions
     from services.learner.service import Learner
     from services.learner.stops import StopRequested
 
@@ -171,14 +172,16 @@ def test_a_stop_that_abandons_the_update_counts_its_rows_and_re_raises():
     def train(_c):
         raise StopRequested
 
-    fake = SimpleNamespace(
-        iteration=2, untrained_rows=4, sock=None, say=said.append, train=train,
-        battle_states=SimpleNamespace(request=lambda *a: None), fleet=SimpleNamespace(ordinal={}),
-        metrics=SimpleNamespace(untrained_rows=SimpleNamespace(inc=inc.append)),
-        cfg=load_config({"profile": "tiny"}), overlapped=None)
+    # the parts train_and_report reaches before the update (a whole LearnerParts needs sockets)
+    parts = SimpleNamespace(
+        sock=None, say=said.append, battle_states=SimpleNamespace(request=lambda *a: None),
+        fleet=SimpleNamespace(ordinal={}), metrics=SimpleNamespace(untrained_rows=SimpleNamespace(inc=inc.append)),
+        cfg=load_config({"profile": "tiny"}))
+    fake = SimpleNamespace(parts=parts, state=IterationState(iteration=2, untrained_rows=4), options=RunOptions(),
+                           train=train)
     with pytest.raises(StopRequested):
         Learner.train_and_report(fake, c)
-    assert fake.untrained_rows == 4 + 15 and inc == [15]
+    assert fake.state.untrained_rows == 4 + 15 and inc == [15]
     assert said == ["learner: 15 rows of iteration 3 whose update the stop abandoned are not trained (the run stops "
                     "at iteration 2); counted in royalefleet_learner_untrained_rows_total"]
-    assert fake.overlapped is None  # overlap off: nothing else was started
+    assert fake.state.overlapped is None  # overlap off: nothing else was started
