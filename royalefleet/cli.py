@@ -311,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     ck.set_defaults(func=cmd_checkpoints)
 
     from royalefleet import chaos, cmd_doctor, cmd_eval, cmd_gate, cmd_keys, cmd_play, cmd_rate, cmd_replay, cmd_status
-    from royalefleet import cmd_clone, cmd_demos, cmd_report, cmd_snapshots, cmd_strength
+    from royalefleet import cmd_clone, cmd_demos, cmd_export, cmd_report, cmd_snapshots, cmd_strength
 
     cmd_doctor.add_parser(sub)
     cmd_status.add_parser(sub)
@@ -322,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_eval.add_parser(sub)
     cmd_gate.add_parser(sub)
     cmd_play.add_parser(sub)
+    cmd_export.add_parser(sub)
     cmd_replay.add_parser(sub)
     cmd_demos.add_parser(sub)
     cmd_clone.add_parser(sub)

@@ -126,6 +126,7 @@ class RunFacts:
     arch_digest: str
     obs_digest: str
     codec_table_digest: str
+    engine: object = None  # shared.messages.EngineBuild of this process's RoyaleGym
 
     @property
     def expected(self) -> dict[str, str]:
@@ -144,7 +145,7 @@ def run_facts(cfg: RunConfig) -> RunFacts:
 
     pf = run_preflight(cfg.env, cfg.master_seed, frame_stack=cfg.obs.frame_stack)
     return RunFacts(spec=pf.spec, codec=pf.codec, arch_digest=config_digests(cfg)["arch_digest"],
-                    obs_digest=pf.spec.digest(), codec_table_digest=table_digest(pf.table))
+                    obs_digest=pf.spec.digest(), codec_table_digest=table_digest(pf.table), engine=pf.engine)
 
 
 def check_spec(snapshot_id: str, spec: bytes, facts: RunFacts) -> dict:
