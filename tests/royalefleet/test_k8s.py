@@ -426,3 +426,32 @@ def test_memory_from_the_doctors_figures(resolved):
     # workstation learner on a GPU: 855 + 3844 (the minibatch is device memory) -> 5873.75 -> 5888
     pool = by_name(resolved["rollout-pool"], "StatefulSet")
     assert container(pool["learner"])["resources"]["requests"]["memory"] == "5888Mi"
+
+
+KUBECTL = shutil.which("kubectl")
+
+
+def unordered(obj, field: str = ""):
+    """``obj`` with every list merged by key sorted by that key: kustomize puts a patch's items
+    first, this file's resolver keeps the base's order; the API gives neither order a meaning
+    here (no env value refers to another)."""
+    if isinstance(obj, dict):
+        return {k: unordered(v, k) for k, v in obj.items()}
+    if isinstance(obj, list):
+        items = [unordered(i) for i in obj]
+        key = MERGE_KEYS.get(field) or ("containerPort" if field == "ports" and items and "containerPort" in items[0]
+                                        else "port" if field == "ports" else None)
+        return sorted(items, key=lambda i: str(i[key])) if key else items
+    return obj
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed (its built-in kustomize checks the resolver)")
+@pytest.mark.parametrize("name", ["base", "monitoring", *(f"overlays/{n}" for n in OVERLAY_NAMES)])
+def test_kubectl_kustomize_agrees_with_the_resolver(name):
+    """Where kubectl is installed, its kustomize builds each folder to the objects this file's
+    resolver gives (the resolver is what every schema check above runs on)."""
+    out = subprocess.run([KUBECTL, "kustomize", str(K8S / name)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    real = {(o["kind"], o["metadata"]["name"]): unordered(o) for o in yaml.safe_load_all(out.stdout) if o}
+    mine = {(o["kind"], o["metadata"]["name"]): unordered(o) for o in resolve(K8S / name)}
+    assert real == mine
