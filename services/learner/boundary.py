@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 from services.learner.admission import plan_size
 from services.learner.frozen import plan_snapshots
 from services.learner.stops import StopRequested
-from shared import transport
 from shared.messages import Plan, PlanRequest
 
 if TYPE_CHECKING:
@@ -86,7 +85,7 @@ def send_plans(learner: Learner, members, slot_map, gamma: float, iteration: int
         restart = [learner.parts.fleet.ordinal.get(b, 0) if m.fresh and b not in continued else -1 for b in m.battle_ids]
         plan = Plan(iteration=iteration, battles=m.battle_ids, restart_ordinals=restart, gamma=gamma,
                     assignments=[a for b in m.battle_ids for a in by_battle.get(b, [])], fresh=m.fresh)
-        transport.send(learner.parts.sock, plan, identity=m.identity)
+        learner.parts.collector.send(m.identity, plan)
     # load the plan's snapshots now (the rollouts reset meanwhile), so the collection
     # meets no load: those of the episodes in flight first, as many as the LRU holds.
     learner.parts.frozen.new_iteration()

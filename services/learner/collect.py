@@ -121,7 +121,8 @@ class Collector:
 
     # ------------------------------------------------------------------ messages
 
-    def _send(self, identity: bytes, body, arrays=None) -> bool:
+    def send(self, identity: bytes, body, arrays=None) -> bool:
+        """Send ``body`` (and ``arrays``) to the rollout at ``identity``; False when it could not go."""
         return transport.send(self.sock, body, arrays, identity=identity)
 
     def poll(self, timeout_ms: int, on_round) -> int:
@@ -143,7 +144,7 @@ class Collector:
             member = self.fleet.get(msg.instance)
             if member is None or member.identity != identity or member.lost:
                 if not isinstance(msg, Failure):
-                    self._send(identity, Rejoin(reason="this learner does not know instance " + msg.instance,
+                    self.send(identity, Rejoin(reason="this learner does not know instance " + msg.instance,
                                                 instance=msg.instance))
                 continue
             member.last_seen = time.monotonic()
@@ -170,12 +171,12 @@ class Collector:
             reason = (f"engine build differs: the rollout runs {msg.engine.describe()}, "
                       f"the learner runs {self.engine.describe()}; install the same royalegym/royalesim on both")
             self._refused("hello", f"refused rollout {msg.instance}@{msg.host}: {reason}")
-            self._send(identity, Refused(reason=reason))
+            self.send(identity, Refused(reason=reason))
             return
         refusal = user_code_refusal(self.user_code, msg.user_code)
         if refusal:
             self._refused("hello", f"refused rollout {printable(msg.instance, 40)}@{printable(msg.host, 80)}: {refusal}")
-            self._send(identity, Refused(reason=refusal))
+            self.send(identity, Refused(reason=refusal))
             return
         fleet_battles = sum(m.battles for m in self.fleet.members.values() if not m.lost and m.instance != msg.instance)
         problem: str | None
@@ -187,22 +188,22 @@ class Collector:
             problem = None
         if problem:
             self._refused("hello", f"refused rollout {msg.instance}@{msg.host}: {problem}")
-            self._send(identity, Refused(reason=problem))
+            self.send(identity, Refused(reason=problem))
             return
         codec = self.choose_codec(msg.codecs)
         if codec is None:
             reason = (f"no common wire codec: the rollout speaks {msg.codecs}, this learner {list(WIRE_CODECS)}; "
                       "install the learner's royalefleet on the rollout")
             self._refused("hello", f"refused rollout {printable(msg.instance, 40)}@{printable(msg.host, 80)}: {reason}")
-            self._send(identity, Refused(reason=reason))
+            self.send(identity, Refused(reason=reason))
             return
         existing = self.fleet.get(msg.instance)
         if existing is not None and existing.identity == identity and not existing.lost:
             # a repeated Hello (learner was silent): re-welcome with the codec it already has
-            self._send(identity, self.welcome_for(existing.wire_codec))
+            self.send(identity, self.welcome_for(existing.wire_codec))
             return
         self.fleet.add(Member(msg.instance, identity, msg.battles, msg.shards, msg.host, msg.pid, wire_codec=codec))
-        self._send(identity, self.welcome_for(codec))
+        self.send(identity, self.welcome_for(codec))
         served = "" if codec == self.wire_codec else f" (it does not speak wire codec {self.wire_codec}: served codec {codec})"
         self.say(f"rollout {printable(msg.instance, 40)}@{printable(msg.host, 80)}:{msg.pid} registered: {msg.battles} battles in "
                  f"{msg.shards} shards, wire codec {codec}{served}; joins at the next iteration")
@@ -534,7 +535,7 @@ class CollectionRun:
             inferred.append((r.frozen_slots, frozen_legal, out[local], snapshot_ids))
         c.provenance.observe(cycle, self.slot_map.battle_ids, r.slots, r.arrays.ordinal, r.member.fresh and cycle == 0,
                              inferred)
-        if not c._send(r.member.identity, Step(iteration=self.iteration, cycle=cycle, shard=r.body.shard),
+        if not c.send(r.member.identity, Step(iteration=self.iteration, cycle=cycle, shard=r.body.shard),
                        {"actions": out}):
             c.say(f"could not send a step to {r.member.label()}")
         else:

@@ -18,20 +18,21 @@ from services.learner import resume
 from services.learner.halt import HALTED_FILE, mark_halted
 from services.learner.stops import AlarmHalt, SaveHalt, StopRequested
 from shared import transport
-from shared.config import dump_config
+from shared.config import RunConfig, dump_config
 from shared.run_dir import OPERATOR_HALT, RunDir
 
 if TYPE_CHECKING:
+    from services.learner.parts import IterationState, Say
     from services.learner.service import Learner
 
 
-def timestep_limit_reached(learner: Learner) -> bool:
+def timestep_limit_reached(cfg: RunConfig, state: IterationState, say: Say) -> bool:
     """``timestep_limit`` (``--timesteps N``): a total of the run's learner timesteps, checked
     at each iteration boundary, so the run stops at the first one at or past it."""
-    limit = learner.parts.cfg.timestep_limit
-    if 0 < limit <= learner.state.timesteps:
-        learner.parts.say(f"learner: {learner.state.timesteps:,} learner timesteps at iteration {learner.state.iteration} reach "
-                    f"timestep_limit {limit:,} (a total of the run): stopping")
+    limit = cfg.timestep_limit
+    if 0 < limit <= state.timesteps:
+        say(f"learner: {state.timesteps:,} learner timesteps at iteration {state.iteration} reach "
+            f"timestep_limit {limit:,} (a total of the run): stopping")
         return True
     return False
 
@@ -53,7 +54,7 @@ def run(learner: Learner) -> int:
                     "is the run's total: nothing to train (pass a larger total to go on)")
     try:
         while not learner.stopping and (limit <= 0 or learner.state.iteration < limit):
-            if timestep_limit_reached(learner):
+            if timestep_limit_reached(learner.parts.cfg, learner.state, learner.parts.say):
                 break
             learner.run_iteration()
         # An operator halt that lands between two iterations ends the loop without a

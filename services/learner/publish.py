@@ -56,7 +56,7 @@ def publish(learner: Learner, c: Collected, row: dict, reported: list) -> dict:
     # The row first, then the alarms read it, then the checkpoint it describes. One plain
     # copy (no numpy scalars) serves the file, the alarms and any bundle.
     row = metric_log.plain_row(row)
-    line, row_written = write_row(learner, row)
+    line, row_written = write_row(learner.parts, row)
     checkpointing.attach_row(learner.state.snapshot, line)  # the row travels with the checkpoint of its state
     verdict = learner.parts.alarms.observe(row)
     # A row the disk refused lives only in the snapshot now: its checkpoint is due.

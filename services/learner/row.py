@@ -22,6 +22,7 @@ from services.learner.row_keys import (
 from services.learner.update import UpdateResult
 
 if TYPE_CHECKING:
+    from services.learner.parts import LearnerParts
     from services.learner.service import Learner
 
 
@@ -90,20 +91,20 @@ def assemble_row(learner: Learner, c: Collected, adv: Advantages, upd: UpdateRes
     return row, reported
 
 
-def write_row(learner: Learner, row: dict) -> tuple[bytes, bool]:
+def write_row(parts: LearnerParts, row: dict) -> tuple[bytes, bool]:
     """Append ``row`` (plain: ``metric_log.plain_row``) to metrics.jsonl, export and print it;
     returns (the encoded line, whether the file took it). A disk that refuses (OSError) is
     said, not raised."""
     line = msgspec.json.encode(row) + b"\n"
     written = True
     try:
-        metric_log.append_row(learner.parts.metrics_path, line)
+        metric_log.append_row(parts.metrics_path, line)
     except OSError as exc:
         written = False
-        learner.parts.say(f"learner: metric row of iteration {row['run/iteration']} NOT written to {learner.parts.metrics_path} "
+        parts.say(f"learner: metric row of iteration {row['run/iteration']} NOT written to {parts.metrics_path} "
                     f"({exc}); it is kept with this iteration's checkpoint, which a resume restores it from")
-    learner.parts.metrics.export(row)
-    learner.parts.curves.write(row)  # TensorBoard's view of the same row (services/learner/curves.py)
-    learner.parts.say(progress_line(row))
+    parts.metrics.export(row)
+    parts.curves.write(row)  # TensorBoard's view of the same row (services/learner/curves.py)
+    parts.say(progress_line(row))
     return line, written
 

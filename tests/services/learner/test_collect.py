@@ -1,0 +1,157 @@
+"""One iteration's rounds (``collect.CollectionRun``) without a socket: a scripted rollout
+answers each Step with the next round through a stand-in ``poll``, and every Step sent is
+recorded. The actions are checked against the named uniform stream drawn here by hand."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from services.learner.collect import Arrival, CollectionRun, Collector, FiledRound, HeldRound
+from services.learner.fleet import Fleet, Member
+from services.learner.rectangle import Rectangle
+from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, EngineBuild, Round, Step
+from shared.seeding import stream
+
+ENGINE = EngineBuild(engine_class="royalegym.rust_engine.RustEngine", calibration_digest="c", build_digest="b",
+                     binary_sha256="e42383517b50bfe1", cards_digest="k", royalegym_version="0.1.25")
+SEED, ITERATION, T = 7, 1, 2
+ROW_BYTES, MASK_OFFSET = 6, 4
+BATTLES = 2  # one shard of two battles: slots 0..3, seat 0 the learner's, seat 1 scripted
+
+
+class UniformPolicy:
+    """Picks action floor(u * n_legal) for each row: what ``Policy.act`` does for a uniform
+    policy; log-prob -log(n_legal). Records the rows of each call."""
+
+    def __init__(self):
+        self.model = SimpleNamespace(actor=torch.nn.Linear(1, 1))
+        self.calls: list[int] = []
+
+    def act(self, rows, n_legal, u, history=None):
+        self.calls.append(len(rows))
+        return (u * n_legal).astype(np.int64), -np.log(n_legal.astype(np.float32))
+
+
+def round_arrays(cycle: int) -> dict:
+    """Cycle ``cycle``'s arrays: the learner seats (0 and 2) hold rows whose mask has 3 legal
+    actions at cycle 0, 2 after; reward 1 per learner seat past cycle 0."""
+    n = 2 * BATTLES
+    group = np.array([GROUP_LEARNER, GROUP_SCRIPTED] * BATTLES, np.int8)
+    rows = np.zeros((BATTLES, ROW_BYTES), np.uint8)
+    rows[:, 0] = 10 * cycle + np.arange(BATTLES)  # tells the rows apart
+    rows[:, MASK_OFFSET] = 0b111 if cycle == 0 else 0b11
+    return {"group": group, "tick": np.full(n, cycle, np.int32), "ordinal": np.zeros(n, np.int32), "rows": rows,
+            "reward": np.where(group == GROUP_LEARNER, float(cycle > 0), 0).astype(np.float32),
+            "terminated": np.zeros(n, np.uint8), "truncated": np.zeros(n, np.uint8),
+            "deploy_status": np.full(n, -1, np.int8), "final_slots": np.zeros(0, np.int16),
+            "final_rows": np.zeros((0, ROW_BYTES), np.uint8)}
+
+
+@pytest.fixture
+def rig():
+    """A fleet of one ready member, its collector with a scripted rollout in place of the socket."""
+    fleet = Fleet()
+    fleet.add(Member("a", b"id-a", BATTLES, 1, "h", 1, ready=True))
+    members = fleet.arrange()
+    slot_map = fleet.slot_map(members)
+    said: list[str] = []
+    collector = Collector(None, None, fleet, lambda codec: None, ENGINE, said.append)
+    steps: list[tuple[Step, np.ndarray]] = []
+    inbox: list[tuple[Round, dict]] = [(Round(instance="a", iteration=ITERATION, cycle=0, shard=0), round_arrays(0))]
+
+    def send(identity, body, arrays=None):
+        assert identity == b"id-a"
+        steps.append((body, arrays["actions"]))
+        if body.cycle + 1 <= T:  # the rollout steps and answers with the next cycle
+            inbox.append((Round(instance="a", iteration=ITERATION, cycle=body.cycle + 1, shard=0),
+                          round_arrays(body.cycle + 1)))
+        return True
+
+    def poll(timeout_ms, on_round):
+        n = len(inbox)
+        while inbox:
+            body, arrays = inbox.pop(0)
+            on_round(fleet.get(body.instance), body, arrays)
+        return n
+
+    collector.send, collector.poll = send, poll
+    rect = Rectangle(T, slot_map.n_slots, ROW_BYTES, MASK_OFFSET)
+    return SimpleNamespace(fleet=fleet, members=members, slot_map=slot_map, collector=collector, steps=steps,
+                           rect=rect, said=said, inbox=inbox)
+
+
+def test_a_collection_files_every_cycle_and_answers_each_round_with_the_streams_actions(rig):
+    policy = UniformPolicy()
+    stats = rig.collector.collect(ITERATION, rig.members, rig.slot_map, rig.rect, policy, SEED, 5.0)
+    learner = np.array([0, 2])
+    for t, n_legal in ((0, 3), (1, 2)):
+        u = stream(SEED, "act/iteration/{iteration}/cycle/{cycle}", iteration=ITERATION, cycle=t).random(4)
+        want = np.floor(u[learner] * n_legal).astype(np.int64)
+        assert rig.rect.actions[t, learner].tolist() == want.tolist()
+        assert rig.rect.acted[t].tolist() == [True, False, True, False]
+        np.testing.assert_allclose(rig.rect.log_probs[t, learner], -np.log(n_legal))
+        step, actions = rig.steps[t]
+        assert (step.iteration, step.cycle, step.shard) == (ITERATION, t, 0)
+        assert actions.dtype == np.int16 and actions.tolist() == [want[0], 0, want[1], 0]
+    assert len(rig.steps) == T  # cycle T is held, never answered this iteration
+    assert rig.rect.reward[:, learner].tolist() == [[1.0, 1.0], [1.0, 1.0]]  # the steps cycles 1 and 2 closed
+    assert stats.rounds == T + 1 and stats.env_steps == T * BATTLES and stats.batch_rows == [2, 2]
+    assert policy.calls == [2, 2] and stats.lost == [] and stats.refused == 0
+    held = rig.members[0].held[0]
+    assert isinstance(held, HeldRound) and held.body.cycle == T and held.arrays.rows[0, 0] == 10 * T
+
+
+def test_a_held_round_is_the_next_iterations_cycle_zero(rig):
+    rig.collector.collect(ITERATION, rig.members, rig.slot_map, rig.rect, UniformPolicy(), SEED, 5.0)
+    member = rig.members[0]
+    member.fresh = False
+    rect2 = Rectangle(T, rig.slot_map.n_slots, ROW_BYTES, MASK_OFFSET)
+    run = CollectionRun(rig.collector, ITERATION + 1, rig.members, rig.slot_map, rect2, UniformPolicy(), SEED, 5.0)
+    assert member.held == {} and [h.body.cycle for _, h in run.held] == [T]
+    run.file_round(Arrival(member, Round(instance="a", iteration=ITERATION + 1, cycle=0, shard=0),
+                           run.held[0][1].arrays.observation_half().arrays()), ITERATION + 1, from_wire=False)
+    assert rect2.rows[0, 0, 0] == 10 * T  # the held rows, filed as cycle 0
+    assert [(r.cycle, r.learner.tolist()) for r in run.ready] == [(0, [0, 2])]
+
+
+def test_file_round_refuses_a_round_out_of_order_and_a_stranger(rig):
+    run = CollectionRun(rig.collector, ITERATION, rig.members, rig.slot_map, rig.rect, UniformPolicy(), SEED, 5.0)
+    member = rig.members[0]
+    late = Arrival(member, Round(instance="a", iteration=ITERATION, cycle=1, shard=0), round_arrays(1))
+    assert run.file_round(late, ITERATION) is None
+    stranger = Arrival(member, Round(instance="a", iteration=ITERATION, cycle=0, shard=3), round_arrays(0))
+    assert run.file_round(stranger, ITERATION) is None
+    assert rig.collector.refused_count == 2 and run.ready == []
+    filed = run.file_round(Arrival(member, Round(instance="a", iteration=ITERATION, cycle=0, shard=0),
+                                   round_arrays(0)), ITERATION)
+    assert isinstance(filed, FiledRound) and filed.cycle == 0 and run.expected[("a", 0)] == 1
+    assert filed.learner.tolist() == [0, 2] and len(filed.frozen_slots) == 0
+    assert rig.fleet.ordinal == {0: 0, 1: 0}
+
+
+def test_a_malformed_round_is_refused_and_the_shard_waits_for_a_good_one(rig):
+    run = CollectionRun(rig.collector, ITERATION, rig.members, rig.slot_map, rig.rect, UniformPolicy(), SEED, 5.0)
+    bad = round_arrays(0)
+    bad["group"] = bad["group"][:3]
+    assert run.file_round(Arrival(rig.members[0], Round(instance="a", iteration=ITERATION, cycle=0, shard=0), bad),
+                          ITERATION) is None
+    assert rig.collector.refused_count == 1 and run.expected[("a", 0)] == 0
+
+
+def test_a_shard_past_its_deadline_loses_its_member(rig):
+    run = CollectionRun(rig.collector, ITERATION, rig.members, rig.slot_map, rig.rect, UniformPolicy(), SEED, 5.0)
+    run.deadline[("a", 0)] -= 10.0
+    run.check_deadlines()
+    assert rig.members[0].lost and run.stats.lost == ["a"]
+    assert rig.said == ["rollout a@h:1 missed the round deadline (5 s) at cycle 0 of shard 0; its slots are "
+                        "invalid for the rest of iteration 1"]
+
+
+def test_a_stop_ends_the_collection_before_the_next_pass(rig):
+    rig.collector.stop_requested = True
+    stats = rig.collector.collect(ITERATION, rig.members, rig.slot_map, rig.rect, UniformPolicy(), SEED, 5.0)
+    assert stats.rounds == 0 and rig.steps == [] and len(rig.inbox) == 1  # cycle 0 never polled
