@@ -143,4 +143,5 @@ def run(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m royalefleet.k8s", description=DESCRIPTION)
     configure(p)
-    return p.parse_args(argv).func(p.parse_args(argv))
+    args = p.parse_args(argv)
+    return args.func(args)

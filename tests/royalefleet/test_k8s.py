@@ -455,3 +455,13 @@ def test_kubectl_kustomize_agrees_with_the_resolver(name):
     real = {(o["kind"], o["metadata"]["name"]): unordered(o) for o in yaml.safe_load_all(out.stdout) if o}
     mine = {(o["kind"], o["metadata"]["name"]): unordered(o) for o in resolve(K8S / name)}
     assert real == mine
+
+
+def test_alive_imports_neither_yaml_nor_torch():
+    """The probe runs in the images every 30 s: no PyYAML there, and torch would cost seconds."""
+    import sys
+
+    code = ("import sys; sys.modules['yaml'] = None; import royalefleet.k8s.alive; "
+            "assert 'torch' not in sys.modules and 'numpy' not in sys.modules, sorted(sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
