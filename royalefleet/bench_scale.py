@@ -1,4 +1,4 @@
-"""``royalefleet bench --overlap`` and ``royalefleet bench --rollouts 1,2,...``: what overlapped
+"""``royalefleet bench --overlap`` and ``royalefleet bench --fleet-sizes 1,2,...``: what overlapped
 collection and more rollouts buy on this machine, measured side by side in one run.
 
 * ``--overlap``: the same config (the ``throughput`` tier for both, so only the overlap
@@ -7,7 +7,7 @@ collection and more rollouts buy on this machine, measured side by side in one r
   the rows after the first), the fleet's rollout idle fraction
   (``throughput/rollout_idle_frac``), update seconds, the policy lag and the mean inference
   batch, with the load average before and after.
-* ``--rollouts 1,2,...``: one stack per fleet size (``local.rollouts``), the collection's learner
+* ``--fleet-sizes 1,2,...``: one stack per fleet size (``local.rollouts``), the collection's learner
   rows/s and the scaling efficiency: rows/s per rollout relative to one rollout's.
 
 Figures, not tests: nothing here passes or fails (docs/throughput.md records them).
@@ -91,7 +91,7 @@ def run_overlap_bench(cfg: RunConfig, *, iterations: int, say=print) -> int:
 def run_rollouts_bench(cfg: RunConfig, fleet_sizes: list[int], *, iterations: int, say=print) -> int:
     from royalefleet.bench import stack_speed
 
-    say(f"bench --rollouts {','.join(map(str, fleet_sizes))}: profile {cfg.profile}, {cfg.rollout.battles} battles a "
+    say(f"bench --fleet-sizes {','.join(map(str, fleet_sizes))}: profile {cfg.profile}, {cfg.rollout.battles} battles a "
         f"rollout, tier {cfg.determinism.tier}, overlap {cfg.rollout.overlap}, {os.cpu_count()} CPUs")
     out = []
     for n in fleet_sizes:
@@ -109,7 +109,7 @@ def run_rollouts_bench(cfg: RunConfig, fleet_sizes: list[int], *, iterations: in
     return 0
 
 
-def parse_fleet_sizes(text: str, option: str = "--rollouts") -> list[int]:
+def parse_fleet_sizes(text: str, option: str = "--fleet-sizes") -> list[int]:
     """``"1,2,4"`` -> [1, 2, 4]. Raises ValueError naming the bad entry and ``option``."""
     sizes = []
     for part in text.split(","):

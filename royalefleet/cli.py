@@ -30,7 +30,7 @@ import sys
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-from shared.config import PROFILES, ConfigError, dump_config, load_config  # noqa: E402
+from shared.config import ConfigError, dump_config, load_config  # noqa: E402
 from shared.run_dir import RunDir  # noqa: E402
 
 
@@ -59,6 +59,8 @@ def cmd_up(args) -> int:
     from royalefleet.start_config import IdentityChangeRefused, start_config
 
     try:
+        if getattr(args, "require_checkpoint", False):
+            _resume_needs_a_run(args)
         cfg = start_config(args, args.command)
     except IdentityChangeRefused as exc:
         print(exc.code, file=sys.stderr)
@@ -89,6 +91,15 @@ def cmd_up(args) -> int:
     learner_env = learner_env or None
     return Stack(cfg, iterations=args.iterations, say=lambda s: print(s, flush=True),
                  echo_all=args.verbose, learner_env=learner_env, config_changes_said=True).run()
+
+
+def _resume_needs_a_run(args) -> None:
+    """``resume RUN`` of a run with no folder: the refusal every command gives (RunNotFound)."""
+    from royalefleet.run_options import check_run_exists
+    from royalefleet.start_config import _where, flag_overrides
+
+    runs_dir, run_name = _where(args, flag_overrides(args))
+    check_run_exists(runs_dir, run_name)
 
 
 def doctor_refuses(cfg) -> bool:
@@ -133,6 +144,12 @@ def cmd_config(args) -> int:
 
 def cmd_bench(args) -> int:
     from royalefleet.bench import run_bench
+
+    if args.old_rollouts is not None:
+        print(f"royalefleet bench: --rollouts {args.old_rollouts}: the fleet sizes are --fleet-sizes "
+              f"{args.old_rollouts} now (--rollouts is one number of rollout processes in up, resume and "
+              "verify-resume)", file=sys.stderr)
+        return 2
 
     if args.capacity:
         from royalefleet.bench_scale import run_capacity_bench
@@ -192,9 +209,10 @@ def cmd_identity(args) -> int:
 
 
 def cmd_checkpoints(args) -> int:
+    from royalefleet.run_options import run_config
     from services.checkpoint.store import CheckpointStore
 
-    cfg = _load(args)
+    cfg = run_config(args, must_exist=True)
     root = str(RunDir.of(cfg.runs_dir, cfg.run_name).checkpoints)
     if not os.path.isdir(root):
         print(f"run {cfg.run_name!r} has no checkpoints under {root}")
@@ -261,14 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="command")
 
-    def common(sp):
-        sp.add_argument("--config", metavar="FILE",
-                        help="a JSON config: {\"profile\": ..., overrides...} (write one with `royalefleet config`)")
-        sp.add_argument("--profile", choices=sorted(PROFILES),
-                        # Not default_profile_name() here: it imports torch (8 s under load) for every --help.
-                        help="machine class when the config names none (default: laptop when torch sees a GPU, else cpu)")
-        sp.add_argument("--run-name", help="run folder name under runs_dir (overrides the config)")
-        sp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
+    from royalefleet.run_options import add_run_options as common  # one help text each (run_options.py)
 
     from royalefleet.run_options import add_run_argument
 
@@ -293,9 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Train K iterations straight; train j, stop, resume in a fresh learner and "
                         "finish; compare every metric row field by field (wall-clock fields excluded).")
     common(vr)
-    vr.add_argument("--iterations", type=int, default=3, help="K (default 3)")
+    vr.add_argument("--iterations", type=int, default=3, metavar="K",
+                    help="the iteration each scratch run stops at, a total as for up (default 3)")
     vr.add_argument("--split", type=int, default=1, help="j, the iteration after which to stop (default 1)")
-    vr.add_argument("--rollouts", type=int, default=2, help="rollout processes (default 2)")
+    vr.add_argument("--rollouts", type=int, default=2, metavar="N",
+                    help="rollout processes to start, as for up (default 2)")
     vr.add_argument("--keep", metavar="DIR", help="keep the two run folders in DIR (default: a temporary folder)")
     vr.set_defaults(func=cmd_verify_resume)
 
@@ -349,7 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "update's rows/s beside the reference's on the same batch (docs/throughput.md).")
     common(bn)
     bn.add_argument("--seconds", type=float, default=20.0, help="seconds of bare env stepping (default 20)")
-    bn.add_argument("--iterations", type=int, default=2, help="stack iterations to time (default 2)")
+    bn.add_argument("--iterations", type=int, default=2, metavar="N",
+                    help="the iteration each scratch stack stops at, a total as for up (default 2)")
     bn.add_argument("--update-only", action="store_true",
                     help="only the PPO update on a synthetic iteration of real observations, ours beside the "
                     "reference's (royalelearn, when installed) on the same batch")
@@ -370,9 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--capacity", action="store_true",
                     help="the learner's central inference alone on real rounds, as 1, 2, 4, 8 rollouts answering "
                     "at once: rows/s per round and batched (seconds)")
-    bn.add_argument("--rollouts", dest="fleet_sizes", metavar="N,N,...",
+    bn.add_argument("--fleet-sizes", dest="fleet_sizes", metavar="N,N,...",
                     help="one stack per fleet size (e.g. 1,2,4): collection rows/s and scaling efficiency "
-                    "(rows/s per rollout relative to one)")
+                    "(rows/s per rollout relative to one); named --rollouts before 2026-12-03, which in "
+                    "every other command is one number of rollout processes")
+    bn.add_argument("--rollouts", dest="old_rollouts", help=argparse.SUPPRESS)
     bn.add_argument("--synthetic", metavar="N,N,...",
                     help="the learner's serving capacity alone: one real rollout records --iterations of its "
                     "rounds, then per fleet size (e.g. 1,2,4,8) the real learner serves that many synthetic "

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config import PROFILES
+from royalefleet.run_options import add_run_options
 from shared.run_dir import RunDir
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
@@ -83,11 +83,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Check versions, the engine, CUDA, memory (measured on one real minibatch), disk for the "
         "checkpoints kept, free ports, CURVE keys, the observation layout and action encoding on real battles, and "
         "with --compose the Compose files. Exit 0 all ok, 1 warnings, 2 a failure.")
-    dp.add_argument("--config", metavar="FILE", help="a JSON config (write one with `royalefleet config`)")
-    dp.add_argument("--profile", choices=sorted(PROFILES),
-                    help="machine class when the config names none (default: laptop when torch sees a GPU, else cpu)")
-    dp.add_argument("--run-name", help="run folder name under runs_dir (overrides the config)")
-    dp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
+    add_run_options(dp)
     dp.add_argument("--compose", action="store_true", help="also check the Compose files with `docker compose config`")
     dp.add_argument("--memory-gb", type=float, help="memory to check against instead of this machine's available")
     dp.add_argument("--fast", action="store_true", help="only the fast subset `royalefleet up` runs")

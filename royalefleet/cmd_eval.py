@@ -24,7 +24,7 @@ import sys
 import time
 
 from royalefleet.players import DEFAULT_OPPONENT, LATEST, LocalPlayers, resolve
-from royalefleet.run_options import add_run_options, run_config
+from royalefleet.run_options import add_run_options, run_config, run_name_of
 from shared.scripted import SCRIPTED_PLAYERS
 
 
@@ -41,7 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     ep.add_argument("b", nargs="?", default=DEFAULT_OPPONENT, help=f"player B (default {DEFAULT_OPPONENT})")
     ep.add_argument("--games", type=int, default=20, help="battles to play, both sides of ceil(N/2) seeds (default 20)")
     ep.add_argument("--job", type=int, default=0, help="job id naming the action streams (default 0)")
-    add_run_options(ep, "the run whose snapshots and seeds are used (overrides the config)")
+    add_run_options(ep)
     ep.set_defaults(func=cmd_eval)
     return ep
 
@@ -53,7 +53,7 @@ def cmd_eval(args, out=None) -> int:
     from shared.stats import wilson_interval
 
     out = out or sys.stdout
-    cfg = run_config(args)
+    cfg = run_config(args, must_exist=run_name_of(args) is not None)  # a run named must exist
     try:
         a, b = resolve(args.a, cfg), resolve(args.b, cfg)
     except ValueError as exc:

@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from royalefleet.players import LocalPlayers, normalise
-from royalefleet.run_options import add_run_options, run_config
+from royalefleet.run_options import add_run_argument, add_run_options, run_config
 
 FIELDS = ("passed", "skipped", "n", "observed", "bound", "reference")
 
@@ -26,9 +26,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Replay every game of a logged gate decision and check that each condition's numbers and "
         "the verdict come out the same. Exit 1 on a mismatch.")
     gp.add_argument("candidate", help="the candidate: snap:<snapshot_id> or the bare id")
-    gp.add_argument("run", nargs="?", metavar="RUN", help="the run whose ladder/gates/ holds the decision (same as --run)")
-    gp.add_argument("--run", dest="run_name", help="the run whose ladder/gates/ holds the decision")
-    add_run_options(gp, "the run whose ladder/gates/ holds the decision (same as --run)")
+    add_run_argument(gp)
+    add_run_options(gp)
     gp.set_defaults(func=cmd_gate)
     return gp
 
@@ -63,14 +62,14 @@ def cmd_gate(args, out=None) -> int:
     from shared.evaluation import eval_env_config, eval_seed_set, seed_set_hash
 
     out = out or sys.stdout
-    cfg = run_config(args)
+    cfg = run_config(args, must_exist=True)
     candidate = normalise(args.candidate)
     path = gate_record_path(cfg.runs_dir, cfg.run_name, candidate)
     try:
         rec = read_gate_record(path)
     except FileNotFoundError:
         print(f"royalefleet gate: no decision record {path} (is {candidate} a candidate of run "
-              f"{cfg.run_name!r}? --run names the run)", file=sys.stderr)
+              f"{cfg.run_name!r}? RUN or --run-name names the run)", file=sys.stderr)
         return 2
     except (OSError, ValueError) as exc:
         print(f"royalefleet gate: {exc}", file=sys.stderr)

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from royalefleet.players import DEFAULT_OPPONENT, LATEST, LocalPlayers, load_player, resolve
-from royalefleet.run_options import add_run_options, run_config
+from royalefleet.run_options import add_run_options, run_config, run_name_of
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -45,7 +45,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     pp.add_argument("--out", type=Path, help="folder for the traces and pages (default <run>/replays/play)")
     pp.add_argument("--per-decision", action="store_true",
                     help="record one frame per decision instead of per engine tick (10x smaller)")
-    add_run_options(pp, "the run whose snapshots, pool and env are used (overrides the config)")
+    add_run_options(pp)
     pp.set_defaults(func=cmd_play)
     return pp
 
@@ -87,7 +87,7 @@ def cmd_play(args, out=None) -> int:
     if args.seed < 0:
         print(f"royalefleet play: --seed {args.seed}: env seeds are >= 0", file=sys.stderr)
         return 2
-    cfg = run_config(args)
+    cfg = run_config(args, must_exist=run_name_of(args) is not None)  # a run named must exist
     try:
         a, b = resolve(args.a, cfg), resolve(args.b, cfg)
         players = LocalPlayers(cfg)

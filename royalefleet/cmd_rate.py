@@ -19,8 +19,7 @@ import msgspec
 
 from services.ladder.rating import KINDS, extract_games, fit
 from services.ladder.results import ResultLog, result_log_path
-from shared.config import PROFILES, load_config
-from royalefleet.run_options import add_run_argument, run_name_of
+from royalefleet.run_options import add_run_argument, add_run_options, run_config
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -30,12 +29,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Fit the Bradley-Terry-Davidson ratings of every player in a result log (only evaluation "
         "games by default) and print player, rating, +-1 SE and games, then the draw model and the "
         "transitivity residual. Read-only.")
-    rp.add_argument("--config", metavar="FILE", help="a JSON config: where the run lives and the rater settings")
-    rp.add_argument("--profile", choices=sorted(PROFILES), help="profile when the config names none (default: cpu; it only matters "
-                    "for where runs live)")
     add_run_argument(rp)
-    rp.add_argument("--run-name", help="run folder name under runs_dir (overrides the config)")
-    rp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
+    add_run_options(rp)
     rp.add_argument("--log", metavar="FILE", help="read this result log instead of the run's")
     rp.add_argument("--kind", action="append", choices=KINDS,
                     help="game kinds to fit (repeatable; default: eval). 'train' games are chosen by PFSP and "
@@ -51,15 +46,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _config(args):
-    overrides: dict = {}
-    run_name = run_name_of(args)
-    if run_name:
-        overrides["run_name"] = run_name
-    if args.runs_dir:
-        overrides["runs_dir"] = args.runs_dir
-    # "cpu" rather than default_profile_name(): that one imports torch to look for a GPU, and
-    # nothing this command reads differs between machine classes.
-    return load_config(args.config, profile_name=args.profile or "cpu", overrides=overrides or None)
+    """The run's config (its rater settings; run_options.run_config); a run named that has no
+    folder is refused unless ``--log`` names the file to read."""
+    return run_config(args, must_exist=not args.log)
 
 
 def _games(x: float) -> str:

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import msgspec
 
-from royalefleet.run_options import add_run_options, run_config
+from royalefleet.run_options import add_run_argument, add_run_options, run_config
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -57,8 +57,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "(from the checkpoints) and checked decision by decision, or refused naming the players that cannot be "
         "reproduced (docs/watching.md). Exit 0 verified, 1 a difference (the first diverging decision is printed), "
         "2 not replayable.")
-    rp.add_argument("run", help="the run's name (its folder under runs_dir)")
-    rp.add_argument("episode", nargs="?", type=int, help="line number in <run>/ladder/results.jsonl (1-based)")
+    add_run_argument(rp)
+    rp.add_argument("episode", nargs="?", type=int, help="line number in <run>/ladder/results.jsonl (1-based); "
+                    "with --run-name, RUN can be left out: `replay --run-name default 3`")
     rp.add_argument("--battle", type=int, help="pick by the record's battle (an evaluation game's seed index)")
     rp.add_argument("--ordinal", type=int, help="pick by the record's ordinal (an evaluation game's side)")
     rp.add_argument("--job", type=int, help="with --battle/--ordinal: only this evaluation job")
@@ -66,7 +67,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     rp.add_argument("--out", type=Path, help="folder for the trace and page (default <run>/replays/replayed)")
     rp.add_argument("--per-decision", action="store_true",
                     help="record one frame per decision instead of per engine tick (10x smaller)")
-    add_run_options(rp, "the run (same as RUN)")
+    add_run_options(rp)
     rp.set_defaults(func=cmd_replay)
     return rp
 
@@ -197,6 +198,13 @@ def replay_training_episode(cfg, lines, number: int, rec, args, out, err) -> int
 COMPARED = ("outcome", "episode_steps", "episode_ticks", "own_crowns", "enemy_crowns", "cards_played")
 
 
+def episode_as_run(args) -> None:
+    """``replay --run-name R 3``: argparse gives the lone positional 3 to RUN; with --run-name
+    naming the run, a whole-number RUN and no episode is the episode."""
+    if args.run_name and args.episode is None and args.run is not None and args.run.isdigit():
+        args.episode, args.run = int(args.run), None
+
+
 def cmd_replay(args, out=None) -> int:
     from royalegym.replay import ReplayRecorder, load_trace, verify_trace
 
@@ -209,7 +217,8 @@ def cmd_replay(args, out=None) -> int:
 
     out = out or sys.stdout
     err = sys.stderr
-    cfg = run_config(args)
+    episode_as_run(args)
+    cfg = run_config(args, must_exist=True)
     log = ResultLog.for_run(cfg.runs_dir, cfg.run_name)
     if not log.path.exists():
         print(f"royalefleet replay: run {cfg.run_name!r} has no result log at {log.path}", file=err)

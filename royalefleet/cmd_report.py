@@ -29,7 +29,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from royalefleet.run_options import add_run_options, run_config
+from royalefleet.run_options import add_run_argument, add_run_options, run_config
 from shared.run_dir import RunDir
 
 TRAINING_PANELS = (
@@ -51,7 +51,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Read metrics.jsonl and the strength measurement of a run and write strength per anchor and "
         "rating over timesteps and wall-clock, and win rate, KL, entropy, clip fraction, value loss, explained "
         "variance and throughput, as PNG plots and one HTML page that embeds them. Read-only on the run.")
-    sp.add_argument("run", nargs="?", help="the run's name (the same as --run-name)")
+    add_run_argument(sp)
     sp.add_argument("--out", type=Path, help="folder for index.html and the PNGs (default <run>/report)")
     add_run_options(sp)
     sp.set_defaults(func=cmd_report)
@@ -205,10 +205,14 @@ window.addEventListener("load", () => {{
 
 def cmd_report(args, out=None) -> int:
     out = out or sys.stdout
-    cfg = run_config(args)
+    cfg = run_config(args, must_exist=True)
     folder = args.out or Path(cfg.runs_dir) / cfg.run_name / "report"
     try:
         page = write_report(cfg, folder)
+    except FileNotFoundError as exc:
+        print(f"royalefleet report: run {cfg.run_name!r} has no {Path(exc.filename).name} yet ({exc.filename}): "
+              "its learner writes one metric row an iteration", file=sys.stderr)
+        return 2
     except (OSError, ValueError) as exc:
         print(f"royalefleet report: {exc}", file=sys.stderr)
         return 2

@@ -123,12 +123,7 @@ def table_lines(lines: list[SnapshotLine], run_name: str, runs_dir: str | None =
 
 def cmd_snapshots(args, out=None) -> int:
     out = out or sys.stdout
-    cfg = run_config(args)
-    root = RunDir.of(cfg.runs_dir, cfg.run_name).root
-    if not root.is_dir():
-        print(f"royalefleet snapshots: no run folder {root} "
-              "(name the run: RUN, --run-name, --runs-dir)", file=sys.stderr)
-        return 1
+    cfg = run_config(args, must_exist=True)
     try:
         lines = snapshot_lines(cfg)
     except (OSError, ValueError) as exc:

@@ -223,12 +223,7 @@ def status_lines(cfg, now: float | None = None) -> tuple[list[str], bool]:
 
 
 def cmd_status(args) -> int:
-    cfg = run_config(args)  # the run's own config.json when there is one: its ladder settings
-    run = Path(cfg.runs_dir) / cfg.run_name
-    if not run.is_dir():
-        print(f"royalefleet status: no run folder {run} (start one with `royalefleet up`, or name the run with "
-              "--run-name / --runs-dir)")
-        return 1
+    cfg = run_config(args, must_exist=True)  # the run's own config.json when there is one: its ladder settings
     lines, ok = status_lines(cfg)
     print("\n".join(lines))
     return 0 if ok else 1

@@ -21,7 +21,7 @@ import sys
 
 import msgspec
 
-from royalefleet.run_options import add_run_options, run_config
+from royalefleet.run_options import add_run_argument, add_run_options, run_config
 from shared.search.spec import split_search
 
 
@@ -31,7 +31,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Read <run>/ladder/strength.json and the result log and print, for every measured strength "
         "snapshot (evaluation.strength), its rating (Elo, scripted:noop = 0, +- standard error) and its score "
         "against each scripted anchor with the Wilson 95 % interval. Read-only; no service needs to run.")
-    sp.add_argument("run", nargs="?", help="the run's name (the same as --run-name)")
+    add_run_argument(sp)
     sp.add_argument("--json", action="store_true", help="print the measurements as JSON lines instead of a table")
     add_run_options(sp)
     sp.set_defaults(func=cmd_strength)
@@ -75,7 +75,7 @@ def table_lines(measured, pending: int) -> list[str]:
 
 def cmd_strength(args, out=None) -> int:
     out = out or sys.stdout
-    cfg = run_config(args)
+    cfg = run_config(args, must_exist=True)
     try:
         measured, pending = strength_of_run(cfg)
     except (OSError, ValueError) as exc:

@@ -1,27 +1,41 @@
-"""The options that name a run folder, and the config they give, for the read-only commands
-that work on a run's files (``eval``, ``gate``, ``status``, ``strength``, ...). Every command
-that reads one run takes it as an optional positional ``RUN`` and as ``--run-name``."""
+"""The options that name a run and its config, defined once for every command.
+
+One grammar (README, "Commands"): a command that works on one run takes it as an optional
+positional ``RUN`` (``royalefleet status myrun``) and as ``--run-name`` (its synonym; both given
+must agree), ``--runs-dir`` for run folders elsewhere, ``--config`` and ``--profile`` with one help
+text each (``add_run_options``). Commands whose positionals are players (``eval``, ``play``) take
+the run as ``--run-name``. A run named that has no folder gets one refusal from every command
+(``RunNotFound``, exit 2), naming the runs that do exist."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
-from shared.config import PROFILES, load_config
+from shared.config import PROFILES, ConfigError, load_config
 from shared.run_dir import RunDir
 
+CONFIG_HELP = ("a JSON config: a profile and overrides (write one with `royalefleet config`); default: the run's "
+               "own runs_dir/RUN/config.json when the run exists, else the profile")
+PROFILE_HELP = ("the machine class when neither the run's config.json nor --config names one; default: laptop "
+                "when torch sees a GPU, else cpu (commands that only read a run: cpu)")
+RUN_HELP = "the run: its folder under --runs-dir (default: the config's run_name, 'default')"
+RUN_NAME_HELP = "the run, the same as RUN: its folder under --runs-dir (overrides the config's run_name)"
+RUNS_DIR_HELP = "the folder that holds the run folders (overrides the config's runs_dir, default 'runs')"
 
-def add_run_options(sp, run_help: str = "the run to read (overrides the config)") -> None:
-    """``--config``, ``--profile``, ``--run-name`` (help ``run_help``) and ``--runs-dir``."""
-    sp.add_argument("--config", metavar="FILE", help="a JSON config (default: the run's config.json if it exists)")
-    sp.add_argument("--profile", choices=sorted(PROFILES), help="profile when no config names one (default: cpu)")
-    sp.add_argument("--run-name", help=run_help)
-    sp.add_argument("--runs-dir", help="where run folders live (overrides the config)")
+
+def add_run_options(sp, _purpose: str | None = None) -> None:
+    """``--config``, ``--profile``, ``--run-name`` and ``--runs-dir``, each with its one help text.
+    (``_purpose`` is ignored: one help text for every command.)"""
+    sp.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    sp.add_argument("--profile", choices=sorted(PROFILES), help=PROFILE_HELP)
+    sp.add_argument("--run-name", metavar="RUN", help=RUN_NAME_HELP)
+    sp.add_argument("--runs-dir", metavar="FOLDER", help=RUNS_DIR_HELP)
 
 
 def add_run_argument(sp) -> None:
-    """The optional positional ``RUN`` every read-only command takes (``royalefleet status
-    myrun``), the same as ``--run-name``."""
-    sp.add_argument("run", nargs="?", metavar="RUN", help="the run's name, its folder under runs_dir (the same as --run-name)")
+    """The optional positional ``RUN`` (the same as ``--run-name``)."""
+    sp.add_argument("run", nargs="?", metavar="RUN", help=RUN_HELP)
 
 
 def run_name_of(args) -> str | None:
@@ -33,11 +47,38 @@ def run_name_of(args) -> str | None:
     return positional or flag
 
 
-def run_config(args):
+class RunNotFound(ConfigError):
+    """A run that has no folder: the message names it, the folder looked at, the runs there are
+    and the closest name."""
+
+    def __init__(self, runs_dir: str | Path, run_name: str):
+        folder = Path(runs_dir) / run_name
+        try:
+            there = sorted(p.name for p in Path(runs_dir).iterdir() if p.is_dir())
+        except OSError:
+            there = []
+        close = difflib.get_close_matches(run_name, there, n=1)
+        message = (f"no run {run_name!r}: there is no folder {folder}"
+                   + (f"; runs in {runs_dir}: {', '.join(there)}" if there else f"; {runs_dir} holds no run")
+                   + (f" (did you mean {close[0]!r}?)" if close else "")
+                   + ". Name the run as RUN or --run-name, and its folder's parent with --runs-dir; "
+                   "`royalefleet up RUN` starts a new one")
+        self.problems = [message]
+        ValueError.__init__(self, message)
+
+
+def check_run_exists(runs_dir: str | Path, run_name: str) -> None:
+    """Raise RunNotFound when ``<runs_dir>/<run_name>`` is not a folder."""
+    if not RunDir.of(runs_dir, run_name).root.is_dir():
+        raise RunNotFound(runs_dir, run_name)
+
+
+def run_config(args, must_exist: bool = False):
     """The config: ``--config``, else the run's own ``config.json`` (written at every start by
     ``royalefleet up``), else the profile (default cpu: it never imports torch to look for a
     GPU). The run (``RUN`` or ``--run-name``, ``run_name_of``) and ``--runs-dir`` override what
-    it says. Raises ConfigError for a config that does not load, SystemExit for two run names."""
+    it says. ``must_exist``: refuse a run without a folder (``RunNotFound``). Raises ConfigError
+    for a config that does not load, SystemExit for two run names."""
     overrides: dict = {}
     run_name = run_name_of(args)
     if run_name:
@@ -47,8 +88,13 @@ def run_config(args):
     source = args.config
     if source is None:
         base = load_config(None, profile_name=args.profile or "cpu", overrides=overrides or None)
+        if must_exist:
+            check_run_exists(base.runs_dir, base.run_name)
         saved = RunDir(Path(base.runs_dir) / base.run_name).config
         if not saved.exists():
             return base
         source = str(saved)
-    return load_config(source, profile_name=args.profile or "cpu", overrides=overrides or None)
+    cfg = load_config(source, profile_name=args.profile or "cpu", overrides=overrides or None)
+    if must_exist:
+        check_run_exists(cfg.runs_dir, cfg.run_name)
+    return cfg

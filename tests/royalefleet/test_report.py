@@ -95,8 +95,11 @@ def test_royalefleet_report_writes_the_plots_and_a_self_contained_page(tmp_path,
 def test_report_of_a_run_without_rows_is_refused_naming_the_file(tmp_path, capsys):
     from royalefleet.cli import main
 
+    (tmp_path / "nothing").mkdir()
     assert main(["report", "nothing", "--runs-dir", str(tmp_path)]) == 2
-    assert "metrics.jsonl" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"royalefleet report: run 'nothing' has no metrics.jsonl yet "
+                                       f"({tmp_path / 'nothing' / 'metrics.jsonl'}): its learner writes one "
+                                       "metric row an iteration\n")
 
 
 @needs_chromium

@@ -49,6 +49,6 @@ def test_a_run_without_snapshots_and_a_missing_run(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["snapshots", "empty", "--runs-dir", str(tmp_path), "--profile", "tiny"]) == 0
     assert capsys.readouterr().out.startswith("run 'empty' has no snapshot yet")
-    assert main(["snapshots", "nope", "--runs-dir", str(tmp_path), "--profile", "tiny"]) == 1
-    assert capsys.readouterr().err == (f"royalefleet snapshots: no run folder {tmp_path / 'nope'} "
-                                       "(name the run: RUN, --run-name, --runs-dir)\n")
+    assert main(["snapshots", "nope", "--runs-dir", str(tmp_path), "--profile", "tiny"]) == 2
+    assert capsys.readouterr().err.startswith(f"royalefleet snapshots: no run 'nope': there is no folder "
+                                              f"{tmp_path / 'nope'}; runs in {tmp_path}: empty. ")

@@ -119,9 +119,9 @@ def test_the_command_reads_the_run_and_names_a_missing_one(tmp_path, capsys):
     assert main(["status", "--runs-dir", str(tmp_path), "--run-name", "r"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"run 'r' in {run}\n") and "  halt       HALTED at iteration 3" in out
-    assert main(["status", "--runs-dir", str(tmp_path), "--run-name", "nope"]) == 1
-    assert capsys.readouterr().out == (f"royalefleet status: no run folder {tmp_path / 'nope'} (start one with "
-                                       "`royalefleet up`, or name the run with --run-name / --runs-dir)\n")
+    assert main(["status", "--runs-dir", str(tmp_path), "--run-name", "nope"]) == 2
+    assert capsys.readouterr().err.startswith(f"royalefleet status: no run 'nope': there is no folder "
+                                              f"{tmp_path / 'nope'}; runs in {tmp_path}: r. ")
 
 
 def test_the_run_is_named_positionally_as_on_every_read_only_command(tmp_path, capsys):

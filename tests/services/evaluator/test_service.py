@@ -151,7 +151,7 @@ def test_a_gate_played_by_an_evaluator_is_re_run_exactly_by_royalefleet_gate(cfg
     assert [j.seeds for j in logged.jobs][:1] == [[0]]
     cfg_file = tmp_path / "c.json"
     cfg_file.write_bytes(msgspec.json.encode(cfg))
-    argv = ["gate", cand, "--run", "t", "--runs-dir", str(tmp_path), "--config", str(cfg_file)]
+    argv = ["gate", cand, "--run-name", "t", "--runs-dir", str(tmp_path), "--config", str(cfg_file)]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "match     beats_champion:" in out and "MISMATCH" not in out and "every number matches" in out

@@ -10,6 +10,8 @@ import math
 import msgspec
 import numpy as np
 import pytest
+
+from royalefleet.run_options import RunNotFound
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -431,6 +433,9 @@ def test_rate_prints_the_table_from_a_run_log(tmp_path):
 
 
 def test_rate_without_a_log_says_where_it_looked(tmp_path, capsys):
+    (tmp_path / "nothing").mkdir()
     code, _ = run_rate(["--runs-dir", str(tmp_path), "--run-name", "nothing"])
     assert code == 1
     assert "no result log at" in capsys.readouterr().err
+    with pytest.raises(RunNotFound, match="no run 'nowhere'"):  # a run with no folder: the one refusal
+        run_rate(["--runs-dir", str(tmp_path), "nowhere"])
