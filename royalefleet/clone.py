@@ -56,6 +56,7 @@ class CloneResult:
     epochs: list[EpochStats] = field(default_factory=list)
     best_epoch: int = 0
     stopped: str = ""
+    best_state: dict | None = None
 
     @property
     def best(self) -> EpochStats:
@@ -95,14 +96,14 @@ def evaluate(model, codec, rows: CloneRows, batch: int = 512) -> tuple[float, fl
 def train_clone(spec, net, codec, train: CloneRows, val: CloneRows, master_seed: int,
                 settings: CloneSettings = CloneSettings(), say=print) -> CloneResult:
     """Train a fresh ActorCritic on ``train``, stop early on ``val``; the caller has set torch's
-    threads and determinism. ``say`` gets one line per epoch."""
+    threads and determinism. ``say`` gets one line per epoch. Ctrl-C after the first epoch stops
+    training and keeps the best epoch so far (``stopped`` says so); before it, it propagates."""
     import copy
-    import time
 
     import torch
 
     from shared.nn.model import ActorCritic
-    from shared.seeding import derive_int, stream
+    from shared.seeding import derive_int
 
     model = ActorCritic(spec, net, seed=derive_int(master_seed, "clone/init"))
     opt_a = torch.optim.Adam(model.actor.parameters(), lr=settings.actor_lr)
@@ -112,9 +113,32 @@ def train_clone(spec, net, codec, train: CloneRows, val: CloneRows, master_seed:
         raise ValueError(f"no choice rows to clone ({len(choice_idx)} in training, {int(val.choice.sum())} in "
                          "validation): record more battles")
     steps = max(1, math.ceil(len(choice_idx) / settings.batch_size))
-    critic_batch = math.ceil(len(train.actions) / steps)
-    result, best, since = CloneResult(model=model), math.inf, 0
-    best_state = copy.deepcopy(model.state_dict())
+    # the critic's step takes as many rows as the actor's: an epoch shows it a different
+    # random part of its rows (choice and kept forced), at half the cost of all of them
+    critic_batch = min(settings.batch_size, math.ceil(len(train.actions) / steps))
+    result = CloneResult(model=model, best_state=copy.deepcopy(model.state_dict()))
+    try:
+        _epochs(model, codec, train, val, master_seed, settings, say, result, choice_idx, steps, critic_batch,
+                opt_a, opt_c)
+    except KeyboardInterrupt:
+        if not result.epochs:
+            raise
+        result.stopped = f"stopped by Ctrl-C during epoch {len(result.epochs) + 1}"
+    model.load_state_dict(result.best_state)
+    model.eval()
+    return result
+
+
+def _epochs(model, codec, train, val, master_seed, settings, say, result, choice_idx, steps, critic_batch,
+            opt_a, opt_c) -> None:
+    """The epochs of ``train_clone``, each followed by its validation; the best epoch's weights
+    kept in ``result.best_state``."""
+    import copy
+    import time
+
+    from shared.seeding import stream
+
+    best, since = math.inf, 0
     for epoch in range(1, settings.max_epochs + 1):
         t0 = time.monotonic()
         rng = stream(master_seed, "clone/epoch/{epoch}", epoch=epoch)
@@ -127,12 +151,13 @@ def train_clone(spec, net, codec, train: CloneRows, val: CloneRows, master_seed:
         model.eval()
         v_ce, v_agree, v_value = evaluate(model, codec, val)
         stats = EpochStats(epoch, float(sums[0] / len(choice_idx)), float(sums[1] / len(choice_idx)),
-                           float(sums[2] / len(train.actions)), v_ce, v_agree, v_value, time.monotonic() - t0)
+                           float(sums[2] / min(len(train.actions), steps * critic_batch)), v_ce, v_agree, v_value,
+                           time.monotonic() - t0)
         result.epochs.append(stats)
         better = v_ce < best
         if better:
             best, since, result.best_epoch = v_ce, 0, epoch
-            best_state = copy.deepcopy(model.state_dict())
+            result.best_state = copy.deepcopy(model.state_dict())
         else:
             since += 1
         say(f"  epoch {epoch:>2}: train CE {stats.train_ce:.4f}, agreement {stats.train_agreement:.3f}, value loss "
@@ -143,9 +168,6 @@ def train_clone(spec, net, codec, train: CloneRows, val: CloneRows, master_seed:
             break
     else:
         result.stopped = f"max epochs ({settings.max_epochs}) reached"
-    model.load_state_dict(best_state)
-    model.eval()
-    return result
 
 
 def _step(model, codec, rows: CloneRows, actor_idx, critic_idx, opt_a, opt_c, max_norm: float) -> np.ndarray:

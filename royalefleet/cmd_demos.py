@@ -55,6 +55,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     rp.add_argument("--workers", type=int, default=1, metavar="K",
                     help="worker processes, one per core to spare (default 1); the set is the same file for file "
                     "whatever K is")
+    rp.add_argument("--first-battle", type=int, default=0, metavar="B",
+                    help="the first battle id (default 0): battles B .. B+N-1, so a second set with another B "
+                    "holds other episodes (a battle's episode is a pure function of its id and the master seed)")
     rp.add_argument("--name", help="the set's folder under <run>/demos/ (default: <teacher>-<N>)")
     rp.add_argument("--shard-battles", type=int, default=DEFAULT_SHARD_BATTLES, metavar="B",
                     help=f"battles per shard file (default {DEFAULT_SHARD_BATTLES})")
@@ -109,6 +112,8 @@ def cmd_record(args, out=None) -> int:
         problems.append(f"--battles {args.battles}: record at least 1")
     if args.workers < 1:
         problems.append(f"--workers {args.workers}: at least 1")
+    if args.first_battle < 0:
+        problems.append(f"--first-battle {args.first_battle}: battle ids start at 0")
     if args.shard_battles < 1:
         problems.append(f"--shard-battles {args.shard_battles}: at least 1")
     name = args.name or "+".join(_slug(t) for t in teachers) + f"-{args.battles}"
@@ -124,10 +129,12 @@ def cmd_record(args, out=None) -> int:
             print(f"royalefleet demos record: {p}", file=sys.stderr)
         return 2
     snapshots = {t: store.read(t[len("snap:"):]) for t in teachers if t.startswith("snap:")}
-    return record(cfg, teachers, opponents, args.battles, args.workers, args.shard_battles, final, snapshots, out)
+    return record(cfg, teachers, opponents, args.battles, args.workers, args.shard_battles, final, snapshots, out,
+                  first_battle=args.first_battle)
 
 
-def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Path, snapshots, out) -> int:
+def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Path, snapshots, out, *,
+           first_battle: int = 0) -> int:
     """Plan, run the workers, write the manifest; 0, or 1 when a worker failed, 130 on Ctrl-C."""
     import multiprocessing as mp
 
@@ -144,7 +151,7 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
                           codec_table_digest=table_digest(pf.table), codec_version=CODEC_VERSION,
                           row_bytes=pf.codec.row_bytes)
     gamma = value_at(cfg.advantage.gamma, 0)
-    plan = plan_battles(battles, teachers, opponents)
+    plan = plan_battles(battles, teachers, opponents, first_battle)
     shards = [plan[i : i + shard_battles] for i in range(0, len(plan), shard_battles)]
     workers = min(workers, len(shards))
     staging = final.with_name(final.name + ".partial")
@@ -152,7 +159,8 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     out.write(f"royalefleet demos record: {battles} battles of {', '.join(teachers)} against {', '.join(opponents)}, "
-              f"{len(shards)} shard(s), {workers} worker process(es), into {final} (codec {digests.codec_table_digest}, "
+              f"{len(shards)} shard(s), {workers} worker process(es), into {final} "
+              f"(codec {digests.codec_table_digest}, "
               f"{digests.row_bytes:,} B a row, gamma {gamma})\n")
     out.flush()
     ctx = mp.get_context("spawn")
@@ -188,7 +196,8 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
     rate = battles / max(collector.play_seconds, 1e-9)
     out.write(f"royalefleet demos record: wrote {final}: {manifest.rows:,} rows ({manifest.choice_rows:,} choice, "
               f"{manifest.forced_rows:,} forced), {len(manifest.shards)} shard(s), digest {manifest.digest}; "
-              f"{battles} battles in {collector.play_seconds:.1f} s of play (from the last worker's start) ({rate:.3f} battles/s with {workers} "
+              f"{battles} battles in {collector.play_seconds:.1f} s of play (from the last worker's start) "
+              f"({rate:.3f} battles/s with {workers} "
               f"worker(s)); teacher actions illegal under our mask: {manifest.illegal_actions}, re-mapped "
               f"indices: {manifest.remapped_actions}\n")
     if manifest.illegal_actions:

@@ -3,7 +3,8 @@
 A demonstration set is one folder ``<runs_dir>/<run>/demos/<name>/`` written by ``royalefleet
 demos record`` (royalefleet/cmd_demos.py) and read by ``royalefleet clone``:
 
-* ``shard-<k>.npz.zst`` (k = 00000, 00001, ...): zstd of an ``np.savez`` of numpy arrays of the rows of some whole battles,
+* ``shard-<k>.npz.zst`` (k = 00000, 00001, ...): zstd of an ``np.savez`` of numpy arrays of the
+  rows of some whole battles,
   one row per decision of a recorded seat (``SHARD_ARRAYS`` says what each holds, with its
   dtype and shape), plus ``meta``: the JSON of the digests the rows were packed under, so a
   shard carried to another run is refused by itself, not only through its manifest.

@@ -235,13 +235,13 @@ class Recorder:
                           choice_rows=int((~arrays["forced"]).sum()), battles=[e.battle for e in entries])
 
 
-def plan_battles(n: int, teachers: list[str], opponents: list[str]) -> list[PlannedBattle]:
-    """Battles 0..n-1: battle b is played by teacher ``teachers[b % T]`` against
+def plan_battles(n: int, teachers: list[str], opponents: list[str], first: int = 0) -> list[PlannedBattle]:
+    """Battles ``first`` .. ``first + n - 1``: battle b is played by teacher ``teachers[b % T]`` against
     ``opponents[(b // T) % O]``, recorded on seat ``(b // (T O)) % 2`` (blue, then red), or on
     both seats against ``MIRROR``. Every (teacher, opponent) pair gets its share, on both seats."""
     t, o = len(teachers), len(opponents)
     out = []
-    for b in range(n):
+    for b in range(first, first + n):
         opp = opponents[(b // t) % o]
         seat = -1 if opp == MIRROR else (b // (t * o)) % 2
         out.append(PlannedBattle(battle=b, teacher=teachers[b % t], opponent=opp, seat=seat))

@@ -1,0 +1,153 @@
+"""royalefleet demos record / clone: the actor's loss, the chance level, the plan, the refusals,
+and (slow) a clone of scripted:defend that agrees with it on battles it never saw."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from royalefleet.clone import masked_ce
+from royalefleet.clone_data import CloneRows, load_rows, split_by_battle
+from royalefleet.cmd_clone import chance_agreement
+from royalefleet.cmd_demos import check_players
+from services.rollout.demos import MIRROR, PlannedBattle, plan_battles
+from shared.demos import DemoDigests, DemosError
+from shared.scripted import SCRIPTED_PLAYERS
+
+
+def test_masked_ce_is_the_mean_over_choice_rows_and_forced_rows_carry_no_gradient():
+    logits = torch.zeros(3, 4, requires_grad=True)
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    actions = torch.tensor([0, 1, 3])
+    forced = mask.sum(1) == 1
+    loss = masked_ce(logits, mask, actions, forced)
+    # uniform over the legal: -log(1/2) and -log(1/4), the forced row left out of the mean
+    assert loss.item() == pytest.approx((math.log(2) + math.log(4)) / 2, abs=1e-6)
+    assert loss.item() != pytest.approx((0 + math.log(2) + math.log(4)) / 3, abs=1e-3)
+    loss.backward()
+    assert torch.count_nonzero(logits.grad[0]) == 0
+    # d/dlogit of mean CE: (p - onehot) / 2 on row 1's legal pair
+    assert logits.grad[1].tolist() == pytest.approx([0.25, -0.25, 0.0, 0.0])
+    all_forced = masked_ce(logits, mask, actions, torch.ones(3, dtype=torch.bool))
+    assert all_forced.item() == 0.0
+
+
+class _Codec:
+    omask = 0
+
+
+def test_chance_agreement_is_the_mean_of_one_over_n_legal_on_choice_rows():
+    masks = np.zeros((3, 16), bool)
+    masks[0, :2] = True  # 2 legal
+    masks[1, :4] = True  # 4 legal
+    masks[2, 0] = True  # forced: not counted
+    rows = CloneRows(observations=np.packbits(masks, axis=1, bitorder="little"), actions=np.zeros(3, np.int64),
+                     returns=np.zeros(3, np.float32), battles=np.arange(3), choice=np.array([True, True, False]),
+                     illegal_left_out=0, forced_rows=1, manifests=[])
+    assert chance_agreement(rows, _Codec()) == pytest.approx((1 / 2 + 1 / 4) / 2)
+
+
+def test_plan_takes_teachers_opponents_and_seats_in_turn():
+    plan = plan_battles(6, ["scripted:defend"], [MIRROR, "scripted:random_legal"], first=10)
+    d, r = "scripted:defend", "scripted:random_legal"
+    assert plan == [
+        PlannedBattle(10, d, MIRROR, -1), PlannedBattle(11, d, r, 1), PlannedBattle(12, d, MIRROR, -1),
+        PlannedBattle(13, d, r, 0), PlannedBattle(14, d, MIRROR, -1), PlannedBattle(15, d, r, 1),
+    ]
+
+
+def test_an_unknown_teacher_is_refused_with_every_known_one():
+    problems = check_players(["scripted:defnd", "snap:0123456789abcdef"], ["scripted:push", "snap:x"],
+                             ["snap:fedcba9876543210"])
+    assert len(problems) == 3
+    assert problems[0].startswith("unknown teacher 'scripted:defnd'; known: " + ", ".join(SCRIPTED_PLAYERS))
+    assert "this run's snapshots (snap:fedcba9876543210)" in problems[0]
+    assert problems[1].startswith("unknown teacher 'snap:0123456789abcdef'")
+    assert problems[2].startswith("unknown opponent 'snap:x'; known: mirror, scripted:noop")
+    assert check_players(["scripted:defend"], [MIRROR], []) == []
+
+
+def test_split_by_battle_keeps_every_battle_on_one_side():
+    battles = np.repeat(np.arange(20), 3)
+    n = len(battles)
+    rows = CloneRows(np.zeros((n, 1), np.uint8), np.zeros(n, np.int64), np.zeros(n, np.float32), battles,
+                     np.ones(n, bool), 0, 0, [])
+    train, val = split_by_battle(rows, master_seed=5)
+    assert len(set(val.battles.tolist())) == 2 and len(val.actions) == 6
+    assert not set(train.battles.tolist()) & set(val.battles.tolist())
+    again, _ = split_by_battle(rows, master_seed=5)
+    assert np.array_equal(again.battles, train.battles)
+
+
+def test_a_set_recorded_under_another_env_is_refused_naming_the_field(tmp_path):
+    import msgspec
+
+    from shared.demos import MANIFEST, DemoManifest
+    from shared.messages import EngineBuild
+
+    theirs = DemoDigests("a" * 16, "o" * 16, "c" * 16, 1, 3)
+    ours = DemoDigests("b" * 16, "o" * 16, "c" * 16, 1, 3)
+    m = DemoManifest(name="x", run_name="r", teachers=["scripted:defend"], opponents=[MIRROR], master_seed=0,
+                     seed_rule="env/battle/{battle}/ordinal/0", gamma=0.997,
+                     engine=EngineBuild(engine_class="e", calibration_digest="c", build_digest="b",
+                                        binary_sha256="s", cards_digest="d", royalegym_version="v"),
+                     digests=theirs, battles=[], shards=[], rows=0,
+                     choice_rows=0, forced_rows=0, illegal_actions=0, remapped_actions=0, workers=1, seconds=0.0)
+    (tmp_path / MANIFEST).write_bytes(msgspec.json.encode(m))
+    with pytest.raises(DemosError) as info:
+        load_rows([tmp_path], ours)
+    assert info.value.fields == ("env_spec_digest",)
+    assert f"env_spec_digest is {'a' * 16!r}, this run's is {'b' * 16!r}" in str(info.value)
+
+
+@pytest.mark.slow
+def test_a_clone_of_defend_agrees_with_it_on_held_out_battles_far_above_chance(tmp_path):
+    """tiny profile with 120-decision episodes: 40 battles recorded, cloned, then 10 other
+    battles recorded (ids 1000..) and the clone's argmax compared with defend's action on their
+    choice rows. Chance (a uniform legal pick) is the mean of 1 / n_legal there: with hundreds of
+    legal plays a row it is well under 0.01; the clone must agree on at least half the rows and
+    at least 20 times chance."""
+    import json
+
+    from royalefleet.cli import main
+    from services.checkpoint.snapshots import SnapshotStore
+    from shared.nn.distribution import MaskedCategorical
+    from shared.nn.snapshot import actor_builder, load_frozen_actor
+
+    cfg_path = tmp_path / "cfg.json"
+    cfg_path.write_text(json.dumps({"profile": "tiny", "env": {"max_steps": 120}}))
+    common = ["--config", str(cfg_path), "--runs-dir", str(tmp_path / "runs")]
+    assert main(["demos", "record", "bc", "--teacher", "scripted:defend", "--battles", "40", "--name", "train",
+                 *common]) == 0
+    assert main(["demos", "record", "bc", "--teacher", "scripted:defend", "--battles", "10", "--first-battle", "1000",
+                 "--name", "held", "--opponent", "scripted:random_legal", *common]) == 0
+    out = io.StringIO()
+    from royalefleet.cmd_clone import cmd_clone
+    from royalefleet.cli import build_parser
+
+    args = build_parser().parse_args(["clone", "bc", "--demos", "train", "--batch-size", "32", "--max-epochs", "12",
+                                      *common])
+    assert cmd_clone(args, out) == 0
+    text = out.getvalue()
+    sid = text.rsplit("wrote snap:", 1)[1].split(";")[0]
+    from royalefleet.cmd_clone import run_facts
+    from royalefleet.run_options import run_config
+
+    cfg = run_config(args)
+    pf, digests, _ = run_facts(cfg)
+    held = load_rows([tmp_path / "runs" / "bc" / "demos" / "held"], digests)
+    choice = held.take(np.flatnonzero(held.choice))
+    actor_bytes, _ = SnapshotStore(tmp_path / "runs" / "bc" / "snapshots").read(sid)
+    actor = load_frozen_actor(sid, actor_bytes, actor_builder(pf.spec, cfg.net))
+    obs = {k: torch.tensor(v) for k, v in pf.codec.unpack(choice.observations).items()}
+    with torch.no_grad():
+        picks = MaskedCategorical(actor(obs), obs["mask"]).mode().numpy()
+    agreement = float(np.mean(picks == choice.actions))
+    chance = chance_agreement(choice, pf.codec)
+    assert len(choice.actions) >= 50
+    assert chance < 0.01
+    assert agreement >= 0.5 and agreement >= 20 * chance, (agreement, chance, text)
