@@ -13,7 +13,8 @@ when torch sees a GPU, else ``cpu``) is only looked for on a new run.
 from __future__ import annotations
 
 from shared.config import RunConfig, load_config
-from shared.recorded_config import identity_changes, identity_fields_moved, load_recorded, recorded_path
+from shared.recorded_config import (identity_changes, identity_fields_moved, load_recorded, recorded_doc,
+                                    recorded_path)
 
 FLAG_OF = {"local.rollouts": "--rollouts", "rollout.battles": "--battles", "learner.algorithm": "--algorithm",
            "timestep_limit": "--timesteps", "profile": "--profile"}
@@ -77,7 +78,7 @@ def start_config(args, command: str = "up", say=None) -> RunConfig:
     elif args.profile is not None and args.profile != recorded.profile:
         wanted = load_config(None, profile_name=args.profile, overrides=overrides or None)
     else:
-        wanted = load_config(str(recorded_path(runs_dir, run_name)), overrides=overrides or None)
+        wanted = load_config(recorded_doc(runs_dir, run_name), overrides=overrides or None)
     moving, rest = identity_changes(recorded, wanted)
     record = recorded_path(runs_dir, run_name)
     if moving and not getattr(args, "allow_identity_drift", False):

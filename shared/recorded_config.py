@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from shared.config import RunConfig, config_differences, dump_config, load_config
+from shared.config import ConfigError, RunConfig, config_differences, dump_config, load_config
 from shared.identity import config_identity, digest
 from shared.run_dir import RunDir
 
@@ -30,13 +30,35 @@ def recorded_path(runs_dir: str | os.PathLike, run_name: str) -> Path:
     return RunDir.of(runs_dir, run_name).config
 
 
-def load_recorded(runs_dir: str | os.PathLike, run_name: str) -> RunConfig | None:
-    """The config the run recorded, None when it has none. Raises ConfigError (naming the file)
-    for a record that does not load."""
+WIRE_CODEC_BEFORE_ITS_FIELD = 1
+"""The wire codec of a record written before ``services.wire_codec`` existed (every record
+names every field, so one without it is that old): packed rows, codec 1."""
+
+
+def recorded_doc(runs_dir: str | os.PathLike, run_name: str) -> dict | None:
+    """The run's config.json as a document, None when it has none; a record written before a
+    field whose default has changed since gets the value it ran with (``services.wire_codec``:
+    1). Raises ConfigError naming the file for one that is not a JSON object."""
     path = recorded_path(runs_dir, run_name)
-    if not path.exists():
+    try:
+        doc = json.loads(path.read_bytes())
+    except FileNotFoundError:
         return None
-    return load_config(str(path))
+    except (OSError, ValueError) as exc:
+        raise ConfigError([f"the run's config {path}: {exc}"]) from None
+    if not isinstance(doc, dict):
+        raise ConfigError([f"the run's config {path}: expected a JSON object"])
+    services = doc.get("services")
+    if isinstance(services, dict) and "wire_codec" not in services:
+        services["wire_codec"] = WIRE_CODEC_BEFORE_ITS_FIELD
+    return doc
+
+
+def load_recorded(runs_dir: str | os.PathLike, run_name: str) -> RunConfig | None:
+    """The config the run recorded (``recorded_doc``), None when it has none. Raises
+    ConfigError for a record that does not load."""
+    doc = recorded_doc(runs_dir, run_name)
+    return None if doc is None else load_config(doc)
 
 
 def identity_key(cfg: RunConfig) -> dict[str, Any]:

@@ -78,6 +78,16 @@ def test_an_old_run_keeps_wire_codec_1_and_its_old_gate(tmp_path, stack):
     assert cfg.services.wire_codec == 1 and cfg.ladder.gate.champion_games == 1000 and cfg == old
 
 
+def test_a_record_written_before_wire_codec_existed_keeps_codec_1(tmp_path, stack):
+    runs = tmp_path / "runs"
+    made = record(runs, "older", {"profile": "cpu", "services": {"wire_codec": 1}})
+    doc = json.loads((runs / "older" / "config.json").read_text())
+    del doc["services"]["wire_codec"]  # as the launcher wrote it before the field existed
+    (runs / "older" / "config.json").write_text(json.dumps(doc))
+    assert cli.main(["resume", "older", "--runs-dir", str(runs), "--no-doctor"]) == 0
+    assert stack.started == [made] and made.services.wire_codec == 1
+
+
 def test_an_option_that_changes_the_identity_is_refused_naming_field_option_and_ways_on(tmp_path, stack, capsys):
     runs = tmp_path / "runs"
     record(runs, "r1", {"profile": "cpu"})
