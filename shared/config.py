@@ -19,7 +19,6 @@ where it has the setting; where we differ the field's comment says why.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import math
@@ -29,6 +28,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
+from shared.overlay import overlay
 from shared.scripted import SCRIPTED_PLAYERS
 from shared.schedules import GeometricSpec, LinearSpec, Schedule, schedule_problems
 
@@ -938,55 +938,6 @@ class ConfigError(ValueError):
         super().__init__("invalid config:\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 
-def _struct_type(tp: Any) -> type[Struct] | None:
-    return tp if isinstance(tp, type) and issubclass(tp, Struct) else None
-
-
-def _overlay(base: dict, doc: Any, struct: type[Struct], path: str, problems: list[str]) -> dict:
-    """Apply ``doc`` on top of ``base`` (a builtins dict of ``struct``), validating each leaf
-    on its own so that every problem is found in one pass."""
-    if not isinstance(doc, dict):
-        problems.append(f"{path or '<top>'}: expected an object, got {type(doc).__name__} {doc!r}")
-        return base
-    fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
-    out = dict(base)
-    for key, value in doc.items():
-        where = f"{path}.{key}" if path else key
-        if key not in fields:
-            hint = difflib.get_close_matches(str(key), list(fields), n=1)
-            problems.append(
-                f"{where}: unknown field"
-                + (f"; did you mean {hint[0]!r}?" if hint else f"; {struct.__name__} has {', '.join(fields)}")
-            )
-            continue
-        sub = _struct_type(fields[key].type)
-        if sub is not None:
-            out[key] = _overlay(base.get(key, {}), value, sub, where, problems)
-            continue
-        try:
-            converted = msgspec.convert(value, fields[key].type, strict=True)
-            out[key] = msgspec.to_builtins(converted)
-        except msgspec.ValidationError as exc:
-            known = _literal_values(fields[key].type) if "Invalid enum value" in str(exc) else ()
-            problems.append(f"{where}: {exc} (got {value!r})".replace(" - at `$`", "")
-                            + (f"; known: {', '.join(map(str, known))}" if known else ""))
-    return out
-
-
-def _literal_values(tp: Any) -> tuple:
-    """The values of the first ``Literal`` inside ``tp`` (list[Literal[...]] included), for a
-    refusal that names the known ones; () when there is none."""
-    import typing
-
-    if typing.get_origin(tp) is Literal:
-        return typing.get_args(tp)
-    for arg in typing.get_args(tp):
-        found = _literal_values(arg)
-        if found:
-            return found
-    return ()
-
-
 def check_consistency(cfg: RunConfig) -> list[str]:
     """Every cross-field rule a config breaks, all at once (SEED RL's validate_config)."""
     problems = []
@@ -1203,11 +1154,11 @@ def load_config(source: str | os.PathLike | dict | None = None, *, profile_name:
 
     doc, sections, section_problems = split_sections(doc, [f.encode_name for f in msgspec.structs.fields(RunConfig)])
     problems += section_problems
-    merged = _overlay(msgspec.to_builtins(PROFILES[name]()), doc, RunConfig, "", problems)
+    merged = overlay(msgspec.to_builtins(PROFILES[name]()), doc, RunConfig, "", problems)
     if sections:
         merged["extensions"] = sections
     if overrides:
-        merged = _overlay(merged, overrides, RunConfig, "", problems)
+        merged = overlay(merged, overrides, RunConfig, "", problems)
     if problems:
         raise ConfigError(problems)
     cfg = msgspec.convert(merged, RunConfig)

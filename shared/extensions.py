@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from shared.overlay import overlay
+
 GROUP = "royalefleet.extensions"
 
 
@@ -106,10 +108,8 @@ def split_sections(doc: dict, own: list[str]) -> tuple[dict, dict[str, Any], lis
         except (ValueError, TypeError, ImportError, AttributeError) as exc:
             problems.append(f"{key}: {exc}")
             continue
-        from shared.config import _overlay  # every leaf checked on its own, as RoyaleFleet's sections are
-
         found: list[str] = []
-        merged = _overlay(base, value, schema, key, found)
+        merged = overlay(base, value, schema, key, found)  # every leaf checked on its own, as ours are
         if not found:
             try:
                 sections[key] = msgspec.to_builtins(msgspec.convert(merged, schema))
