@@ -31,6 +31,9 @@ from pathlib import Path
 from royalefleet.players import DEFAULT_OPPONENT, LATEST, LocalPlayers, load_player, resolve
 from royalefleet.run_options import add_run_options, run_config, run_name_of
 
+VISER_DEFAULT = "127.0.0.1:9870"
+"""RoyaleViser's stream address (``royalegym.viser.HOST``/``PORT``), the viewer's default."""
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     pp = subparsers.add_parser(
@@ -45,6 +48,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     pp.add_argument("--out", type=Path, help="folder for the traces and pages (default <run>/replays/play)")
     pp.add_argument("--per-decision", action="store_true",
                     help="record one frame per decision instead of per engine tick (10x smaller)")
+    pp.add_argument("--viser", nargs="?", const=VISER_DEFAULT, metavar="HOST:PORT",
+                    help=f"stream the matches to RoyaleViser (python -m royaleviser --stream HOST:PORT) at this address "
+                    f"(default {VISER_DEFAULT}); nothing is sent until a viewer says hello")
+    pp.add_argument("--speed", type=float, default=1.0,
+                    help="game seconds per wall second while a viewer watches (default 1: real time; 0: as fast as "
+                    "the machine plays)")
     add_run_options(pp)
     pp.set_defaults(func=cmd_play)
     return pp
@@ -68,6 +77,41 @@ def seats_for_game(env, blue, red) -> tuple[Seat, Seat]:
 
     seated = seat_players(env, [getattr(p, "for_game", lambda p=p: p)() for p in (blue, red)])
     return Seat(seated[0]), Seat(seated[1])
+
+
+def watch_live(env, address: str, run_name: str, speed: float, out) -> None:
+    """Stream ``env``'s battles to RoyaleViser at ``address`` (host:port; RoyaleGym's
+    ``ViserPublisher``: a frame per engine tick while a viewer is attached, nothing otherwise)
+    and, while one is attached and ``speed`` > 0, pace each decision to ``decision_ms / speed``
+    of wall time so the viewer sees the battle at that speed. Raises ValueError for an address
+    that is not host:port, OSError when the port cannot be bound (RoyaleGym's text says why)."""
+    import time
+
+    from royalegym.viser import ViserPublisher
+
+    host, _, port = address.rpartition(":")
+    if not port.isdigit() or not host:
+        raise ValueError("expected HOST:PORT, for example 127.0.0.1:9870")
+    env.viser = ViserPublisher(host, int(port), run=run_name)
+    bound = env.viser.address[1]
+    out.write(f"  streaming to RoyaleViser at {host}:{bound} (run {run_name!r}); watch with "
+              f"python -m royaleviser --stream {host}:{bound}\n")
+    out.flush()
+    if speed <= 0:
+        return
+    step, wait = env.step, env.decision_ms / 1000.0 / speed
+    last = [time.monotonic()]
+
+    def paced_step(actions):
+        result = step(actions)
+        if env.viser.attached:
+            pause = wait - (time.monotonic() - last[0])
+            if pause > 0:
+                time.sleep(pause)
+        last[0] = time.monotonic()
+        return result
+
+    env.step = paced_step
 
 
 def cmd_play(args, out=None) -> int:
@@ -95,8 +139,18 @@ def cmd_play(args, out=None) -> int:
     except (ValueError, OSError) as exc:
         print(f"royalefleet play: {exc}", file=sys.stderr)
         return 2
+    if args.speed < 0:
+        print(f"royalefleet play: --speed {args.speed}: expected >= 0 (0: unpaced)", file=sys.stderr)
+        return 2
     folder = args.out or replays_dir(cfg.runs_dir, cfg.run_name) / "play"
     env = build_env(eval_env_config(cfg.env))
+    if args.viser:
+        try:
+            watch_live(env, args.viser, cfg.run_name, args.speed, out)
+        except (OSError, ValueError) as exc:
+            print(f"royalefleet play: --viser {args.viser}: {exc}", file=sys.stderr)
+            env.close()
+            return 2
     per_seat = (args.games + 1) // 2
     wins = losses = draws = 0
     try:
