@@ -54,7 +54,7 @@ def cmd_clone(args, out=None) -> int:
 
     out = out or sys.stdout
     say = lambda s: (out.write(s + "\n"), out.flush())  # noqa: E731
-    cfg = run_config(args)
+    cfg = run_config(args, must_exist=True)
     run = RunDir.of(cfg.runs_dir, cfg.run_name)
     settings = CloneSettings(**{f.name: getattr(args, f.name) for f in fields(CloneSettings)})
     try:
@@ -86,7 +86,22 @@ def cmd_clone(args, out=None) -> int:
     sid = write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say)
     say(f"royalefleet clone: wrote snap:{sid}; play it with `royalefleet eval snap:{sid} scripted:random_legal "
         f"--games 200 --run-name {cfg.run_name}`")
+    say("royalefleet clone: to hold it in a new run's pool from the first iteration (never evicted), add to that "
+        "run's config: " + seed_entry(run.snapshots / sid))
     return 0
+
+
+def seed_entry(folder) -> str:
+    """The ``ladder.pool.seed_snapshots`` config (JSON) that seeds a run's pool with the snapshot
+    in ``folder`` (shared/config.py SeedSnapshot: path, the sha256 of actor.safetensors, weight 1)."""
+    import hashlib
+    import json
+
+    from services.checkpoint.snapshots import ACTOR
+
+    digest = hashlib.sha256((folder / ACTOR).read_bytes()).hexdigest()
+    return json.dumps({"ladder": {"pool": {"seed_snapshots": [{"path": str(folder), "sha256": digest,
+                                                                  "weight": 1.0}]}}})
 
 
 def chance_agreement(rows, codec) -> float:

@@ -311,7 +311,7 @@ def cmd_list(args, out=None) -> int:
     from shared.run_dir import RunDir
 
     out = out or sys.stdout
-    cfg = run_config(args)
+    cfg = run_config(args, must_exist=True)
     root = RunDir.of(cfg.runs_dir, cfg.run_name).demos
     names = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.endswith(".partial")) \
         if root.is_dir() else []
