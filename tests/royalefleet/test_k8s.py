@@ -465,3 +465,75 @@ def test_alive_imports_neither_yaml_nor_torch():
             "assert 'torch' not in sys.modules and 'numpy' not in sys.modules, sorted(sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert p.returncode == 0, p.stderr
+
+
+# ----------------------------------------------------------------------------- the Secrets as a pod sees them
+
+
+def kubelet_secret_volume(folder: Path, secret: dict, version: str) -> None:
+    """Lay ``secret`` out as the kubelet mounts a Secret volume: the files in a timestamped
+    folder, ``..data`` a symlink to it, and each key a symlink through ``..data``; a later
+    version swaps ``..data`` atomically (how an applied Secret reaches a running pod)."""
+    folder.mkdir(exist_ok=True)
+    stamp = folder / f"..{version}"
+    stamp.mkdir()
+    for key, value in secret["data"].items():
+        (stamp / key).write_bytes(base64.b64decode(value))
+    tmp = folder / "..data_tmp"
+    tmp.symlink_to(stamp.name)
+    os.replace(tmp, folder / "..data")
+    for key in secret["data"]:
+        if not (folder / key).is_symlink():
+            (folder / key).symlink_to(f"..data/{key}")
+
+
+def test_a_server_admits_clients_from_the_mounted_allow_list_and_a_host_added_later(tmp_path):
+    """The learner's view of the two Secrets (royalefleet keys --k8s-secrets): the allow-list at
+    its own path through ROYALEFLEET_CURVE_CLIENTS_DIR admits the local client, and a host
+    added later (a new version of the Secret, swapped in by the kubelet) is admitted without a
+    restart while a stranger still gets nothing."""
+    import zmq
+    import zmq.auth
+
+    from royalefleet.cmd_keys import ensure_keys
+    from shared import transport
+
+    folder = tmp_path / "keys"
+    ensure_keys(str(folder))
+    curve, clients = key_secrets(str(folder))["items"]
+    kubelet_secret_volume(tmp_path / "pod-keys", curve, "v1")
+    kubelet_secret_volume(tmp_path / "pod-clients", clients, "v1")
+    environ = {"ROYALEFLEET_CURVE_DIR": str(tmp_path / "pod-keys"),
+               "ROYALEFLEET_CURVE_CLIENTS_DIR": str(tmp_path / "pod-clients")}
+    ctx = zmq.Context()
+    socks = []
+    try:
+        server = transport.bind_router("tcp://127.0.0.1:*", ctx=ctx, curve=transport.curve_server_keys(environ))
+        socks.append(server)
+        address = server.getsockopt_string(zmq.LAST_ENDPOINT)
+
+        def ask(client_secret: Path, payload: bytes, wait_ms: int = 5000) -> bool:
+            sock = transport.connect_dealer(address, ctx=ctx, curve=transport.CurveClient(
+                str(client_secret), str(tmp_path / "pod-keys" / "server.key")))
+            socks.append(sock)
+            sock.send(payload)
+            if not server.poll(wait_ms, zmq.POLLIN):
+                return False
+            return server.recv_multipart()[1] == payload
+
+        assert ask(tmp_path / "pod-keys" / "client.key_secret", b"local")
+        ensure_keys(str(folder), ["box3"])  # royalefleet keys --host box3 --k8s-secrets | kubectl apply -f -
+        assert not ask(folder / "hosts/box3/client.key_secret", b"too early", wait_ms=1500)
+        _, clients = key_secrets(str(folder))["items"]
+        kubelet_secret_volume(tmp_path / "pod-clients", clients, "v2")
+        assert ask(folder / "hosts/box3/client.key_secret", b"box3")
+        zmq.auth.create_certificates(str(tmp_path), "stranger")
+        assert not ask(tmp_path / "stranger.key_secret", b"stranger", wait_ms=1500)
+    finally:
+        transport.stop_curve(ctx)
+        for s in socks:
+            s.close(0)
+        for t in threading.enumerate():  # each refusal watcher closes its monitor once its socket is gone
+            if t.name == "curve-refusal-watch":
+                t.join(5)
+        ctx.term()
