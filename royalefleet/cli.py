@@ -200,8 +200,14 @@ def cmd_identity(args) -> int:
     import msgspec
 
     from royalefleet.identity_cmd import identity_for
+    from royalefleet.start_config import _where, flag_overrides
+    from shared.recorded_config import recorded_doc
 
-    cfg = _load(args)
+    doc = None
+    if args.config is None and args.profile is None:  # an existing run: its own config, not the machine's
+        overrides = flag_overrides(args)
+        doc = recorded_doc(*_where(args, overrides))
+    cfg = load_config(doc, overrides=flag_overrides(args) or None) if doc is not None else _load(args)
     ident, rid = identity_for(cfg)
     print(msgspec.json.format(msgspec.json.encode(ident), indent=2).decode())
     print(f"run_id {rid}")
@@ -314,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     idp = sub.add_parser("identity", help="print the run identity and run id a config gives on this machine",
                          description="Builds one battle to read the engine build and the observation layout, "
-                         "decides the codec table, and prints the RunIdentity and its run id.")
+                         "decides the codec table, and prints the RunIdentity and its run id: of RUN's own "
+                         "config.json when the run exists and neither --config nor --profile is given.")
+    add_run_argument(idp)
     common(idp)
     idp.set_defaults(func=cmd_identity)
 

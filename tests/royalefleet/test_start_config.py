@@ -196,3 +196,16 @@ def test_a_compose_learner_with_drift_allowed_takes_the_given_config_and_records
     said = []
     assert for_learner(changed, str(runs), allow_identity_drift=True, say=said.append) == changed
     assert said == [] and (runs / "default" / "config.json").read_bytes() == dump_config(changed)
+
+
+def test_identity_RUN_is_the_identity_of_the_runs_own_config(tmp_path, monkeypatch, capsys):
+    import royalefleet.identity_cmd
+
+    monkeypatch.setattr(shared.config, "default_profile_name", lambda: "laptop")
+    seen = []
+    monkeypatch.setattr(royalefleet.identity_cmd, "identity_for", lambda cfg: (seen.append(cfg), ({}, "x"))[1])
+    runs = tmp_path / "runs"
+    made = record(runs, "r1", {"profile": "cpu", "master_seed": 5, "services": {"wire_codec": 1}})
+    assert cli.main(["identity", "r1", "--runs-dir", str(runs)]) == 0
+    assert seen == [made]
+    assert capsys.readouterr().out.endswith("run_id x\n")
