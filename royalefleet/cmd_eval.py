@@ -10,11 +10,13 @@ A player is a snapshot of the run (``snap:<snapshot_id>``, or the bare 16-hex id
 ``scripted:first-affordable``, ``scripted:defend``, ``scripted:push``, ``scripted:patient``); ``latest`` and
 ``champion`` name a snapshot (``royalefleet/players.py``); A and B default to ``latest`` and
 ``scripted:random_legal``. Any player followed by ``+search:N[:D]`` searches at its choice
-decisions (``services/evaluator/searched.py``), and the search's cost is printed after the score. The games are the evaluators' games
+decisions (``services/evaluator/searched.py``), and the search's cost is printed after the score.
+``--record N`` writes the first N games as traces and pages (``<run>/replays/eval`` unless
+``--out``), the evaluators' recorder: recording changes no action. The games are the evaluators' games
 (``services.evaluator.games``): full matches on the first ceil(N / 2) seeds of the run's fixed
 evaluation seed set, each seed with A blue then A red, actions from the streams of job
 ``--job`` (default 0). Prints A's score (a draw counts half) with its Wilson 95 % interval.
-Writes nothing.
+Writes nothing unless asked to record (``--record``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from royalefleet.players import DEFAULT_OPPONENT, LATEST, LocalPlayers, resolve
 from royalefleet.run_options import add_run_options, run_config, run_name_of
@@ -41,6 +44,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     ep.add_argument("b", nargs="?", default=DEFAULT_OPPONENT, help=f"player B (default {DEFAULT_OPPONENT})")
     ep.add_argument("--games", type=int, default=20, help="battles to play, both sides of ceil(N/2) seeds (default 20)")
     ep.add_argument("--job", type=int, default=0, help="job id naming the action streams (default 0)")
+    ep.add_argument("--record", type=int, default=0, metavar="N",
+                    help="write the first N games as RoyaleGym traces and HTML pages, as play does (default 0)")
+    ep.add_argument("--out", type=Path, help="folder for the recorded games (default <run>/replays/eval)")
     add_run_options(ep)
     ep.set_defaults(func=cmd_eval)
     return ep
@@ -81,9 +87,11 @@ def cmd_eval(args, out=None) -> int:
             out.write(f"  {done}/{total} games, {time.monotonic() - t0:.0f} s\n")
             out.flush()
 
+    traces: list = []
     records = play_job(env, loaded, job=args.job, a=a, b=b, seeds=seeds,
                        seed_set=eval_seed_set(cfg.master_seed, count), master_seed=cfg.master_seed,
-                       decision_ms=cfg.env.decision_ms, on_game=progress)
+                       decision_ms=cfg.env.decision_ms, on_game=progress, record_games=max(0, args.record),
+                       traces=traces)
     sides = side_scores(records, a, b, seeds)
     n = sides.size
     total = float(sides.sum())
@@ -91,6 +99,19 @@ def cmd_eval(args, out=None) -> int:
     wins, draws = int((sides == 1.0).sum()), int((sides == 0.5).sum())
     out.write(f"{a} vs {b}: score {total / n:.4f} over {n} games ({wins} won, {draws} drawn, {n - wins - draws} lost; "
               f"{n_seeds} seeds x 2 sides), Wilson 95 % interval [{lo:.4f}, {hi:.4f}]\n")
+    if traces:
+        from shared.replays import replays_dir, write_game
+
+        folder = args.out or replays_dir(cfg.runs_dir, cfg.run_name) / "eval"
+        try:
+            for seed, side, trace in traces:
+                blue, red = (a, b) if side == 0 else (b, a)
+                _, html = write_game(folder, f"job{args.job}-seed{seed}-{'a_blue' if side == 0 else 'a_red'}", trace,
+                                     title=f"{blue} (blue) vs {red} (red), evaluation seed {seed}")
+                out.write(f"  recorded seed {seed}, A {'blue' if side == 0 else 'red'}: {html}\n")
+        except OSError as exc:
+            print(f"royalefleet eval: cannot write the recorded games to {folder}: {exc}", file=sys.stderr)
+            return 2
     elapsed = time.monotonic() - t0
     for p in dict.fromkeys((a, b)):
         line = search_line(loaded[p], n, elapsed)

@@ -50,6 +50,7 @@ class Viewer(threading.Thread):
                 pass
 
 
+@pytest.mark.slow
 def test_play_streams_every_tick_of_its_match_to_a_viewer_that_said_hello(tmp_path, capsys):
     (tmp_path / "watch").mkdir()  # a named run must exist (scripted players need nothing of it)
     port = free_udp_port()

@@ -97,3 +97,19 @@ def test_eval_prints_what_the_search_cost_and_refuses_a_bad_suffix(tmp_path, cap
     out = capsys.readouterr().out
     assert "scripted:random_legal+search:2:3 vs scripted:noop: score" in out
     assert "  scripted:random_legal+search:2:3: " in out and "searched decisions/s" in out
+
+
+def test_eval_record_writes_the_first_games_as_pages_and_changes_no_score(tmp_path, capsys):
+    from royalefleet.cli import main
+
+    base = ["scripted:random_legal", NOOP, "--games", "2", "--profile", "tiny", "--runs-dir", str(tmp_path)]
+    assert main(["eval", *base]) == 0
+    plain = capsys.readouterr().out.splitlines()
+    assert main(["eval", *base, "--record", "1", "--out", str(tmp_path / "pages")]) == 0
+    recorded = capsys.readouterr().out.splitlines()
+    score = [line for line in plain if " vs scripted:noop: score " in line]
+    assert score and score == [line for line in recorded if " vs scripted:noop: score " in line]
+    page = tmp_path / "pages" / "job0-seed0-a_blue.html"
+    assert f"  recorded seed 0, A blue: {page}" in recorded
+    assert page.is_file() and (tmp_path / "pages" / "job0-seed0-a_blue.msgpack").is_file()
+    assert sorted(p.name for p in (tmp_path / "pages").iterdir()) == ["job0-seed0-a_blue.html", "job0-seed0-a_blue.msgpack"]
