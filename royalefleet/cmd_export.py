@@ -26,7 +26,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "royalefleet.load_bot(OUT) (README, 'Your bot in your own code').")
     xp.add_argument("player", help="the snapshot: snap:<id>, its bare 16-hex id, latest or champion")
     xp.add_argument("out", type=Path, help="the folder to write (must not hold a bot already)")
-    add_run_options(xp, "the run whose snapshot is exported (overrides the config)")
+    add_run_options(xp)
     xp.set_defaults(func=cmd_export)
     return xp
 
@@ -35,11 +35,11 @@ def cmd_export(args, out=None) -> int:
     from royalefleet.bot import BotRefused, export_bot, load_bot
 
     out = out or sys.stdout
-    cfg = run_config(args)
     try:
+        cfg = run_config(args, must_exist=True)
         bot = load_bot(args.player, config=cfg)
         folder = export_bot(bot, args.out)
-    except (BotRefused, ValueError, OSError) as exc:
+    except (BotRefused, ValueError, OSError) as exc:  # RunNotFound and ConfigError are ValueErrors
         print(f"royalefleet export: {exc}", file=sys.stderr)
         return 2
     out.write(f"exported {bot.id} (run {cfg.run_name!r}, iteration {bot.manifest.iteration}) to {folder}; "
