@@ -133,7 +133,7 @@ def inference_capacity(cfg: RunConfig, fleet_sizes=(1, 2, 4, 8), n_rounds: int =
     import torch
 
     from royalefleet.bench_wire import real_rounds
-    from services.learner.collect import infer_rounds
+    from services.learner.rounds import infer_rounds
     from services.learner.rectangle import POPCOUNT
     from shared.nn.model import ActorCritic
     from shared.nn.policy import Policy

@@ -39,7 +39,7 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "throughput/env_steps_per_second": ("decisions/s", "battle decisions / collection seconds"),
     "throughput/rollout_idle_frac": ("ratio", "mean over the rollouts present at this row and the last of the share of "
                                      "the wall time between them they were not stepping (from a Step sent to the "
-                                     "shard's next round; services/learner/fleet_idle.py); absent at a process's "
+                                     "shard's next round; services/learner/fleet.py IdleMeter); absent at a process's "
                                      "first row"),
     "throughput/inference_batch_rows_mean": ("rows", "mean learner rows per central-inference actor forward of the "
                                              "collection (batched inference: every ready round at once in the "

@@ -1,4 +1,4 @@
-"""Stage 3 of an iteration: the value pass and GAE over a collected rectangle.
+"""Steps 3-4 of an iteration (docs/iteration.md): the value pass and GAE over a collected rectangle.
 
 One no-grad critic pass over every learner cell of rows 0..T and over the truncated episodes'
 final observations, the batch judged (non-finite values or rewards are counted, and the update

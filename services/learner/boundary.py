@@ -1,4 +1,4 @@
-"""Stage 1 of an iteration, the boundary: wait for the rollouts, fix the slot map and the
+"""Step 1 of an iteration, the boundary: wait for the rollouts, fix the slot map and the
 rectangle's shape, ask for the plan and send it (docs/iteration.md, step 1)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from shared.messages import Plan, PlanRequest
 if TYPE_CHECKING:
     from prometheus_client import Counter
 
-    from services.learner.collect import Collector
+    from services.learner.rounds import Collector
     from services.learner.fleet import Member
     from services.learner.parts import IterationState, Say
     from services.learner.service import Learner

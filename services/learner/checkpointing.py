@@ -1,4 +1,5 @@
-"""The learner's side of a checkpoint: one component per folder, each owning its save and load.
+"""The learner's side of a checkpoint: one component per folder, each owning its save and load;
+``capture`` and ``restore`` over them, ``save_checkpoint`` to the checkpoint service.
 
 ==================  ==============================================  =========================
 component           files                                           what
@@ -50,18 +51,21 @@ digest no row of its iteration carries holds weights the run's record does not d
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import TYPE_CHECKING
 
 import msgspec
+import numpy as np
 
 from services.learner import battle_states, frame_history
+from shared import transport
+from shared.config import RunConfig
+from shared.identity import RunIdentity
+from shared.messages import CodecTable, SaveCheckpoint, Saved
 from shared.nn.statefiles import (
     bytes_to_module, bytes_to_optimizer, module_to_bytes, optimizer_to_bytes, set_torch_rng_state,
     torch_rng_state,
 )
-from shared.config import RunConfig
-from shared.identity import RunIdentity
-from shared.messages import CodecTable
 
 if TYPE_CHECKING:
     from services.learner.service import Learner
@@ -318,3 +322,32 @@ def described(meta: CheckpointMeta, metrics_path: str) -> tuple[bool, str]:
         return True, ""
     return False, (f"checkpoint of iteration {meta.iteration} holds state {meta.state_digest}, but the metric "
                    f"rows of that iteration describe {', '.join(sorted(set(digests)))}")
+
+
+def save_checkpoint(learner: Learner, snapshot: Snapshot, attempts: int = 3) -> bool:
+    """Send ``snapshot`` to the checkpoint service (``attempts`` tries, a pause between them);
+    True once saved. A failure is said and counted (``state.failed_saves``), never raised."""
+    names = list(snapshot.files)
+    for attempt in range(1, attempts + 1):
+        try:
+            req = SaveCheckpoint(request_id=learner.parts.ckpt.next_id(), run_name=learner.parts.cfg.run_name,
+                                 iteration=snapshot.iteration, names=names, meta=snapshot.meta,
+                                 token=learner.parts.ckpt_token)
+            reply, _ = learner.parts.ckpt.request(req, {n: np.frombuffer(snapshot.files[n], np.uint8) for n in names})
+            if isinstance(reply, Saved):
+                learner.state.saved_iteration = snapshot.iteration
+                learner.state.failed_saves = 0
+                learner.parts.say(f"learner: checkpoint of iteration {snapshot.iteration} written to {reply.path}")
+                return True
+            learner.parts.say(f"learner: checkpoint service refused the save ({getattr(reply, 'reason', reply)}); "
+                     f"attempt {attempt}/{attempts}")
+        except transport.ServiceTimeout as exc:
+            learner.parts.say(f"learner: checkpoint save failed ({exc}); attempt {attempt}/{attempts}, state kept in memory")
+        if attempt < attempts:
+            time.sleep(min(2.0 * attempt, 5.0))
+    learner.parts.metrics.checkpoint_failures.inc()
+    learner.state.failed_saves += 1
+    learner.parts.say(f"learner: checkpoint of iteration {snapshot.iteration} NOT written after {attempts} attempts "
+             f"({learner.state.failed_saves} failed save(s) in a row; the learner halts at "
+             f"checkpoint.max_failed_saves = {learner.parts.cfg.checkpoint.max_failed_saves}); the state stays in memory")
+    return False

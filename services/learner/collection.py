@@ -1,8 +1,8 @@
-"""Stages 1-2 of an iteration: the boundary and the collection with central inference, as one
+"""Steps 1-2 of an iteration (docs/iteration.md): the boundary and the collection with central inference, as one
 unit (``collect_iteration``) that returns a ``Collected``: everything the value pass, the
 update and the row read about the rectangle.
 
-The rounds themselves (filing, inference, Steps, lost shards) are ``services/learner/collect.py``;
+The rounds themselves (filing, inference, Steps, lost shards) are ``services/learner/rounds.py``;
 the boundary (rollouts, slot map, plan) is ``services/learner/boundary.py``.
 """
 
@@ -13,14 +13,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from services.learner.boundary import send_plans
-from services.learner.collect import CollectStats
 from services.learner.fleet import SlotMap
 from services.learner.frozen import FrozenCounts
 from services.learner.rectangle import Rectangle
-from services.learner.row_keys import evaluate_schedules
+from services.learner.rounds import CollectStats
+from shared.config import RunConfig
+from shared.schedules import value_at
 
 if TYPE_CHECKING:
     from services.learner.service import Learner
+
+
+def evaluate_schedules(cfg: RunConfig, env_steps: int) -> dict[str, float]:
+    """Every scheduled scalar, once, at the top of an iteration: the reward, GAE and the metric
+    row then use one number each (seed 004, ScheduleState)."""
+    return {
+        "gamma": value_at(cfg.advantage.gamma, env_steps),
+        "ent_coef": value_at(cfg.ppo.ent_coef, env_steps),
+        "ent_coef_noop": value_at(cfg.ppo.ent_coef_noop, env_steps),
+    }
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from services.learner import resume
+from services.learner import checkpointing, resume
 from services.learner.halt import HALTED_FILE, mark_halted
 from services.learner.stops import AlarmHalt, SaveHalt, StopRequested
 from shared import transport
@@ -117,7 +117,7 @@ def shutdown(learner: Learner, save: bool = True) -> None:
         learner.parts.pool.deliver_episodes([], learner.state.iteration)
     snapshot = learner.state.snapshot
     if save and snapshot is not None and learner.state.saved_iteration < snapshot.iteration:
-        resume.save_checkpoint(learner, snapshot)
+        checkpointing.save_checkpoint(learner, snapshot)
     elif save and snapshot is None and learner.state.saved_iteration < 0:
         learner.parts.say("learner: no iteration finished; nothing to checkpoint")
     learner.parts.ladder.close()

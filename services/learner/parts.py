@@ -27,11 +27,11 @@ if TYPE_CHECKING:  # annotations only: importing this module builds nothing and 
     from services.learner.alarms import AlarmMonitor
     from services.learner.battle_states import BattleStateBook
     from services.learner.checkpointing import Snapshot
-    from services.learner.collect import Collector
+    from services.learner.rounds import Collector
     from services.learner.curves import TensorBoardCurves
     from services.learner.dqn.learner import DqnLearner
     from services.learner.fleet import Fleet
-    from services.learner.fleet_idle import IdleMeter
+    from services.learner.fleet import IdleMeter
     from services.learner.frame_history import FrameHistory, NoFrameHistory
     from services.learner.frozen import FrozenActors
     from services.learner.halt import HaltEndpoint
@@ -112,7 +112,7 @@ class IterationState:
     saved_iteration: int = -1
     """The newest iteration with a checkpoint written (-1: none)."""
     failed_saves: int = 0
-    """Checkpoint saves failed in a row (``resume.save_checkpoint``); ``checkpoint.max_failed_saves`` halts."""
+    """Checkpoint saves failed in a row (``checkpointing.save_checkpoint``); ``checkpoint.max_failed_saves`` halts."""
     snapshot: Snapshot | None = None
     """The in-memory checkpoint of the state the last row describes."""
     overlapped: OverlappedCollection | None = None

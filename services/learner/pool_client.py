@@ -10,17 +10,19 @@ iteration.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import msgspec
 import numpy as np
 
 from services.learner.episode_courier import EpisodeCourier
 from services.learner.ladder_status import LadderStatusPoller
-from services.learner.strength_hook import request_strength
 from shared import transport
 from shared.config import RunConfig
 from shared.matchmaking import plan_assignments, role_counts
-from shared.messages import AdmitCandidate, Admitted, PlanReply, PlanRequest, SaveSnapshot, SnapshotSaved, snapshot_of
+from shared.messages import (
+    Ack, AdmitCandidate, Admitted, MeasureStrength, PlanReply, PlanRequest, SaveSnapshot, SnapshotSaved, snapshot_of,
+)
 
 
 class PoolClient:
@@ -88,7 +90,7 @@ class PoolClient:
         """A frozen copy of ``actor`` (fp16, no critic, no optimizer) into the snapshot store:
         offered to the pool as a ``candidate`` every ``ladder.pool.candidate_every_env_steps``,
         and/or measured against the scripted anchors (``strength``) every
-        ``evaluation.strength.every_iterations`` (services/learner/strength_hook.py)."""
+        ``evaluation.strength.every_iterations`` (``strength_due``, below)."""
         from shared.nn.statefiles import module_to_bytes
 
         blob = module_to_bytes(copy.deepcopy(actor).half())
@@ -154,3 +156,32 @@ class PoolClient:
                         self.ckpt, self.ladder, self.say, token=self.ckpt_token)
         except SeedRefused as exc:
             raise SystemExit(f"learner: refusing to start: {exc}")
+
+
+# ----------------------------------------------------------------------------- the standing strength measurement
+# (evaluation.strength): which iterations are measured, and the one request that hands a stored
+# snapshot to the ladder (services/ladder/strength.py plans and plays it; the learner never waits).
+
+
+def strength_due(every_iterations: int, iteration: int) -> bool:
+    """True when ``iteration`` (>= 1) is measured: a multiple of ``every_iterations`` (0: never)."""
+    return every_iterations > 0 and iteration > 0 and iteration % every_iterations == 0
+
+
+def request_strength(client, run_name: str, snapshot_id: str, *, iteration: int, env_steps: int, timesteps: int,
+                     timeout_s: float, say: Callable[[str], None]) -> None:
+    """Send MeasureStrength for a stored snapshot over the learner's ladder ``client`` with a short
+    deadline; say what came of it (a timeout or refusal is said, never raised: strength is
+    reported, never needed)."""
+    try:
+        reply, _ = client.request(MeasureStrength(request_id=client.next_id(), run_name=run_name,
+                                                  snapshot_id=snapshot_id, env_steps=env_steps, iteration=iteration,
+                                                  timesteps=timesteps), timeout_s=timeout_s)
+    except transport.ServiceTimeout as exc:
+        say(f"learner: strength snapshot snap:{snapshot_id} not handed to the ladder: {exc}")
+        return
+    if isinstance(reply, Ack):
+        say(f"learner: strength snapshot snap:{snapshot_id} of iteration {iteration}: the ladder planned "
+            f"{reply.count} evaluation jobs")
+    else:
+        say(f"learner: the ladder refused strength snapshot snap:{snapshot_id}: {getattr(reply, 'reason', reply)}")

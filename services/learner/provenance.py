@@ -2,7 +2,7 @@
 
 A learner seat's action at cycle ``t`` of iteration ``i`` is the inverse-CDF sample, on uniform
 ``stream("act/iteration/{i}/cycle/{t}").random(R)[slot]``, of the actor's forward over the
-shard-round's choice rows (services/learner/collect.py); a frozen seat's the same with stream
+shard-round's choice rows (services/learner/rounds.py); a frozen seat's the same with stream
 ``act/frozen/iteration/{i}/cycle/{t}`` and its snapshot's actor, rows grouped by snapshot
 (services/learner/frozen.py). To play such a seat again one needs, per decision: the
 iteration, the cycle, the slot, the actor's weights, and (measured: a CPU forward rounds a
@@ -110,7 +110,7 @@ class ProvenanceTracker:
         (a fresh member's cycle 0). ``inferred``: per forward kind (the learner's rows, the
         frozen rows), (global slots, legal counts, actions, snapshot id per row or None[, place]);
         ``place`` (offset, total), when the learner's rows shared a batched forward with other
-        rounds' (``collect.infer_rounds``): the forward's choice rows and where this round's began.
+        rounds' (``rounds.infer_rounds``): the forward's choice rows and where this round's began.
         On the per-round path: one pass over the shard's battles, plain ints, no structs."""
         positions = slots[::2] // 2
         it = self.iteration

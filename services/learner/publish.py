@@ -1,4 +1,4 @@
-"""Stages 6-7 of an iteration: the row published with the checkpoint of the state it describes
+"""Steps 6-7 of an iteration: the row published with the checkpoint of the state it describes
 (docs/iteration.md, steps 6 and 7).
 
 In order: the finished episodes to the ladder's result log (held while it does not answer),
@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from services.learner import checkpointing, metric_log, resume
+from services.learner import checkpointing, metric_log
 from services.learner.row import write_row
 from services.learner.stops import AlarmHalt, SaveHalt
 from shared.config import dump_config
@@ -61,7 +61,7 @@ def publish(learner: Learner, c: Collected, row: dict, reported: list) -> dict:
     verdict = learner.parts.alarms.observe(row)
     # A row the disk refused lives only in the snapshot now: its checkpoint is due.
     if verdict.halt_due or it % cfg.checkpoint.every_iterations == 0 or not row_written:
-        resume.save_checkpoint(learner, learner.state.snapshot)
+        checkpointing.save_checkpoint(learner, learner.state.snapshot)
         if learner.state.failed_saves >= cfg.checkpoint.max_failed_saves:
             raise SaveHalt(f"halted at iteration {it}: {learner.state.failed_saves} checkpoint saves in a row failed "
                            f"(checkpoint.max_failed_saves = {cfg.checkpoint.max_failed_saves}); "

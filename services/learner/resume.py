@@ -1,54 +1,25 @@
-"""Checkpoint and resume: the learner's saves to the checkpoint service, the resume from the
-newest checkpoint that verifies (identity, described-by-a-row, state digest), and the halt
-record a restart must respect. What a checkpoint holds is ``services/learner/checkpointing.py``.
+"""The resume: from the newest checkpoint that verifies (identity, described-by-a-row, state
+digest), and the halt record a restart must respect. What a checkpoint holds, and its save to
+the checkpoint service, is ``services/learner/checkpointing.py``.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from typing import TYPE_CHECKING
 
 import msgspec
-import numpy as np
 
 from services.learner import checkpointing, metric_log
 from services.learner.halt import read_halt_mark
 from shared import transport
 from shared.config import config_differences
 from shared.identity import identity_differences
-from shared.messages import Loaded, LoadLatest, NotFound, SaveCheckpoint, Saved
+from shared.messages import Loaded, LoadLatest, NotFound
 from shared.run_dir import RunDir
 
 if TYPE_CHECKING:
     from services.learner.service import Learner
-
-
-def save_checkpoint(learner: Learner, snapshot: checkpointing.Snapshot, attempts: int = 3) -> bool:
-    names = list(snapshot.files)
-    for attempt in range(1, attempts + 1):
-        try:
-            req = SaveCheckpoint(request_id=learner.parts.ckpt.next_id(), run_name=learner.parts.cfg.run_name,
-                                 iteration=snapshot.iteration, names=names, meta=snapshot.meta,
-                                 token=learner.parts.ckpt_token)
-            reply, _ = learner.parts.ckpt.request(req, {n: np.frombuffer(snapshot.files[n], np.uint8) for n in names})
-            if isinstance(reply, Saved):
-                learner.state.saved_iteration = snapshot.iteration
-                learner.state.failed_saves = 0
-                learner.parts.say(f"learner: checkpoint of iteration {snapshot.iteration} written to {reply.path}")
-                return True
-            learner.parts.say(f"learner: checkpoint service refused the save ({getattr(reply, 'reason', reply)}); "
-                     f"attempt {attempt}/{attempts}")
-        except transport.ServiceTimeout as exc:
-            learner.parts.say(f"learner: checkpoint save failed ({exc}); attempt {attempt}/{attempts}, state kept in memory")
-        if attempt < attempts:
-            time.sleep(min(2.0 * attempt, 5.0))
-    learner.parts.metrics.checkpoint_failures.inc()
-    learner.state.failed_saves += 1
-    learner.parts.say(f"learner: checkpoint of iteration {snapshot.iteration} NOT written after {attempts} attempts "
-             f"({learner.state.failed_saves} failed save(s) in a row; the learner halts at "
-             f"checkpoint.max_failed_saves = {learner.parts.cfg.checkpoint.max_failed_saves}); the state stays in memory")
-    return False
 
 
 def resume_run(learner: Learner) -> None:

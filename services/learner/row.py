@@ -1,6 +1,7 @@
-"""Stage 5 of an iteration: the metric row (every key is in ``shared/metric_schema.py``),
-written to ``runs/<run>/metrics.jsonl``, exported on ``/metrics`` and printed as the progress
-line. Its pure pieces are ``services/learner/row_keys.py``."""
+"""Step 6 of an iteration (docs/iteration.md): the metric row (every key is in
+``shared/metric_schema.py``), written to ``runs/<run>/metrics.jsonl``, exported on
+``/metrics`` and printed as the progress line. Its pure measures are
+``services/learner/measures.py``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from services.learner.collection import Collected
 from services.learner.frozen import frozen_metrics
 from services.learner.gae import credit_horizon_seconds
 from services.learner.overlap import lag_metrics
-from services.learner.row_keys import (
+from services.learner.measures import (
     choice_metrics, episode_metrics, lost_cells, play_metrics, progress_line,
 )
 from services.learner.update import UpdateResult

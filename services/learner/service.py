@@ -1,24 +1,24 @@
 """The learner service: owns the policy, collects, trains, reports.
 
-The learner reads as its stages, one module each (docs/iteration.md); ``Learner.run_iteration``
-and ``train_and_report`` below call them in order:
+The learner reads as the steps of docs/iteration.md, one module each; ``Learner.run_iteration``
+and ``train_and_report`` below call them in order (the numbers are the document's):
 
-1-2. boundary and collection with central inference (``collection.collect_iteration``:
+1-2. the boundary and the collection with central inference (``collection.collect_iteration``:
      ``boundary.py`` takes the rollouts registered now, derives the rectangle, asks the ladder
-     for the plan and sends it; ``collect.Collector`` files the rounds and answers them), or the
+     for the plan and sends it; ``rounds.py`` files the rounds and answers them), or the
      collection an overlapped thread ran during the previous update (``overlap.py``);
-3.   the value pass and GAE (``advantages.values_and_advantages``);
-4.   the PPO update (``update.run_update``), or the DQN stages (``dqn/learner.py``);
-5.   the counters, a pool candidate when due (``pool_client.PoolClient``), the metric row's keys
-     (``row.assemble_row``);
-6-7. the row published with the checkpoint of its state (``publish.publish``: the result log,
-     ``runs/<run>/metrics.jsonl``, ``/metrics``, the alarms, ``resume.save_checkpoint``).
+3-4. the value pass and GAE (``advantages.values_and_advantages``);
+5.   the PPO update (``update.run_update``), or the DQN learner's (``dqn/learner.py``);
+6.   the counters, a pool candidate when due (``pool_client.PoolClient``), the metric row
+     (``row.assemble_row``), published (``publish.publish``: the result log,
+     ``runs/<run>/metrics.jsonl``, ``/metrics``, the alarms);
+7.   with the checkpoint of its state (``checkpointing.capture``, ``checkpointing.save_checkpoint``).
 
-Around them: the start-up wiring (``startup.py``), the loop, the halts and the shutdown
-(``lifecycle.py``), the command line (``cli.py``, which imports this module; never the
-other way round). SIGINT/SIGTERM stop the learner at the next
-safe point: a checkpoint of the state the last metric row describes is written (never weights an
-unwritten row would have to describe), then it exits.
+Around them: the parts (``parts.py``) and the start-up that builds them (``startup.py``), the
+loop, the halts and the shutdown (``lifecycle.py``), the resume (``resume.py``), the command
+line (``cli.py``, which imports this module, never the other way round). SIGINT/SIGTERM stop
+the learner at the next safe point: a checkpoint of the state the last metric row describes is
+written (never weights an unwritten row would have to describe), then it exits.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from __future__ import annotations
 from services.learner import checkpointing, lifecycle, resume, startup
 from services.learner.advantages import values_and_advantages
 from services.learner.boundary import JOIN_WAIT_S, STARTUP_WAIT_S, wait_for_rollouts
-from services.learner.collection import Collected, collect_iteration
+from services.learner.collection import Collected, collect_iteration, evaluate_schedules
 from services.learner.determinism import DeterminismError, apply_determinism
 from services.learner.parts import IterationState, LearnerParts, RunOptions, Say
+from services.learner.pool_client import strength_due
 from services.learner.publish import publish
 from services.learner.row import assemble_row
-from services.learner.row_keys import evaluate_schedules, progress_line
+from services.learner.measures import progress_line
 from services.learner.stops import AlarmHalt, SaveHalt, StopRequested
-from services.learner.strength_hook import strength_due
 from services.learner.update import run_update
 from shared.config import RunConfig
 
@@ -103,7 +103,7 @@ class Learner:
         resume.resume_run(self)
 
     def wait_for_rollouts(self) -> list:
-        """Stage 1's wait (``boundary.wait_for_rollouts``): the members of the next rectangle."""
+        """Step 1's wait (``boundary.wait_for_rollouts``): the members of the next rectangle."""
         p = self.parts
         return wait_for_rollouts(p.collector, self.state, min_rollouts=self.options.min_rollouts,
                                  round_timeout_s=p.cfg.rollout.round_timeout_s,
@@ -112,7 +112,7 @@ class Learner:
     # ------------------------------------------------------------------ one iteration, stage by stage
 
     def run_iteration(self) -> dict:
-        """One iteration; returns its metric row. Stages 1-2 here (or, under ``rollout.overlap``,
+        """One iteration; returns its metric row. Steps 1-2 here (or, under ``rollout.overlap``,
         the rectangle collected while the previous iteration trained), 3-7 in ``train_and_report``.
         Raises StopRequested when a stop ended the collection (nothing trains on it)."""
         from services.learner.overlap import count_untrained, join_overlap
@@ -133,7 +133,7 @@ class Learner:
         return self.train_and_report(c)
 
     def train_and_report(self, c: Collected) -> dict:
-        """Stages 3-7 over a collected rectangle: values and GAE, the update, the counters and
+        """Steps 3-7 over a collected rectangle: values and GAE, the update, the counters and
         the row's keys, the row published with its checkpoint."""
         from services.learner.overlap import count_untrained, start_overlap
 
@@ -161,7 +161,7 @@ class Learner:
         return publish(self, c, row, reported)
 
     def train(self, c: Collected):
-        """Stages 3-4: (advantages, the update's result, the DQN's row keys or None)."""
+        """Steps 3-5: (advantages, the update's result, the DQN's row keys or None)."""
         p = self.parts
         if p.dqn is not None:
             return p.dqn.train(c)
@@ -174,7 +174,7 @@ class Learner:
         return adv, upd, None
 
     def advance(self, c: Collected, upd) -> list:
-        """Stage 5's counters, and a pool candidate (or a strength snapshot) when due; returns the
+        """Step 6's counters, and a pool candidate (or a strength snapshot) when due; returns the
         learner's finished episodes of the iteration."""
         p, st, it = self.parts, self.state, c.iteration
         st.iteration = it

@@ -27,7 +27,7 @@ from services.learner.admission import HelloLimits
 from services.learner.battle_states import BattleStateBook
 from services.learner.determinism import apply_determinism
 from services.learner.fleet import Fleet
-from services.learner.fleet_idle import IdleMeter
+from services.learner.fleet import IdleMeter
 from services.learner.frame_history import make_frame_history
 from services.learner.frozen import FrozenActors, checkpoint_fetcher
 from services.learner.pool_client import PoolClient
@@ -167,7 +167,7 @@ def welcome(cfg: RunConfig, pf: Preflight, wire_codec: int) -> Welcome:
 def build_collector(cfg: RunConfig, model: dict[str, Any], links: dict[str, Any], say: Say) -> dict[str, Any]:
     """The collector, the frame history, the idle meter and the battle-state book (module
     docstring); ``model`` and ``links``: ``build_model``'s and ``connect``'s parts."""
-    from services.learner.collect import Collector
+    from services.learner.rounds import Collector
     from shared.codec import RowDecompressor
 
     pf = model["pf"]

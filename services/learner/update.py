@@ -1,4 +1,4 @@
-"""Stage 4 of an iteration: the PPO update over a rectangle's trainable rows
+"""Step 5 of an iteration (docs/iteration.md): the PPO update over a rectangle's trainable rows
 (``services/learner/ppo.py``), then the LR backoff's look at its KL.
 
 The seam: ``ppo_batch`` hands the update a typed ``shared.batches.PpoBatch`` (seed 000's

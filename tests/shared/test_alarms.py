@@ -401,7 +401,7 @@ def test_a_bundle_from_a_row_with_lost_rollouts_holds_plain_numbers(tmp_path):
     the bundle's JSON encoding. A row built as the learner builds it, with a lost rollout and a
     halting alarm, goes into a bundle whose every number is a plain JSON number."""
     from services.learner.metric_log import plain_row
-    from services.learner.row_keys import lost_cells as _lost_cells
+    from services.learner.measures import lost_cells as _lost_cells
 
     rect, T = _rectangle_with_lost_rollout()
     lost = _lost_cells(rect, T)

@@ -19,7 +19,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.learner.collect import Collector
+from services.learner.rounds import Collector
 from services.learner.fleet import Fleet
 from shared import transport
 from shared.codec import (

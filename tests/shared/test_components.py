@@ -12,7 +12,7 @@ import msgspec
 import pytest
 import zmq
 
-from services.learner.collect import Collector
+from services.learner.rounds import Collector
 from services.learner.fleet import Fleet
 from shared import components, transport
 from shared.config import ConfigError, load_config

@@ -14,7 +14,7 @@ from torch import nn
 
 from services.learner.metrics import LearnerMetrics
 from services.learner.ppo import UpdateData, ppo_update
-from services.learner.row_keys import episode_metrics as _episode_metrics
+from services.learner.measures import episode_metrics as _episode_metrics
 from shared.config import PPOConfig
 from shared.messages import EpisodeRecord
 from shared.metric_schema import SCHEMA, prometheus_name, schema_key
@@ -84,8 +84,8 @@ def test_every_key_ppo_update_returns_is_in_the_schema(ppo_metrics):
 # ----------------------------------------------------------------------------- the service's keys
 
 
-ROW_MODULES = ("service.py", "publish.py", "row.py", "row_keys.py", "collection.py", "advantages.py", "update.py", "overlap.py",
-               "fleet_idle.py")
+ROW_MODULES = ("service.py", "publish.py", "row.py", "measures.py", "collection.py", "advantages.py", "update.py", "overlap.py",
+               "fleet.py")
 """The learner's stages that write keys of the metric row (services/learner/)."""
 
 
@@ -158,7 +158,7 @@ def test_episode_metrics_by_hand_and_in_the_schema():
 def test_the_pool_win_rate_is_one_key_over_every_snapshot_and_leaves_out_the_no_op_seats():
     import msgspec
 
-    from services.learner.row_keys import progress_line
+    from services.learner.measures import progress_line
 
     def pool(opponent, outcome, battle=0, ordinal=0, **kw):
         return msgspec.structs.replace(ep(opponent, outcome, **kw), role="pool", battle=battle, ordinal=ordinal)

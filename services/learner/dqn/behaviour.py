@@ -57,7 +57,7 @@ def thompson_head(master_seed: int, slot: int, episode: int, heads: int) -> int:
 
 EPISODE_KEYS = ("cycle", "slot", "battle", "seat", "ordinal")
 """The columns of the (n, 5) int64 ``episodes`` array central inference hands a policy that
-``acts_by_episode`` (services/learner/collect.py): each row's rectangle cell (cycle, slot) and
+``acts_by_episode`` (services/learner/rounds.py): each row's rectangle cell (cycle, slot) and
 its episode's identity (battle id, seat, ordinal)."""
 
 MEAN_HEAD = -1
@@ -117,7 +117,7 @@ class DqnBehaviour:
         self.q_rows, self.eps, self.thompson, self.mean_head = q_rows, eps, thompson, mean_head
         self.acts_by_episode = thompson is not None
         self._drawn: dict[tuple[int, int], int] = {}  # (slot, ordinal) -> head, this behaviour's episodes
-        """Whether central inference must pass ``episodes`` (services/learner/collect.py)."""
+        """Whether central inference must pass ``episodes`` (services/learner/rounds.py)."""
         self.last: dict[str, np.ndarray] = {}
 
     @torch.no_grad()

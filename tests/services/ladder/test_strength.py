@@ -13,7 +13,7 @@ from services.ladder.rating import fit_with, games_from_results
 from services.ladder.service import LadderService
 from services.ladder.strength import plan_path, read_plan
 from services.learner.ladder_status import ladder_row
-from services.learner.strength_hook import strength_due
+from services.learner.pool_client import strength_due
 from shared.config import load_config
 from shared.messages import Ack, EvalJob, EvalJobRequest, EvalReport, LadderStatusRequest, MeasureStrength, NoJob
 from tests.services.ladder.test_gate_runner import records_for

@@ -12,10 +12,10 @@ import os
 from services.learner import startup
 from services.learner.alarms import AlarmMonitor
 from services.learner.battle_states import BattleStateBook
-from services.learner.collect import Collector
+from services.learner.rounds import Collector
 from services.learner.curves import TensorBoardCurves
 from services.learner.fleet import Fleet
-from services.learner.fleet_idle import IdleMeter
+from services.learner.fleet import IdleMeter
 from services.learner.frame_history import make_frame_history
 from services.learner.frozen import FrozenActors
 from services.learner.metrics import LearnerMetrics

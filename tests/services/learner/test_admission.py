@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter
 from services.learner.admission import (
     MEMORY_SHARE, RECTANGLE_SLOT_BYTES, ROUND_OVERHEAD_BYTES, HelloLimits, plan_size, rectangle_bytes,
 )
-from services.learner.collect import Collector
+from services.learner.rounds import Collector
 from services.learner.fleet import Fleet
 from shared import transport
 from shared.config import profile

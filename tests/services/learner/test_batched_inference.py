@@ -1,4 +1,4 @@
-"""Batched central inference (services/learner/collect.py ``infer_rounds``): each round's actions
+"""Batched central inference (services/learner/rounds.py ``infer_rounds``): each round's actions
 are drawn from its own uniforms whatever the batch composition; under run_exact each round is
 its own forward (the canonical composition), bit for bit."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from services.learner.collect import infer_rounds
+from services.learner.rounds import infer_rounds
 from shared.config import EnvConfig, tiny
 from shared.nn.model import ActorCritic
 from shared.nn.policy import Policy

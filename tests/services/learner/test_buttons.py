@@ -199,7 +199,7 @@ def test_a_button_press_is_decoded_to_the_engines_button_command(button_env):
 
 
 def test_button_presses_are_counted_over_the_learners_acted_cells():
-    from services.learner.buttons import button_metrics
+    from services.learner.measures import button_metrics
     from services.learner.rectangle import Rectangle
 
     rect = Rectangle(3, 4, 8, 4)

@@ -14,7 +14,7 @@ import pytest
 import zmq
 from prometheus_client import CollectorRegistry, Counter
 
-from services.learner.collect import Collector
+from services.learner.rounds import Collector
 from services.learner.fleet import Fleet, Member
 from services.learner.boundary import JOIN_WAIT_S, wait_for_rollouts
 from services.learner.parts import IterationState

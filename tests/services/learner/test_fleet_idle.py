@@ -1,11 +1,11 @@
-"""Rollout idle fraction: the learner's fleet mean (services/learner/fleet_idle.py) and each
+"""Rollout idle fraction: the learner's fleet mean (services/learner/fleet.py, ``IdleMeter``) and each
 rollout's own windowed gauge (services/rollout/metrics.py), by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.learner.fleet_idle import IdleMeter
+from services.learner.fleet import IdleMeter
 from services.rollout.metrics import IdleWindow, RolloutMetrics
 
 

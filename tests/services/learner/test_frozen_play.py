@@ -22,7 +22,7 @@ import torch
 
 from services.checkpoint.service import CheckpointService, Metrics
 from services.checkpoint.snapshots import SnapshotStore
-from services.learner.collect import Collector
+from services.learner.rounds import Collector
 from services.learner.fleet import Fleet
 from services.learner.frozen import FrozenActors, checkpoint_fetcher
 from services.learner.rectangle import Rectangle

@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 from services.learner import checkpointing
-from services.learner.collect import Collector
+from services.learner.rounds import Collector
 from services.learner.fleet import Fleet
 from services.learner.service import DeterminismError, apply_determinism
 from shared import transport

@@ -14,7 +14,7 @@ import pytest
 
 from services.learner import boundary, lifecycle, startup
 from services.learner.advantages import Advantages
-from services.learner.collect import CollectStats
+from services.learner.rounds import CollectStats
 from services.learner.collection import Collected, collect_iteration
 from services.learner.fleet import Member, SlotMap
 from services.learner.frozen import FrozenCounts
@@ -22,7 +22,7 @@ from services.learner.parts import IterationState, LearnerParts, RunOptions
 from services.learner.publish import publish
 from services.learner.rectangle import Rectangle
 from services.learner.row import assemble_row, write_row
-from services.learner.row_keys import progress_line
+from services.learner.measures import progress_line
 from services.learner.stops import SaveHalt, StopRequested
 from services.learner.update import UpdateResult
 from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, Plan, PlanReply

@@ -243,7 +243,7 @@ def test_the_thompson_behaviour_acts_by_each_rows_episode_head_and_records_it():
 
 
 def test_central_inference_hands_episode_keys_only_to_a_policy_that_acts_by_episode():
-    from services.learner.collect import episode_keys, infer_rounds
+    from services.learner.rounds import episode_keys, infer_rounds
     from services.learner.fleet import SlotMap
     from shared.messages import GROUP_LEARNER
 

@@ -1,27 +1,20 @@
-"""The metric row's pieces that are pure functions of one iteration: schedules, choice and play
-shares, lost cells, episode keys, the progress line (the row itself is assembled in
-``services/learner/row.py``)."""
+"""The metric row's measures that are pure functions of one iteration: choice and play shares,
+ability-button presses, lost cells, episode keys, the progress line (the row itself is
+assembled in ``services/learner/row.py``).
+
+Ability buttons (``env.ability_buttons``): action ``n_grid_actions + k`` presses button k
+(``shared.envs.ObsSpec``); the rollout hands the action to RoyaleGym's ``TileActionParser``,
+which turns it into the engine's button command (``DeployCommand(hand_slot=HAND_SIZE + k)``). A
+press is counted where the learner chose it, over the cells it acted on, whether or not the
+engine then took it (``deploy_status`` says)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from services.learner.buttons import button_metrics
 from services.learner.rectangle import Rectangle
-from shared.config import RunConfig
 from shared.messages import snapshot_of
-from shared.schedules import value_at
 from shared.stats import wilson_interval
-
-
-def evaluate_schedules(cfg: RunConfig, env_steps: int) -> dict[str, float]:
-    """Every scheduled scalar, once, at the top of an iteration: the reward, GAE and the metric
-    row then use one number each (seed 004, ScheduleState)."""
-    return {
-        "gamma": value_at(cfg.advantage.gamma, env_steps),
-        "ent_coef": value_at(cfg.ppo.ent_coef, env_steps),
-        "ent_coef_noop": value_at(cfg.ppo.ent_coef_noop, env_steps),
-    }
 
 
 def choice_metrics(rect: Rectangle, trainable: np.ndarray) -> dict:
@@ -43,7 +36,7 @@ def play_metrics(rect: Rectangle, pf, T: int) -> dict:
     """Where the learner plays: ``policy/tile_top1_share`` (share of its card plays on its most
     used tile: tile spam) and ``policy/card_tile_top10_share`` (share on its ten most used
     (card, tile) pairs: an exploited artefact). Absent when it played no card. With ability
-    buttons, ``policy/button_presses`` counts its presses (services/learner/buttons.py)."""
+    buttons, ``policy/button_presses`` counts its presses (``button_metrics``)."""
     spec = pf.spec
     out = button_metrics(rect, spec)
     acted = rect.acted & (rect.actions > 0) & ~spec.is_button(rect.actions)
@@ -154,3 +147,17 @@ def progress_line(row: dict) -> str:
         f" | update {f('time/update', '.1f')} s | win vs scripted {win} | kl {f('ppo/kl', '.2g')}"
         f" | clip {f('ppo/clip_fraction', '.3f')} | entropy {f('ppo/entropy', '.3f')}{lost}"
     )
+
+
+def button_metrics(rect, spec) -> dict:
+    """``policy/button_presses``: the learner's button actions over its acted cells of
+    ``rect`` (``services.learner.rectangle.Rectangle``), and
+    ``policy/button_presses_accepted``: those the engine accepted (``deploy_status`` 0).
+    Empty for a spec without buttons (``spec.n_buttons`` 0), so such a run's rows are
+    unchanged."""
+    if not getattr(spec, "n_buttons", 0):
+        return {}
+    pressed = rect.acted & spec.is_button(rect.actions)
+    accepted = pressed & rect.step_valid & (rect.deploy_status == 0)
+    return {"policy/button_presses": int(np.count_nonzero(pressed)),
+            "policy/button_presses_accepted": int(np.count_nonzero(accepted))}

@@ -1,4 +1,4 @@
-"""One iteration's rounds (``collect.CollectionRun``) without a socket: a scripted rollout
+"""One iteration's rounds (``rounds.CollectionRun``) without a socket: a scripted rollout
 answers each Step with the next round through a stand-in ``poll``, and every Step sent is
 recorded. The actions are checked against the named uniform stream drawn here by hand."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from services.learner.collect import Arrival, CollectionRun, Collector, FiledRound, HeldRound
+from services.learner.rounds import Arrival, CollectionRun, Collector, FiledRound, HeldRound
 from services.learner.fleet import Fleet, Member
 from services.learner.rectangle import Rectangle
 from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, EngineBuild, Round, Step
