@@ -84,43 +84,6 @@ def compute_gae(
     return advantages.astype(np.float32), returns.astype(np.float32)
 
 
-def compute_gae_reference(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    final_values: np.ndarray,
-    terminated: np.ndarray,
-    truncated: np.ndarray,
-    valid: np.ndarray,
-    gamma: float,
-    lam: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The same quantity one cell at a time in plain Python, slot by slot. Used only by the
-    tests, to check ``compute_gae``."""
-    n_steps, n_slots = np.shape(rewards)
-    advantages = np.zeros((n_steps, n_slots), dtype=np.float32)
-    returns = np.zeros((n_steps, n_slots), dtype=np.float32)
-    for r in range(n_slots):
-        following = 0.0  # A[t+1] of this slot, if the recursion may use it
-        for t in range(n_steps - 1, -1, -1):
-            if not valid[t][r]:
-                following = 0.0
-                continue
-            if terminated[t][r]:
-                next_value = 0.0
-            elif truncated[t][r]:
-                next_value = float(final_values[t][r])
-            else:
-                next_value = float(values[t + 1][r])
-            delta = float(rewards[t][r]) + gamma * next_value - float(values[t][r])
-            episode_goes_on = not terminated[t][r] and not truncated[t][r]
-            next_exists = t + 1 < n_steps and bool(valid[t + 1][r])
-            advantage = delta + gamma * lam * following if episode_goes_on and next_exists else delta
-            advantages[t][r] = advantage
-            returns[t][r] = advantage + float(values[t][r])
-            following = advantage
-    return advantages, returns
-
-
 def credit_horizon_seconds(gamma: float, lam: float, decision_ms: float) -> float:
     """The effective GAE credit horizon, 1 / (1 - gamma * lam) decisions, in seconds.
     0.5 s decisions: gamma 0.997, lam 0.99 -> 38.55 s; the references' lam 0.95 -> ~9.8 s."""

@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from services.learner.gae import compute_gae, compute_gae_reference, credit_horizon_seconds
+from services.learner.gae import compute_gae, credit_horizon_seconds
+from tests.services.learner.gae_reference import compute_gae_reference
 
 # gamma = lam = 0.5 so that gamma * lam = 0.25 and every number below is exact in binary.
 GAMMA, LAM = 0.5, 0.5
