@@ -152,15 +152,15 @@ def cmd_bench(args) -> int:
         return 2
 
     if args.capacity:
-        from royalefleet.bench_scale import run_capacity_bench
+        from royalefleet.bench.scale import run_capacity_bench
 
         return run_capacity_bench(_load(args))
     if args.overlap:
-        from royalefleet.bench_scale import run_overlap_bench
+        from royalefleet.bench.scale import run_overlap_bench
 
         return run_overlap_bench(_load(args), iterations=args.iterations)
     if args.fleet_sizes:
-        from royalefleet.bench_scale import parse_fleet_sizes, run_rollouts_bench
+        from royalefleet.bench.scale import parse_fleet_sizes, run_rollouts_bench
 
         try:
             sizes = parse_fleet_sizes(args.fleet_sizes)
@@ -169,8 +169,8 @@ def cmd_bench(args) -> int:
             return 2
         return run_rollouts_bench(_load(args), sizes, iterations=args.iterations)
     if args.synthetic:
-        from royalefleet.bench_scale import parse_fleet_sizes
-        from royalefleet.bench_synthetic import run_synthetic_bench
+        from royalefleet.bench.scale import parse_fleet_sizes
+        from royalefleet.bench.synthetic import run_synthetic_bench
 
         try:
             sizes = parse_fleet_sizes(args.synthetic, "--synthetic")
@@ -179,7 +179,7 @@ def cmd_bench(args) -> int:
             return 2
         return run_synthetic_bench(_load(args), sizes, iterations=args.iterations)
     if args.wire or args.wire_codec_only:
-        from royalefleet.bench_wire import run_wire_bench
+        from royalefleet.bench.wire import run_wire_bench
 
         return run_wire_bench(_load(args), iterations=args.iterations, repeats=args.wire_repeats,
                               stack=not args.wire_codec_only)
@@ -388,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="--wire: stacks per codec, run 1, 2, 1, 2, ... (default 1)")
     bn.add_argument("--overlap", action="store_true",
                     help="sync against overlapped collection, side by side on the same battles (throughput tier): "
-                    "whole-run rows/s, rollout idle fraction, update seconds (bench_scale.py)")
+                    "whole-run rows/s, rollout idle fraction, update seconds (bench/scale.py)")
     bn.add_argument("--capacity", action="store_true",
                     help="the learner's central inference alone on real rounds, as 1, 2, 4, 8 rollouts answering "
                     "at once: rows/s per round and batched (seconds)")

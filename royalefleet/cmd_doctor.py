@@ -269,7 +269,7 @@ def measure(cfg) -> Measured:
     import numpy as np
     import torch
 
-    from royalefleet.bench_update import legal_counts, real_rows, synthetic_update_data
+    from royalefleet.bench.update import legal_counts, real_rows, synthetic_update_data
     from services.learner.ppo import make_optimizers, ppo_update
     from services.learner.service import evaluate_schedules
     from shared.nn.model import ActorCritic

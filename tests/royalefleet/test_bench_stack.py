@@ -1,4 +1,4 @@
-"""``royalefleet bench``'s scratch stacks (royalefleet/bench.py ``stack_speed``): a stack that a
+"""``royalefleet bench``'s scratch stacks (royalefleet/bench/__init__.py ``stack_speed``): a stack that a
 signal stopped, or whose learner stopped before ``--iterations``, exits 0 like a finished one;
 the bench must not read it as a measurement with no rows (the `--synthetic 8` cpu column that
 printed nan and exited 0, docs/throughput.md). Fake children and fake stacks: no process starts."""

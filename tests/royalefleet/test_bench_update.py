@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from royalefleet.bench_update import (
+from royalefleet.bench.update import (
     FORCED_FRAC_TOLERANCE, head, legal_counts, real_rows, run_update_bench, synthetic_update_data, unlike,
     update_speed, update_table,
 )

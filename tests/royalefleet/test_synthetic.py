@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zmq
 
-from royalefleet.bench_synthetic import bench_config, record, replay
+from royalefleet.bench.synthetic import bench_config, record, replay
 from royalefleet.synthetic import Recording, SyntheticRollout
 from shared import transport
 from shared.config import profile

@@ -412,7 +412,7 @@ def test_a_run_on_codec_2_trains_on_the_same_bytes_as_on_codec_1(tmp_path):
 
 
 def test_the_bench_counts_legality_and_row_bytes_exactly(pf, real_rows):
-    from royalefleet.bench_wire import codec_figures, legality_bytes
+    from royalefleet.bench.wire import codec_figures, legality_bytes
 
     edges = edge_rows(pf, real_rows)
     rows = np.concatenate([edges["real_planes_noop_only"], edges["real_planes_every_action"], edges["all_zero_planes_noop_only"]])

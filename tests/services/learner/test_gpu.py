@@ -50,7 +50,7 @@ def pf():
 
 @pytest.fixture(scope="module")
 def rows(pf):
-    from royalefleet.bench_update import real_rows
+    from royalefleet.bench.update import real_rows
     from shared.config import EnvConfig
 
     return real_rows(EnvConfig(), pf.codec, N_ROWS, seed=29)
@@ -131,7 +131,7 @@ def test_cuda_forward_and_backward_match_the_cpu_within_the_precision(pf, rows, 
 
 
 def test_bf16_ratio_check_has_no_false_halt_in_five_iterations_and_still_fires(pf, rows):
-    from royalefleet.bench_update import legal_counts, synthetic_update_data
+    from royalefleet.bench.update import legal_counts, synthetic_update_data
     from services.learner.alarms import AlarmMonitor
     from services.learner.ppo import UpdateData, make_optimizers, ppo_update
     from shared.config import AlarmConfig, profile
@@ -206,7 +206,7 @@ def _load(files, model, opt_actor, opt_critic) -> None:
 
 
 def test_a_checkpoint_written_on_cuda_loads_on_the_cpu_and_back_with_identical_digests(pf, rows):
-    from royalefleet.bench_update import legal_counts, synthetic_update_data
+    from royalefleet.bench.update import legal_counts, synthetic_update_data
     from services.learner.checkpointing import state_digest
     from services.learner.ppo import make_optimizers, ppo_update
     from shared.config import profile

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from royalefleet.bench_update import legal_counts, real_rows, synthetic_update_data
+from royalefleet.bench.update import legal_counts, real_rows, synthetic_update_data
 from services.learner.alarms import AlarmMonitor
 from services.learner.ppo import make_optimizers, ppo_update
 from shared.alarms import RATIO_ATOL

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from royalefleet.bench_update import real_rows
+from royalefleet.bench.update import real_rows
 from shared.codec import Codec, CodecError
 from shared.config import EnvConfig
 from shared.nn.policy import Policy

@@ -1,4 +1,4 @@
-"""``python -m royalefleet.bench_checkpoint CHECKPOINT_DIR``: what the battles' states add to a checkpoint.
+"""``python -m royalefleet.bench.checkpoint CHECKPOINT_DIR``: what the battles' states add to a checkpoint.
 
 Takes a checkpoint folder written by a run (``runs/<run>/checkpoints/<iteration>``) and times, on
 this machine's disk, the learner's share of a checkpoint with and without the ``battle_states``
@@ -65,7 +65,7 @@ def measure(checkpoint: Path, repeats: int = 9, scratch: str | None = None) -> d
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m royalefleet.bench_checkpoint", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m royalefleet.bench.checkpoint", description=__doc__.splitlines()[0])
     p.add_argument("checkpoint", type=Path, help="a checkpoint folder (runs/<run>/checkpoints/<iteration>)")
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--scratch", help="folder on the disk to time (default: the system's temporary folder)")

@@ -122,7 +122,7 @@ def parse_fleet_sizes(text: str, option: str = "--fleet-sizes") -> list[int]:
 
 def inference_capacity(cfg: RunConfig, fleet_sizes=(1, 2, 4, 8), n_rounds: int = 60, say=print) -> list[dict]:
     """The learner's central inference alone, in process, on real rounds: one shard's real
-    battles (``bench_wire.real_rounds``: real packed rows and masks, both seats random-legal at
+    battles (``bench.wire.real_rounds``: real packed rows and masks, both seats random-legal at
     no-op probability 0.9), replayed as ``k`` rollouts x ``rollout.shards`` shards answering at
     once; per k, learner rows/s and the mean forward, per round (run_exact) and batched
     (throughput, ``rollout.inference_max_batch_rows``). The wire, filing and Steps are not in it:
@@ -132,7 +132,7 @@ def inference_capacity(cfg: RunConfig, fleet_sizes=(1, 2, 4, 8), n_rounds: int =
     import numpy as np
     import torch
 
-    from royalefleet.bench_wire import real_rounds
+    from royalefleet.bench.wire import real_rounds
     from services.learner.rounds import infer_rounds
     from services.learner.rectangle import POPCOUNT
     from shared.nn.model import ActorCritic

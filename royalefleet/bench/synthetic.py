@@ -25,7 +25,7 @@ import tempfile
 
 import msgspec
 
-from royalefleet.bench_scale import _load, summarise
+from royalefleet.bench.scale import _load, summarise
 from royalefleet.synthetic import RECORD_ENV, REPLAY_ENV, Recording
 from shared.config import RunConfig
 
@@ -181,12 +181,12 @@ def run_inference_sweep(cfg: RunConfig, rollouts: int, waits_ms: list[float], ma
 
 
 def main(argv=None) -> int:
-    """``python -m royalefleet.bench_synthetic --sweep``: ``run_inference_sweep`` (figures, not a test)."""
+    """``python -m royalefleet.bench.synthetic --sweep``: ``run_inference_sweep`` (figures, not a test)."""
     import argparse
 
     from shared.config import load_config
 
-    p = argparse.ArgumentParser(prog="python -m royalefleet.bench_synthetic",
+    p = argparse.ArgumentParser(prog="python -m royalefleet.bench.synthetic",
                                 description="Batched inference's two knobs side by side with synthetic rollouts "
                                 "(docs/throughput.md, 'Batched inference: the defaults').")
     p.add_argument("--profile", default="tiny", help="config profile (default %(default)s)")

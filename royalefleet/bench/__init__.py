@@ -1,4 +1,6 @@
-"""``royalefleet bench``: how close the stack comes to the bare environment on this machine.
+"""``royalefleet bench``: how close the stack comes to the bare environment on this machine (the
+bench package: this runner; ``scale``, ``synthetic``, ``update``, ``wire``, ``checkpoint`` and
+``reference`` measure the rest).
 
 Prints, in one run:
 
@@ -10,7 +12,7 @@ Prints, in one run:
   includes start-up effects, is dropped), the update's rows/s;
 * their ratio, and the wire bytes per observation row;
 * the PPO update alone on a synthetic iteration of real observations, ours beside the
-  reference's (RoyaleLearn, when it is installed) on the same batch (``royalefleet.bench_update``).
+  reference's (RoyaleLearn, when it is installed) on the same batch (``royalefleet.bench.update``).
   ``--update-only`` prints this part alone.
 
 A figure, not a test: nothing here passes or fails.
@@ -123,7 +125,7 @@ def incomplete_stack(rows: list[dict], iterations: int, interrupted: bool) -> st
 
 def run_bench(cfg: RunConfig, *, seconds: float, iterations: int, update_only: bool = False, update_batches: int = 1,
               reference: str = "our-size", say=print) -> int:
-    from royalefleet.bench_update import run_update_bench
+    from royalefleet.bench.update import run_update_bench
 
     if update_only:
         return run_update_bench(cfg, batches=update_batches, reference=reference, say=say)

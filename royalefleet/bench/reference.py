@@ -1,8 +1,8 @@
 """The reference's PPO update (RoyaleLearn, PyPI ``royalelearn``), timed on a synthetic iteration.
 
-Run ONLY as its own process, by ``royalefleet.bench_update.reference_speed``::
+Run ONLY as its own process, by ``royalefleet.bench.update.reference_speed``::
 
-    python -m royalefleet.bench_reference --rows 1024 --batch-size 1024 --minibatch-size 256 \
+    python -m royalefleet.bench.reference --rows 1024 --batch-size 1024 --minibatch-size 256 \
         --epochs 3 [--timed-epochs 1] --threads 2 [--net reference|ours] [--forced-rows all|critic_only] \
         [--tier run_exact|throughput]
 
@@ -55,7 +55,7 @@ def _observations(factory, count: int, games: int, seed: int) -> list[dict]:
     """``count`` single-seat observations from real battles, in play order.
 
     Every seat plays a uniformly random legal card whenever one is legal, the no-op otherwise
-    (royalefleet.bench_update.PLAY_NOOP_PROB 0): in a mask with only the no-op set the row is
+    (royalefleet.bench.update.PLAY_NOOP_PROB 0): in a mask with only the no-op set the row is
     forced. The vec env resets a finished battle itself."""
     env = factory.build_vec(games)
     rng = np.random.default_rng(seed)
@@ -194,7 +194,7 @@ def run(rows: int, batch_size: int, minibatch_size: int, epochs: int, timed_epoc
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m royalefleet.bench_reference", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m royalefleet.bench.reference", description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, required=True)
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--minibatch-size", type=int, required=True)

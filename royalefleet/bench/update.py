@@ -14,7 +14,7 @@ evaluated by the learner's ``evaluate_schedules``, the epoch permutations drawn 
 and ``ppo_update`` is timed on ``ppo.batch_size x batches`` rows after a warm-up update (one
 epoch over the first minibatch's rows: the timed update's shapes).
 
-The reference's side (``reference_speed``) runs ``python -m royalefleet.bench_reference`` in a
+The reference's side (``reference_speed``) runs ``python -m royalefleet.bench.reference`` in a
 process of its own, only when ``importlib.util.find_spec("royalelearn")`` finds the package;
 that module's docstring says exactly what it times.
 
@@ -36,6 +36,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -215,7 +216,7 @@ def side_environment(cfg: RunConfig) -> dict[str, str]:
     ``determinism.torch_threads`` and ``CUBLAS_WORKSPACE_CONFIG`` (what the launcher gives the
     learner) and this checkout on PYTHONPATH."""
     threads = str(cfg.determinism.torch_threads)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(Path(__file__).resolve().parents[2])  # the checkout: royalefleet/bench/update.py
     path = os.environ.get("PYTHONPATH", "")
     return os.environ | {"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
                          "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONPATH": root + (os.pathsep + path if path else "")}
@@ -232,8 +233,8 @@ def _run_side(cfg: RunConfig, argv: list[str], what: str) -> dict:
 
 
 def update_side(cfg: RunConfig, batches: int) -> dict:
-    """``update_speed`` in a fresh process (``python -m royalefleet.bench_update``)."""
-    return _run_side(cfg, ["-m", "royalefleet.bench_update", "--config-json", msgspec.json.encode(cfg).decode(),
+    """``update_speed`` in a fresh process (``python -m royalefleet.bench.update``)."""
+    return _run_side(cfg, ["-m", "royalefleet.bench.update", "--config-json", msgspec.json.encode(cfg).decode(),
                            "--batches", str(batches)], "our update")
 
 
@@ -244,12 +245,12 @@ def reference_available() -> bool:
 
 def reference_speed(cfg: RunConfig, rows: int, *, net: str, forced_rows: str, timed_epochs: int | None = None) -> dict:
     """The reference's update on ``rows`` rows at this profile's batch, minibatch and epochs
-    (``royalefleet.bench_reference``). ``net``: "reference" (its default NetConfig) or "ours"
+    (``royalefleet.bench.reference``). ``net``: "reference" (its default NetConfig) or "ours"
     (its network at our profile's sizes); ``timed_epochs`` (default all) runs fewer epochs and
     scales their time. Raises RuntimeError when that process fails."""
     timed = min(cfg.ppo.n_epochs, timed_epochs or cfg.ppo.n_epochs)
     our_net = {k: getattr(cfg.net, k) for k in ("channels", "blocks", "norm_groups", "vector_embed", "value_hidden")}
-    argv = ["-m", "royalefleet.bench_reference", "--rows", str(rows), "--batch-size", str(cfg.ppo.batch_size),
+    argv = ["-m", "royalefleet.bench.reference", "--rows", str(rows), "--batch-size", str(cfg.ppo.batch_size),
             "--minibatch-size", str(cfg.ppo.minibatch_size), "--epochs", str(cfg.ppo.n_epochs),
             "--timed-epochs", str(timed), "--threads", str(cfg.determinism.torch_threads), "--net", net,
             "--forced-rows", forced_rows,
@@ -380,7 +381,7 @@ def run_update_bench(cfg: RunConfig, *, batches: int = 1, reference: str = "our-
 def main(argv=None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m royalefleet.bench_update",
+    p = argparse.ArgumentParser(prog="python -m royalefleet.bench.update",
                                 description="Time our PPO update once (after a warm-up); print the figures as JSON.")
     p.add_argument("--config-json", required=True, help="a complete RunConfig as JSON")
     p.add_argument("--batches", type=int, default=1, help="rows = ppo.batch_size x this (default 1)")
