@@ -273,7 +273,7 @@ refused on an existing run, naming each field, unless --allow-identity-drift:
 Options that do not are accepted and shown: --iterations, --timesteps, --verbose, --no-doctor,
 --clear-halt, --start-fresh, --runs-dir, and a --config file's ports, timeouts, checkpoint,
 alarms and evaluation settings. `royalefleet config --explain FIELD` says whether a field is
-in the identity; README "Run identity" lists it."""
+in the identity; docs/running.md, "What a resume checks, and the run identity", lists it."""
 
 
 def build_parser() -> argparse.ArgumentParser:

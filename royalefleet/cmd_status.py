@@ -4,7 +4,7 @@
     royalefleet status --run-name myrun       another run under runs_dir
     royalefleet status --runs-dir /mnt/runs   a Compose run's volume, mounted or copied here
 
-Read-only, and no service needs to be up: it reads the files the services write (README.md,
+Read-only, and no service needs to be up: it reads the files the services write (docs/running.md,
 "Where a run's outputs go") and prints one line per subject: progress (the last metric row and
 how long ago it was written), the numbers of that row a trainer looks at first, the newest
 checkpoint, whether the run is halted, the ladder's pool and gate, the newest strength measurement, the alarms, the purged

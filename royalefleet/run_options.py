@@ -1,6 +1,6 @@
 """The options that name a run and its config, defined once for every command.
 
-One grammar (README, "Commands"): a command that works on one run takes it as an optional
+One grammar (docs/running.md, "Where a run's outputs go"): a command that works on one run takes it as an optional
 positional ``RUN`` (``royalefleet status myrun``) and as ``--run-name`` (its synonym; both given
 must agree), ``--runs-dir`` for run folders elsewhere, ``--config`` and ``--profile`` with one help
 text each (``add_run_options``). Commands whose positionals are players (``eval``, ``play``) take

@@ -1,6 +1,6 @@
 """The layout of a run's folder, ``<runs_dir>/<run_name>/``: every name in it, and the readers
 and writers of its plain files. It is the one module that spells a file name of the folder;
-services and the CLI ask ``RunDir`` for a path (README.md, "Where a run's outputs go")::
+services and the CLI ask ``RunDir`` for a path (docs/running.md, "Where a run's outputs go")::
 
     <run>/config.json                 the config the launcher wrote (``royalefleet up``)
     <run>/metrics.jsonl               one metric row per iteration (the learner)
