@@ -75,6 +75,33 @@ class EvaluatorMetrics:
         self.snapshots_loaded = Counter(p + "snapshots_loaded", "Snapshots fetched from the checkpoint service",
                                         registry=r)
         self.busy = Gauge(p + "busy", "1 while a job is being played", registry=r)
+        # a searching player's cost (docs/search.md): decisions searched, candidates simulated,
+        # engine decisions stepped in simulations and wall seconds spent, summed over jobs
+        self.search_decisions = Counter(p + "search_decisions", "Choice decisions a searching player searched",
+                                        registry=r)
+        self.search_simulations = Counter(p + "search_simulations", "Candidates played out by searches", registry=r)
+        self.search_sim_steps = Counter(p + "search_sim_steps", "Engine decisions stepped inside searches", registry=r)
+        self.search_seconds = Counter(p + "search_seconds", "Wall seconds spent searching", registry=r)
+
+    def count_search(self, before: dict, players) -> None:
+        """Add what each searching player of ``players`` spent since ``before`` (``search_totals``)."""
+        after = search_totals(players)
+        for pid, now in after.items():
+            was = before.get(pid, (0, 0, 0, 0.0))
+            self.search_decisions.inc(now[0] - was[0])
+            self.search_simulations.inc(now[1] - was[1])
+            self.search_sim_steps.inc(now[2] - was[2])
+            self.search_seconds.inc(max(0.0, now[3] - was[3]))
+
+
+def search_totals(players) -> dict:
+    """player id -> (decisions, simulations, sim steps, seconds) of every searching player."""
+    out = {}
+    for pid, p in dict(players).items():
+        st = getattr(p, "stats", None)
+        if st is not None:
+            out[pid] = (st.decisions, st.simulations, st.sim_steps, st.seconds)
+    return out
 
 
 class Evaluator:
@@ -167,6 +194,7 @@ class Evaluator:
                 raise Stopped()
 
         traces: list = []
+        searched = search_totals(players)
         try:
             records = play_job(self._env, players, job=job.job_id, a=job.a, b=job.b, seeds=job.seeds,
                                seed_set=self.seed_set, master_seed=self.cfg.master_seed,
@@ -175,6 +203,8 @@ class Evaluator:
                                frame_every_tick=self.cfg.evaluation.replay_every_tick)
         except (GameError, ValueError) as exc:
             raise JobFailed("game", str(exc)) from None
+        finally:
+            self.metrics.count_search(searched, players)
         self.replays = [GameTrace(seed=s, side=side, trace=msgspec.msgpack.encode(t)) for s, side, t in traces]
         return records
 

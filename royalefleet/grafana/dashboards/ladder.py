@@ -74,6 +74,14 @@ def evaluators() -> list[dict]:
             ("sum(rate(royalefleet_evaluator_snapshots_loaded_total[5m]))", "snapshots loaded/s"),
         ], description="Idle evaluators ask the ladder for a job every few seconds; all busy while a gate "
                        "waits means the gate is short of evaluators (FLEET_EVALUATORS, local.evaluators)."),
+        ts("Search at play (evaluators)", [
+            ("sum(rate(royalefleet_evaluator_search_decisions_total[5m]))", "searched decisions/s"),
+            ("sum(rate(royalefleet_evaluator_search_simulations_total[5m])) / "
+             "sum(rate(royalefleet_evaluator_search_decisions_total[5m]))", "simulations per searched decision"),
+            ("sum(rate(royalefleet_evaluator_search_seconds_total[5m]))", "evaluator seconds/s in search"),
+        ], description="Only players with a search budget search (snap:<id>+search:N, evaluation.strength.search; "
+                       "docs/search.md). Seconds/s in search near the evaluator count means the evaluators do "
+                       "little else."),
     ]
 
 

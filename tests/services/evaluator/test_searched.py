@@ -113,3 +113,27 @@ def test_eval_record_writes_the_first_games_as_pages_and_changes_no_score(tmp_pa
     assert f"  recorded seed 0, A blue: {page}" in recorded
     assert page.is_file() and (tmp_path / "pages" / "job0-seed0-a_blue.msgpack").is_file()
     assert sorted(p.name for p in (tmp_path / "pages").iterdir()) == ["job0-seed0-a_blue.html", "job0-seed0-a_blue.msgpack"]
+
+
+def test_the_evaluator_counts_what_its_searching_players_spent_per_job():
+    from prometheus_client import generate_latest
+
+    from services.evaluator.service import EvaluatorMetrics, search_totals
+    from shared.search.lookahead import SearchStats
+
+    class Searching:
+        def __init__(self, *numbers):
+            self.stats = SearchStats(*numbers)
+
+    plain = object()
+    players = {"snap:a+search:8": Searching(3, 24, 700, 1.5), NOOP: plain}
+    metrics = EvaluatorMetrics()
+    before = search_totals(players)
+    assert before == {"snap:a+search:8": (3, 24, 700, 1.5)}
+    players["snap:a+search:8"].stats.add(SearchStats(2, 16, 480, 1.0))  # what the job spent
+    metrics.count_search(before, players)
+    text = generate_latest(metrics.registry).decode()
+    assert "royalefleet_evaluator_search_decisions_total 2.0" in text
+    assert "royalefleet_evaluator_search_simulations_total 16.0" in text
+    assert "royalefleet_evaluator_search_sim_steps_total 480.0" in text
+    assert "royalefleet_evaluator_search_seconds_total 1.0" in text
