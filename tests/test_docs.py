@@ -4,7 +4,9 @@
 * no doc cites a file outside the repository (the handbook lives beside it);
 * no ``royalefleet`` help text shows a doubled percent sign;
 * docs/ladder.md's timeline arithmetic is what the ``cpu`` profile and the default gate give;
-* README's run-identity list names every digest ``shared/identity.py`` computes.
+* docs/running.md's run-identity list names every digest ``shared/identity.py`` computes;
+* README stays short (under 250 lines), says nothing only the team would understand, and every
+  number it quotes from the measurement docs (docs/learning.md, docs/throughput.md) is in them.
 """
 
 from __future__ import annotations
@@ -88,8 +90,8 @@ def test_ladder_timeline_matches_the_cpu_profile():
         assert number in text
 
 
-def test_readme_lists_every_identity_digest():
-    text = (ROOT / "README.md").read_text()
+def test_running_doc_lists_every_identity_digest():
+    text = (ROOT / "docs" / "running.md").read_text()
     for name in [*config_digests(cpu()), "master_seed", "determinism.tier", "determinism.torch_threads",
                  "rollout.mask_only_scripted", "local.rollouts"]:
         assert f"`{name}`" in text, name
@@ -125,3 +127,62 @@ def test_readme_profile_table_matches_every_profile():
                 f"{c.net.channels} x {c.net.blocks}", str(c.determinism.torch_threads),
                 f"{c.ladder.pool.candidate_every_env_steps:,}", f"{gate:,}"]
         assert rows.get(f"`{name}`") == want, (name, rows.get(f"`{name}`"), want)
+
+
+MEASURED = ("docs/learning.md", "docs/throughput.md")
+NUMBER = re.compile(r"(?<![\w.,])\d+(?:,\d{3})*(?:\.\d+)?(?:e-?\d+)?(?!\d)")
+"""A number as prose writes it: ``4,104``, ``36.5``, ``1.3e-5``, ``0.58`` (units after it are fine)."""
+
+
+def prose_blocks(text: str) -> list[str]:
+    """``text``'s paragraphs (blank-line separated; a list is one), fenced code blocks and inline
+    code spans left out: commands and their arguments are not quotes of a measurement."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return [re.sub(r"`[^`\n]*`", "", block) for block in re.split(r"\n\s*\n", text) if block.strip()]
+
+
+def unquoted_numbers(text: str, docs: dict[str, str]) -> list[tuple[str, str]]:
+    """(number, paragraph start) for every number of a paragraph of ``text`` that names one of
+    ``docs`` (path -> its text) and is not a number of any doc that paragraph names. The
+    convention: a README sentence that quotes a measurement names the doc it comes from in its
+    paragraph."""
+    doc_numbers = {path: set(NUMBER.findall(body)) for path, body in docs.items()}
+    missing = []
+    for block in prose_blocks(text):
+        named = [path for path in docs if path in block]
+        if not named:
+            continue
+        prose = block
+        for path in named:
+            prose = prose.replace(path, "")
+        for number in NUMBER.findall(prose):
+            if not any(number in doc_numbers[path] for path in named):
+                missing.append((number, block.strip()[:60]))
+    return missing
+
+
+def test_the_number_check_finds_a_figure_its_doc_does_not_hold():
+    docs = {"docs/throughput.md": "| whole run | 36.5 s | 4,104 rows | kl 1.3e-5 |"}
+    text = ("An iteration takes 36.5 s for 4,104 rows, KL 1.3e-5 (docs/throughput.md).\n\n"
+            "It took 99 s once (docs/throughput.md), `--games 200` aside.\n\n"
+            "A paragraph naming no doc: 12 s.\n\n```\nbench --games 7 (docs/throughput.md)\n```\n")
+    assert [number for number, _ in unquoted_numbers(text, docs)] == ["99"]
+    assert NUMBER.findall("0.58 [0.48, 0.67], 1.078x, 30,000-80,000, 2-core, +-0.2") == [
+        "0.58", "0.48", "0.67", "1.078", "30,000", "80,000", "2", "0.2"]
+
+
+def test_readme_numbers_are_the_measurement_docs_own():
+    text = (ROOT / "README.md").read_text()
+    docs = {path: (ROOT / path).read_text() for path in MEASURED}
+    assert unquoted_numbers(text, docs) == []
+    # the check reads the paragraphs that say what to expect: the quiet iteration and the strength
+    checked = {n for block in prose_blocks(text) if any(p in block for p in MEASURED) for n in NUMBER.findall(block)}
+    assert {"36.5", "23.3", "114", "0.575", "0.58"} <= checked, checked
+
+
+def test_readme_is_short_and_speaks_to_a_user():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 250
+    inside = re.findall(r"\bissues? \d+|\bthe issue\b|handbook|royalelearn-facts|royalegym-notes|seed 000|§|"
+                        r"\bsession \d+|this project's", text, flags=re.I)
+    assert inside == []
