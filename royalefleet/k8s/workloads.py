@@ -14,6 +14,7 @@ from royalefleet.k8s.common import (CLIENTS_DIR, CLIENTS_SECRET, CONFIG_DIR, CON
                                     selector, tcp)
 from royalefleet.launcher import module_of, service_environments
 from shared.config import RunConfig
+from shared.run_dir import CHECKPOINTS
 from shared.transport import CLIENT_PUBLIC, CLIENT_SECRET, CLIENTS_DIR_ENV, CURVE_DIR_ENV, SERVER_PUBLIC
 
 CONNECTS = {"learner": {"ROYALEFLEET_LADDER": tcp("ladder"), "ROYALEFLEET_CHECKPOINT": tcp("checkpoint")},
@@ -25,8 +26,9 @@ is behind the same name; ZeroMQ reconnects to it by itself)."""
 SERVERS = ("learner", "ladder", "checkpoint")
 """Services that bind a CURVE ROUTER: they mount the allow-list and the servers' secret key."""
 
-VOLUME_OF = {"learner": "runs", "ladder": "results", "checkpoint": "checkpoints"}
-"""Each singleton's volume, as in compose.yaml (docs/compose.md "Where the run is")."""
+VOLUME_OF = {"learner": "runs", "ladder": "results", "checkpoint": CHECKPOINTS}
+"""Each singleton's volume, as in compose.yaml (docs/compose.md "Where the run is"); the checkpoint
+service's is named after the run folder's ``checkpoints/`` it holds (``shared.run_dir``)."""
 
 LEARNER_SHM_GI = 1
 """/dev/shm of the learner (compose.yaml's ``shm_size: 1gb``)."""
