@@ -428,8 +428,9 @@ def _holds(alarm: Alarm, v: tuple[float, ...], t: tuple[float, ...], row: dict, 
     raise AssertionError(alarm.condition)
 
 
-def evaluate(row: dict, cfg: AlarmConfig, state: AlarmState) -> list[AlarmResult]:
-    """Evaluate every enabled alarm on one metric row, in table order, updating ``state``.
+def evaluate(row: dict, cfg: AlarmConfig, state: AlarmState, extra: tuple[Alarm, ...] = ()) -> list[AlarmResult]:
+    """Evaluate every enabled alarm on one metric row, in table order, then ``extra`` (the
+    learner extensions' alarms, shared/learner_extension.py), updating ``state``.
     Returns one result per enabled alarm (none when ``cfg.enabled`` is false); ``fired`` is
     true on every iteration the alarm has held for at least its patience."""
     check_overrides(cfg)
@@ -437,7 +438,7 @@ def evaluate(row: dict, cfg: AlarmConfig, state: AlarmState) -> list[AlarmResult
         return []
     disabled = set(cfg.disabled)
     results = []
-    for alarm in ALARMS:
+    for alarm in ALARMS + tuple(extra):
         if alarm.name in disabled:
             state.consecutive.pop(alarm.name, None)
             continue

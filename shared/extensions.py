@@ -31,6 +31,13 @@ from shared.overlay import overlay
 
 GROUP = "royalefleet.extensions"
 
+FIRST_PARTY: dict[str, str] = {
+    "imitation": "services.learner.extensions.imitation:ImitationSection",
+    "warm_start": "services.learner.extensions.warm_start:WarmStartSection",
+}
+"""RoyaleFleet's own sections, provided as an installed package's would be (distribution
+``royalefleet``), loaded when used: the warm start and the KL anchor (issue 27)."""
+
 
 class Provider(NamedTuple):
     """One installed section: its key, its schema and the package that declares it."""
@@ -46,6 +53,8 @@ def providers() -> dict[str, list[Provider]]:
     An entry point that does not load, or loads something other than a msgspec Struct class, is
     skipped here and reported by ``split_sections`` when its section is used."""
     out: dict[str, list[Provider]] = {}
+    for section, target in FIRST_PARTY.items():
+        out[section] = [Provider(section, target, "royalefleet", _own_version())]
     for ep in importlib.metadata.entry_points(group=GROUP):
         dist = ep.dist
         out.setdefault(ep.name, []).append(Provider(ep.name, ep, dist.name if dist else "unknown",
@@ -53,8 +62,18 @@ def providers() -> dict[str, list[Provider]]:
     return out
 
 
+def _own_version() -> str:
+    try:
+        return importlib.metadata.version("royalefleet")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _schema(provider: Provider):
     ep = provider.schema
+    if isinstance(ep, str):  # a first-party "module:Class"
+        module, _, name = ep.partition(":")
+        return getattr(importlib.import_module(module), name)
     if not isinstance(ep, importlib.metadata.EntryPoint):
         return ep
     obj = ep.load()
@@ -73,6 +92,11 @@ def provider_for(section: str) -> Provider:
         raise ValueError(f"{section}: provided by {len(found)} installed packages "
                          f"({', '.join(f'{p.distribution} {p.version}' for p in found)}); uninstall all but one")
     return found[0]
+
+
+def section_schema(section: str) -> type:
+    """The msgspec Struct class of an installed section (KeyError/ValueError as ``provider_for``)."""
+    return _schema(provider_for(section))
 
 
 def split_sections(doc: dict, own: list[str]) -> tuple[dict, dict[str, Any], list[str]]:

@@ -113,6 +113,22 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "ppo/policy_loss": ("reward", "clipped surrogate loss"),
     "ppo/explained_variance": ("fraction", "1 - Var(G - V) / Var(G) over all trainable rows"),
     "ppo/explained_variance_choice": ("fraction", "explained variance over choice rows"),
+    # extensions (shared/learner_extension.py): present only in a run with learner hooks
+    "ppo/actor_lr_multiplier": ("ratio", "the product of the extensions' actor learning-rate multipliers for this update "
+                                "(0 held the actor's weights still); absent in a run without learner extensions"),
+    "ppo/actor_frozen": ("flag", "1 when this update held the actor still (ppo/actor_lr_multiplier 0), else 0; absent "
+                         "in a run without learner extensions"),
+    "imitation/kl": ("nats", "KL(pi || pi_ref) over the legal actions, mean over the choice rows the update forwarded "
+                     "(all epochs): how far the policy is from the anchor's snapshot (imitation section)"),
+    "imitation/beta": ("coefficient", "the anchor's coefficient this update used (imitation.beta, adapted toward "
+                       "imitation.kl_budget)"),
+    "imitation/beta_next": ("coefficient", "the coefficient the next update uses: beta doubled when imitation/kl > "
+                            "1.5 x budget, halved when < budget / 1.5 (bounded by beta_min, beta_max)"),
+    "imitation/kl_budget": ("nats", "the KL budget of this update (imitation.kl_budget, times its schedule)"),
+    "imitation/kl_budget_ratio": ("ratio", "imitation/kl / imitation/kl_budget: above 1.5 the policy has left the budget"),
+    "imitation/beta_at_floor": ("flag", "1 when imitation/beta_next is at imitation.beta_min: the anchor no longer "
+                                "binds (the policy stays within budget with the smallest pull)"),
+    "ext/{key}": ("value", "a metric of a user's learner extension (its package documents key and unit)"),
     "ppo/grad_norm_actor": ("norm", "actor gradient norm before clipping"),
     "ppo/grad_norm_critic": ("norm", "critic gradient norm before clipping"),
     "ppo/forced_frac": ("fraction", "trainable rows with a single legal action"),

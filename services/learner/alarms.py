@@ -28,7 +28,7 @@ import msgspec
 from prometheus_client import CollectorRegistry, Gauge
 
 from services.learner.metric_log import plain_row
-from shared.alarms import ALARMS, BY_NAME, AlarmResult, AlarmState, check_overrides, describe, effective, evaluate
+from shared.alarms import ALARMS, BY_NAME, Alarm, AlarmResult, AlarmState, check_overrides, describe, effective, evaluate
 from shared.config import AlarmConfig
 from shared.run_dir import ALARMS as ALARMS_FILE
 from shared.run_dir import BUNDLE_HALT, CONFIG, METRICS, RunDir
@@ -49,9 +49,9 @@ class AlarmVerdict(NamedTuple):
     """Every enabled alarm's result on this row."""
 
 
-def alarm_record(result: AlarmResult, iteration: int | None) -> dict:
-    """One line of ``alarms.jsonl``."""
-    alarm = BY_NAME[result.name]
+def alarm_record(result: AlarmResult, iteration: int | None, table: dict[str, Alarm] = BY_NAME) -> dict:
+    """One line of ``alarms.jsonl`` (``table``: the alarms by name, the extensions' included)."""
+    alarm = table[result.name]
     return {
         "iteration": iteration, "time": time.time(), "alarm": result.name, "severity": result.severity,
         "values": result.values, "thresholds": list(result.thresholds), "condition": alarm.condition,
@@ -68,9 +68,11 @@ class AlarmMonitor:
     overrides are refused here, at start-up, with a ValueError listing the known names."""
 
     def __init__(self, cfg: AlarmConfig, registry: CollectorRegistry | None = None, *,
-                 run_dir: str | None = None, say=print):
+                 run_dir: str | None = None, say=print, extra: tuple[Alarm, ...] = ()):
         check_overrides(cfg)
         self.cfg, self.say, self.run_dir = cfg, say, run_dir
+        self.extra = tuple(extra)  # the learner extensions' alarms, after the table's
+        self.by_name = {**BY_NAME, **{a.name: a for a in self.extra}}
         self.state = AlarmState()
         self.recent_rows: collections.deque[dict] = collections.deque(maxlen=RECENT_ROWS)
         registry = registry if registry is not None else CollectorRegistry()
@@ -82,7 +84,7 @@ class AlarmMonitor:
                                  ["alarm", "severity"], registry=registry)
         # Every enabled alarm is exported from the start (at 0), so a dashboard lists them all.
         if cfg.enabled:
-            for alarm in ALARMS:
+            for alarm in ALARMS + self.extra:
                 if alarm.name not in cfg.disabled:
                     severity, _ = effective(alarm, cfg)
                     self.holds.labels(alarm.name, severity).set(0)
@@ -96,7 +98,7 @@ class AlarmMonitor:
         """Evaluate the whole table on ``row``, update the gauges, log and append every fired
         alarm to ``alarms.jsonl``, and say whether a halt is due. Never raises for an alarm."""
         self.recent_rows.append(row)
-        results = evaluate(row, self.cfg, self.state)
+        results = evaluate(row, self.cfg, self.state, self.extra)
         for r in results:
             self.holds.labels(r.name, r.severity).set(1 if r.holds else 0)
             self.consecutive.labels(r.name, r.severity).set(r.consecutive)
@@ -104,12 +106,12 @@ class AlarmMonitor:
         iteration = row.get("run/iteration")
         for r in fired:
             shown = ", ".join(f"{k}={v:g}" for k, v in r.values.items())
-            self.say(f"alarm [{r.severity}] {r.name}: {shown} ({describe(BY_NAME[r.name], self.cfg)}) "
-                     f"-- {BY_NAME[r.name].meaning}")
+            self.say(f"alarm [{r.severity}] {r.name}: {shown} ({describe(self.by_name[r.name], self.cfg)}) "
+                     f"-- {self.by_name[r.name].meaning}")
         if fired and self.alarms_path:
             with open(self.alarms_path, "ab") as fh:
                 for r in fired:
-                    fh.write(msgspec.json.encode(alarm_record(r, iteration)) + b"\n")
+                    fh.write(msgspec.json.encode(alarm_record(r, iteration, self.by_name)) + b"\n")
                 fh.flush()
                 os.fsync(fh.fileno())
         return AlarmVerdict(fired, any(r.severity == "halt" for r in fired), results)
@@ -123,7 +125,7 @@ def resume_command(run_dir: str, config_path: str) -> str:
 
 
 def write_bundle(run_dir: str, iteration: int, rows, fired: list[AlarmResult], config_json: bytes | str,
-                 *, checkpoint_path: str | None = None) -> str:
+                 *, checkpoint_path: str | None = None, table: dict[str, Alarm] = BY_NAME) -> str:
     """Write the diagnostic bundle ``<run_dir>/bundles/<iteration>/`` and return its path:
 
     - ``metrics.jsonl``: the last 50 metric rows (``rows``, oldest first);
@@ -151,7 +153,7 @@ def write_bundle(run_dir: str, iteration: int, rows, fired: list[AlarmResult], c
         with open(run_alarms, "rb") as fh:
             write(ALARMS_FILE, fh.read())
     else:
-        write(ALARMS_FILE, b"".join(msgspec.json.encode(alarm_record(r, iteration)) + b"\n" for r in fired))
+        write(ALARMS_FILE, b"".join(msgspec.json.encode(alarm_record(r, iteration, table)) + b"\n" for r in fired))
     write(CONFIG, config_json.encode() if isinstance(config_json, str) else bytes(config_json))
     config_path = os.path.join(bundle, CONFIG)
     halt = {
@@ -159,10 +161,10 @@ def write_bundle(run_dir: str, iteration: int, rows, fired: list[AlarmResult], c
         "halted": any(r.severity == "halt" for r in fired),
         "alarms": [
             {
-                "alarm": r.name, "severity": r.severity, "condition": describe(BY_NAME[r.name], t=r.thresholds),
+                "alarm": r.name, "severity": r.severity, "condition": describe(table[r.name], t=r.thresholds),
                 "thresholds": list(r.thresholds), "patience": r.patience, "consecutive": r.consecutive,
-                "last_values": {k: [row[k] for row in rows if k in row][-LAST_VALUES:] for k in BY_NAME[r.name].keys},
-                "meaning": BY_NAME[r.name].meaning, "what_to_do": BY_NAME[r.name].what_to_do,
+                "last_values": {k: [row[k] for row in rows if k in row][-LAST_VALUES:] for k in table[r.name].keys},
+                "meaning": table[r.name].meaning, "what_to_do": table[r.name].what_to_do,
             }
             for r in fired
         ],

@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # annotations only: importing this module builds nothing and 
     from shared.identity import RunIdentity
     from shared.nn.model import ActorCritic
     from shared.nn.policy import Policy
+    from shared.learner_extension import LearnerExtension
     from shared.preflight import Preflight
 
 Say = Callable[[str], object]
@@ -97,6 +98,9 @@ class LearnerParts:
     # ---- the run folder's writers
     metrics_path: str
     curves: TensorBoardCurves
+    # ---- the extensions (startup.build_model; services/learner/extension_hooks.py)
+    extensions: tuple[LearnerExtension, ...] = ()
+    """One object per extension section with learner hooks (shared/learner_extension.py)."""
 
 
 @dataclass

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
@@ -41,6 +41,9 @@ from shared.alarms import RATIO_ATOL
 from shared.config import PPOConfig
 from shared.nn.distribution import NOOP, MaskedCategorical
 from shared.nn.model import coarser
+
+if TYPE_CHECKING:
+    from shared.learner_extension import LearnerExtension
 
 ADV_EPS = 1e-8
 """Added to the advantage std: a single choice row standardises to 0, not NaN."""
@@ -182,6 +185,8 @@ def ppo_update(
     *,
     ent_coef: float,
     ent_coef_noop: float,
+    extensions: Sequence[LearnerExtension] = (),
+    iteration: int = 0,
 ) -> dict[str, float]:
     """Train ``model.actor`` and ``model.critic`` on one iteration's rows for ``ppo.n_epochs``.
 
@@ -221,6 +226,10 @@ def ppo_update(
     precision the update's first actor forward ran in, ``model.last_precision["actor"]``):
     ``ratio_invariant`` halts when ``ppo/ratio_max_abs_dev`` exceeds a multiple of it. Both keys
     are present exactly when there is a choice row.
+
+    ``extensions`` (shared/learner_extension.py): each one's ``actor_loss`` is added to the loss
+    of every minibatch with choice rows (``iteration`` is passed on to it); its metric sums are
+    reported as means over every choice row forwarded. None: the loss above, unchanged.
 
     ``ppo/update_magnitude_actor`` / ``_critic``: L2 norm of (theta_after - theta_before) over
     each network's parameters across the whole update. ``ppo/adam_eps_floor_frac_actor`` /
@@ -265,6 +274,7 @@ def ppo_update(
     grad_norms_actor: list[torch.Tensor] = []
     grad_norms_critic: list[torch.Tensor] = []
     actor_steps = critic_steps = 0
+    extension_sums: dict[str, torch.Tensor | float] = {}
 
     for epoch in range(ppo.n_epochs):
         permutation = epoch_generator(epoch).permutation(n_rows)
@@ -295,7 +305,8 @@ def ppo_update(
                     rows_t = torch.as_tensor(rows, device=device)
                     actor_obs = {key: tensor[rows_t] for key, tensor in obs.items()}
                     chosen = idx[rows_t]
-                    dist = MaskedCategorical(model.actor_logits(actor_obs), actor_obs["mask"])
+                    logits = model.actor_logits(actor_obs)
+                    dist = MaskedCategorical(logits, actor_obs["mask"])
                     if update_precision is None:
                         update_precision = getattr(model, "last_precision", {}).get("actor", "fp32")
                     log_ratio = dist.log_prob(actions_t[chosen]) - old_log_probs_t[chosen]
@@ -307,6 +318,11 @@ def ppo_update(
                     policy_loss = -objective.sum() / batch_rows
                     entropy_loss = -(ent_coef * entropy.sum() + ent_coef_noop * noop_entropy.sum()) / batch_rows
                     loss = loss + policy_loss + entropy_loss
+                    if extensions:
+                        extra = _extension_loss(extensions, actor_obs, logits, dist, batch_rows, iteration, epoch,
+                                                extension_sums)
+                        if extra is not None:
+                            loss = loss + extra
 
                     with torch.no_grad():
                         surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - ppo.clip_range, 1 + ppo.clip_range) * adv)
@@ -371,7 +387,18 @@ def ppo_update(
             "ppo/ratio_max_abs_dev": float(ratio_dev),
             "ppo/ratio_atol": RATIO_ATOL[coarser(actor_precision, data.old_log_prob_precision or actor_precision)],
         })
+        metrics.update({key: float(total) / forwarded for key, total in extension_sums.items()})
         ev_choice = explained_variance(data.old_values[choice], data.returns[choice])
         if ev_choice is not None:
             metrics["ppo/explained_variance_choice"] = ev_choice
     return metrics
+
+
+def _extension_loss(extensions, actor_obs, logits, dist, batch_rows: int, iteration: int, epoch: int, sums: dict):
+    """The extensions' actor-loss terms for one minibatch's choice rows (None when none adds one)."""
+    from services.learner.extension_hooks import actor_terms
+    from shared.learner_extension import ActorTerms
+
+    terms = ActorTerms(obs=actor_obs, logits=logits, log_probs=dist.log_probs, mask=dist.mask, batch_rows=batch_rows,
+                       iteration=iteration, epoch=epoch)
+    return actor_terms(extensions, terms, sums)

@@ -73,7 +73,8 @@ def publish(learner: Learner, c: Collected, row: dict, reported: list) -> dict:
         from services.learner.alarms import write_bundle
 
         path = write_bundle(learner.parts.run_dir, it, list(learner.parts.alarms.recent_rows), verdict.fired, dump_config(cfg),
-                            checkpoint_path=f"checkpoints/{it:08d}" if learner.state.saved_iteration == it else None)
+                            checkpoint_path=f"checkpoints/{it:08d}" if learner.state.saved_iteration == it else None,
+                            table=learner.parts.alarms.by_name)
         learner.parts.say(f"learner: diagnostic bundle written to {path}")
     if verdict.halt_due:
         names = ", ".join(r.name for r in verdict.fired if r.severity == "halt")

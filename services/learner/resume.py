@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from services.learner import checkpointing, metric_log
+from services.learner import checkpointing, extension_hooks, metric_log
 from services.learner.halt import read_halt_mark
 from shared import transport
 from shared.config import config_differences
@@ -55,6 +55,7 @@ def resume_run(learner: Learner) -> None:
             learner.parts.say(f"learner: {moved} metric row(s) of a process that wrote no checkpoint moved from "
                      f"metrics.jsonl to {metric_log.PURGED_NAME}")
         learner.parts.pool.admit_seed_snapshots(learner.parts.identity, learner.parts.pf.spec, learner.parts.cfg.net)  # fresh start only; a resumed pool already holds them
+        extension_hooks.start(learner.parts, fresh=True)  # starting weights (the warm start) before iteration 1
         return
     if not isinstance(reply, Loaded):
         raise SystemExit(f"learner: the checkpoint service could not load the latest checkpoint: "
@@ -98,6 +99,7 @@ def resume_run(learner: Learner) -> None:
     learner.parts.lr_backoff.apply(learner.parts.opt_actor, learner.parts.opt_critic)  # a backoff outlives a resume
     learner.state.saved_iteration = meta.iteration
     learner.state.snapshot = checkpointing.capture(learner)
+    extension_hooks.start(learner.parts, fresh=False)  # the checkpoint's weights stand; each extension says so
     if learner.state.snapshot.state_digest != meta.state_digest and not learner.options.perturb_resume:
         raise SystemExit(f"learner: the restored state hashes to {learner.state.snapshot.state_digest}, the checkpoint "
                          f"says {meta.state_digest}: the restore lost something")

@@ -23,7 +23,7 @@ written (never weights an unwritten row would have to describe), then it exits.
 
 from __future__ import annotations
 
-from services.learner import checkpointing, lifecycle, resume, startup
+from services.learner import checkpointing, extension_hooks, lifecycle, resume, startup
 from services.learner.advantages import values_and_advantages
 from services.learner.boundary import JOIN_WAIT_S, STARTUP_WAIT_S, wait_for_rollouts
 from services.learner.collection import Collected, collect_iteration, evaluate_schedules
@@ -92,12 +92,17 @@ class Learner:
                                       episodes=st.episodes)
 
     def update_state(self) -> dict:
-        """State of the update that lives outside the optimizers (return scaler, LR backoff)."""
-        return {"return_scaler": self.parts.return_scaler.state(), "lr_backoff": self.parts.lr_backoff.state()}
+        """State of the update that lives outside the optimizers (return scaler, LR backoff, and
+        the extensions' own under ``extensions`` when the run has any)."""
+        out = {"return_scaler": self.parts.return_scaler.state(), "lr_backoff": self.parts.lr_backoff.state()}
+        if self.parts.extensions:
+            out["extensions"] = extension_hooks.states(self.parts.extensions)
+        return out
 
     def load_update_state(self, state: dict) -> None:
         self.parts.return_scaler.load_state(state["return_scaler"])
         self.parts.lr_backoff.load_state(state["lr_backoff"])
+        extension_hooks.load_states(self.parts.extensions, state.get("extensions", {}))
 
     def resume(self) -> None:
         resume.resume_run(self)

@@ -26,6 +26,7 @@ from typing import Any
 from services.learner.admission import HelloLimits
 from services.learner.battle_states import BattleStateBook
 from services.learner.determinism import apply_determinism
+from services.learner.extension_hooks import build_extensions
 from services.learner.fleet import Fleet
 from services.learner.fleet import IdleMeter
 from services.learner.frame_history import make_frame_history
@@ -105,9 +106,14 @@ def build_model(cfg: RunConfig, runs_dir: str, say: Say) -> dict[str, Any]:
         from services.learner.dqn.learner import DqnLearner
 
         dqn = DqnLearner(cfg, pf, model, device, policy, say)
+    extensions = build_extensions(cfg.extensions)  # shared/learner_extension.py: the sections' learner hooks
+    if extensions and dqn is not None:
+        raise SystemExit(f"learner: the extension sections {sorted(cfg.extensions)} hook into the PPO update; "
+                         "learner.algorithm is dqn: remove them or train with ppo")
     return dict(device=device, run_dir=run_dir, pf=pf, codec_digest=codec_digest, identity=identity,
                 run_id=run_id(identity), model=model, opt_actor=opt_actor, opt_critic=opt_critic, policy=policy,
-                dqn=dqn, return_scaler=ReturnScaler(cfg.advantage.reward_clip), lr_backoff=LrBackoff(cfg.ppo.lr_backoff))
+                dqn=dqn, return_scaler=ReturnScaler(cfg.advantage.reward_clip), lr_backoff=LrBackoff(cfg.ppo.lr_backoff),
+                extensions=extensions)
 
 
 def connect(cfg: RunConfig, model: dict[str, Any], options: RunOptions, *, bind: str, ladder: str, checkpoint: str,
@@ -123,7 +129,8 @@ def connect(cfg: RunConfig, model: dict[str, Any], options: RunOptions, *, bind:
     pf, run_dir = model["pf"], model["run_dir"]
     max_bytes = cfg.services.max_message_mb << 20
     metrics = LearnerMetrics(metrics_port, metrics_host, expected_rollouts=options.min_rollouts)
-    alarms = AlarmMonitor(cfg.alarms, metrics.registry, run_dir=run_dir, say=say)
+    alarms = AlarmMonitor(cfg.alarms, metrics.registry, run_dir=run_dir, say=say,
+                          extra=tuple(a for ext in model["extensions"] for a in ext.alarms))
     sock = transport.bind_router(bind, max_bytes=max_bytes, curve=transport.curve_server_keys())
     ladder_client: Any = transport.Client(ladder, Decoder(FromLadder), name="ladder",
                                           timeout_s=cfg.services.request_timeout_s,

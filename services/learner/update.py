@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from services.learner import extension_hooks
 from services.learner.advantages import Advantages
 from services.learner.frame_history import of_cells
 from services.learner.ppo import UpdateData, ppo_update
@@ -87,8 +88,16 @@ def run_update(learner: Learner, rect: Rectangle, adv: Advantages, *, iteration:
         cells = first_batch(n_train, cfg.ppo.batch_size, epoch_rng(0))
         behaviour_dev = behaviour_ratio_dev({0: learner.parts.model, 1: behaviour_model}, batch_of, cells, data.actions,
                                             data.old_log_probs, lags, data.n_legal)
-    stats = ppo_update(learner.parts.model, learner.parts.opt_actor, learner.parts.opt_critic, data, cfg.ppo, epoch_rng, learner.parts.device,
-                       ent_coef=sched["ent_coef"], ent_coef_noop=sched["ent_coef_noop"])
+    exts = learner.parts.extensions  # shared/learner_extension.py; () trains exactly as without them
+    lr_mult = extension_hooks.lr_multiplier(exts, iteration, learner.state.env_steps) if exts else 1.0
+    with extension_hooks.scaled_lr(learner.parts.opt_actor, lr_mult):
+        stats = ppo_update(learner.parts.model, learner.parts.opt_actor, learner.parts.opt_critic, data, cfg.ppo, epoch_rng,
+                           learner.parts.device, ent_coef=sched["ent_coef"], ent_coef_noop=sched["ent_coef_noop"],
+                           extensions=exts, iteration=iteration)
+    if exts:
+        stats["ppo/actor_lr_multiplier"] = lr_mult
+        stats["ppo/actor_frozen"] = 1.0 if lr_mult == 0.0 else 0.0
+        stats.update(extension_hooks.end_update(exts, stats))
     if behaviour_dev is not None and "ppo/ratio_max_abs_dev" in stats:
         stats["ppo/ratio_max_abs_dev"] = behaviour_dev
     learner.parts.lr_backoff.observe(stats.get("ppo/kl"), learner.parts.opt_actor, learner.parts.opt_critic)
