@@ -163,7 +163,7 @@ def write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say) -
     probe = make_probe(stored, pf.codec, val.observations[pick], val.actions[pick])
     b = result.best
     spec = {"run_id": f"clone:{rows.digest}", "iteration": 0, "env_steps": 0, **ident, "dtype": "float16",
-            "clone": {"demos_digest": rows.digest, "demos": [m.name for m in rows.manifests],
+            "clone": {"demos_digest": rows.digest, "demo_sets": [m.name for m in rows.manifests],
                       "teachers": sorted({t for m in rows.manifests for t in m.teachers}),
                       "best_epoch": result.best_epoch, "epochs": len(result.epochs),
                       "val_ce": b.val_ce, "val_agreement": b.val_agreement, "chance_agreement": chance,

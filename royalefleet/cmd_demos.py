@@ -51,7 +51,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     rp.add_argument("--opponent", action="append", metavar="PLAYER",
                     help="who the teacher plays: a scripted player, or mirror (the teacher on both seats, both "
                     f"recorded); repeat for several, taken in turn (default: {', '.join(DEFAULT_OPPONENTS)})")
-    rp.add_argument("--battles", type=int, required=True, metavar="N", help="battles to play (full matches)")
+    rp.add_argument("--battles", type=int, required=True, metavar="N", help="battles to play: episodes of the run's training env, so env.max_steps truncates them "
+                    "(outcome 0) as it truncates training episodes")
     rp.add_argument("--workers", type=int, default=1, metavar="K",
                     help="worker processes, one per core to spare (default 1); the set is the same file for file "
                     "whatever K is")
