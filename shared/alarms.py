@@ -295,6 +295,23 @@ ALARMS: tuple[Alarm, ...] = (
         what_to_do="look at dqn/q_abs_mean and the reward terms; hold epsilon higher (dqn.epsilon_floor) or "
                    "lengthen dqn.epsilon_decay_iterations",
     ),
+    # ------------------------------------------------------------ ours: the KL anchor (absent keys without imitation)
+    Alarm(
+        name="anchor_not_binding", keys=("imitation/beta_at_floor",), condition="gt", threshold=(0.0,),
+        severity="warn", patience=10,
+        meaning="the KL anchor's beta has sat at imitation.beta_min for 10 iterations: the policy stays inside the "
+                "KL budget with the smallest pull, so the anchor no longer shapes the update",
+        what_to_do="lower imitation.kl_budget (or imitation.beta_min) if the policy should stay nearer the clone; "
+                   "otherwise the anchor can go (drop the imitation section in a new run)",
+    ),
+    Alarm(
+        name="anchor_budget_left", keys=("imitation/kl_budget_ratio",), condition="gt", threshold=(3.0,),
+        severity="warn", patience=5,
+        meaning="KL(pi || pi_ref) has been above 3 x the budget for 5 iterations: the policy has left the clone "
+                "faster than beta can pull it back (or beta is at imitation.beta_max)",
+        what_to_do="look at imitation/beta against imitation.beta_max; raise beta_max or lower ppo.lr_actor; check "
+                   "imitation.reference is the clone the run started from",
+    ),
 )
 
 BY_NAME: dict[str, Alarm] = {a.name: a for a in ALARMS}

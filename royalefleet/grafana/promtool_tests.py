@@ -43,6 +43,8 @@ HEALTHY: dict[str, float] = {
     "throughput/rollout_capacity_ratio": 2.5,
     "dqn/q_abs_max": 3.0,
     "dqn/greedy_noop_frac": 0.9,
+    "imitation/beta_at_floor": 0.0,
+    "imitation/kl_budget_ratio": 1.0,
 }
 """A value in each alarm key's healthy band (the reference schema's), for the quiet series."""
 

@@ -50,6 +50,9 @@ DEPARTURES = {  # default thresholds that are not the reference's, each measured
 OURS = {  # after the reference's, in table order: the DQN learner's
     "q_diverging": ("halt", 3, (100.0,)),
     "behaviour_dead": ("warn", 5, (0.999,)),
+    # the KL anchor's (services/learner/extensions/imitation.py)
+    "anchor_not_binding": ("warn", 10, (0.0,)),
+    "anchor_budget_left": ("warn", 5, (3.0,)),
 }
 
 # Keys alarms read that the learner's row does not carry yet (the schema gets them with the
@@ -68,6 +71,7 @@ BY_UNIT = {
 }
 HEALTHY = {
     # schema keys an alarm reads, or whose unit default would be implausible
+    "ppo/actor_frozen": 0.0, "imitation/beta_at_floor": 0.0, "imitation/kl_budget_ratio": 1.0,
     "run/iteration": 120, "run/gamma": 0.997, "run/credit_horizon_seconds": 39.0,
     "health/illegal_action_rate": 0.0, "health/rollouts_lost": 0, "health/rows_invalid": 0,
     "health/rows_invalid_frac": 0.0, "health/messages_refused": 0,
@@ -128,6 +132,8 @@ PLANTS = {
     "capacity_ratio": {"throughput/rollout_capacity_ratio": 1.1},
     "q_diverging": {"dqn/q_abs_max": 250.0},
     "behaviour_dead": {"dqn/greedy_noop_frac": 1.0},
+    "anchor_not_binding": {"imitation/beta_at_floor": 1.0},
+    "anchor_budget_left": {"imitation/kl_budget_ratio": 3.5},
 }
 
 # Other alarms the same plant makes hold (they read the same key).

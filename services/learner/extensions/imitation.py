@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Annotated
 import msgspec
 
 from services.learner.extensions.clone_snapshot import SNAPSHOT_PATTERN, load_clone
-from shared.alarms import Alarm
 from shared.learner_extension import ActorLoss, ActorTerms, LearnerExtension, StartContext
 from shared.schedules import Schedule, schedule_problems, value_at
 
@@ -75,29 +74,13 @@ def adapt_beta(beta: float, kl: float, budget: float, beta_min: float, beta_max:
     return min(beta_max, max(beta_min, beta))
 
 
-ANCHOR_ALARMS = (
-    Alarm(name="anchor_not_binding", keys=("imitation/beta_at_floor",), condition="gt", threshold=(0.0,),
-          severity="warn", patience=10,
-          meaning="the KL anchor's beta has sat at imitation.beta_min for 10 iterations: the policy stays inside "
-                  "the KL budget with the smallest pull, so the anchor no longer shapes the update",
-          what_to_do="lower imitation.beta_min or the KL budget (imitation.kl_budget) if the policy should stay "
-                     "nearer the clone, or drop the imitation section"),
-    Alarm(name="anchor_budget_left", keys=("imitation/kl_budget_ratio",), condition="gt", threshold=(3.0,),
-          severity="warn", patience=5,
-          meaning="KL(pi || pi_ref) has been above 3 x the budget for 5 iterations: the policy has left the clone "
-                  "faster than beta can pull it back (or beta is at imitation.beta_max)",
-          what_to_do="look at imitation/beta against imitation.beta_max; raise beta_max or lower the actor's "
-                     "learning rate; check the reference snapshot is the clone the run started from"),
-)
-
-
 class KlAnchor(LearnerExtension):
     """The hooks of ``ImitationSection`` (module docstring)."""
 
     metric_keys = {k: ("", "") for k in ("imitation/kl", "imitation/beta", "imitation/beta_next",
                                           "imitation/kl_budget", "imitation/kl_budget_ratio",
                                           "imitation/beta_at_floor")}  # documented in shared/metric_schema.py
-    alarms = ANCHOR_ALARMS
+    # its alarms, anchor_not_binding and anchor_budget_left, are rows of shared/alarms.py's table
 
     def __init__(self, section: ImitationSection):
         self.section = section
