@@ -125,8 +125,22 @@ def dqn() -> list[dict]:
     ]
 
 
+def anchor() -> list[dict]:
+    """The warm start's hold and the KL anchor (the warm_start and imitation sections; empty
+    without them)."""
+    return [
+        ts("KL to the anchor", [(L("imitation/kl"), "KL(pi || pi_ref)"), (L("imitation/kl_budget"), "budget")],
+           description="Mean over choice rows. beta doubles above 1.5 x budget and halves below budget / 1.5; "
+                       "anchor_budget_left warns above 3 x budget for 5 iterations."),
+        ts("Anchor coefficient and actor hold", [(L("imitation/beta"), "beta used"),
+                                                 (L("ppo/actor_lr_multiplier"), "actor lr multiplier")],
+           unit="none", description="anchor_not_binding warns after 10 iterations of beta at imitation.beta_min; "
+                                    "a multiplier of 0 is the warm start holding the actor still."),
+    ]
+
+
 ROWS = [("Throughput", throughput), ("PPO health", ppo), ("Rewards and outcomes", rewards),
-        ("Episode lengths", episodes), ("Alarms", alarms), ("DQN health", dqn)]
+        ("Episode lengths", episodes), ("Alarms", alarms), ("DQN health", dqn), ("Warm start and KL anchor", anchor)]
 """(row title, the function giving its panels), top to bottom. Panel ids follow this order,
 so a row added at the end leaves every existing id (and the alert rules' panel link) alone."""
 
