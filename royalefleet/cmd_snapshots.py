@@ -13,7 +13,8 @@ the result log (its measured rating). One line per snapshot, oldest first:
 * ``role``: ``champion``, ``pool`` (a member PFSP draws), ``pool, seed`` (a seed snapshot),
   ``pending gate`` (a candidate waiting for its gate), ``archived`` (admitted once, since
   evicted from the working set), ``discarded`` (a candidate its gate turned down), or
-  ``strength only`` (taken for the standing strength measurement, never a candidate);
+  ``strength only`` (taken for the standing strength measurement, never a candidate),
+  ``clone`` (written by ``royalefleet clone``, not yet in the pool);
 * ``rating``: its Bradley-Terry-Davidson rating in Elo (``scripted:noop`` = 0) from the strength
   measurement (``royalefleet strength``: one fit of the strength games alone), when it was
   measured. ``royalefleet rate`` fits every evaluation game (gates and anchor records too), so
@@ -76,14 +77,18 @@ def snapshot_lines(cfg) -> list[SnapshotLine]:
     rating = {_bare(m.snapshot): (m.rating, m.rating_se) for m in measured}
     out = []
     for sid in SnapshotStore(rd.snapshots).ids():  # a half-written ``<id>.partial`` is not one
+        spec = {}
         try:
             spec = json.loads((rd.snapshots / sid / SPEC).read_text())
             iteration, env_steps = int(spec["iteration"]), int(spec["env_steps"])
         except (OSError, ValueError, KeyError, TypeError):
             iteration = env_steps = None
         r, se = rating.get(sid, (None, None))
+        role = _role(pool, f"snap:{sid}")
+        if role == "strength only" and isinstance(spec, dict) and isinstance(spec.get("clone"), dict):
+            role = "clone"  # written by royalefleet clone, not by the learner
         out.append(SnapshotLine(player=f"snap:{sid}", iteration=iteration, env_steps=env_steps,
-                                role=_role(pool, f"snap:{sid}"), rating=r, rating_se=se))
+                                role=role, rating=r, rating_se=se))
     return sorted(out, key=lambda s: (s.iteration is None, s.iteration or 0, s.player))
 
 

@@ -45,6 +45,15 @@ def test_every_snapshot_with_its_role_oldest_first(tmp_path, capsys):
                      "rating_se": None}
 
 
+def test_a_clone_outside_the_pool_is_called_a_clone(tmp_path, capsys):
+    _, run = make_run(tmp_path)
+    write_snapshot(run, STRENGTH_ONLY, 0, 0)
+    spec = run / "snapshots" / STRENGTH_ONLY.removeprefix("snap:") / "spec.json"
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "clone": {"demos_digest": "d" * 16}}))
+    assert main(["snapshots", "r", "--runs-dir", str(tmp_path), "--profile", "tiny", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["role"] == "clone"
+
+
 def test_a_run_without_snapshots_and_a_missing_run(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["snapshots", "empty", "--runs-dir", str(tmp_path), "--profile", "tiny"]) == 0
