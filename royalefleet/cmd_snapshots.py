@@ -12,8 +12,8 @@ the result log (its measured rating). One line per snapshot, oldest first:
   ``snap:<id>``;
 * ``role``: ``champion``, ``pool`` (a member PFSP draws), ``pool, seed`` (a seed snapshot),
   ``pending gate`` (a candidate waiting for its gate), ``archived`` (admitted once, since
-  evicted from the working set), ``discarded`` (a candidate its gate turned down), or
-  ``strength only`` (taken for the standing strength measurement, never a candidate),
+  evicted from the working set), ``discarded`` (a candidate its gate turned down),
+  ``strength only`` (taken for the standing strength measurement, never a candidate), or
   ``clone`` (written by ``royalefleet clone``, not yet in the pool);
 * ``rating``: its Bradley-Terry-Davidson rating in Elo (``scripted:noop`` = 0) from the strength
   measurement (``royalefleet strength``: one fit of the strength games alone), when it was
