@@ -57,6 +57,10 @@ def cmd_clone(args, out=None) -> int:
     cfg = run_config(args, must_exist=True)
     run = RunDir.of(cfg.runs_dir, cfg.run_name)
     settings = CloneSettings(**{f.name: getattr(args, f.name) for f in fields(CloneSettings)})
+    if cfg.obs.frame_stack != 1:
+        print(f"royalefleet clone: obs.frame_stack is {cfg.obs.frame_stack}; cloning reads one decision a row and "
+              "supports obs.frame_stack 1 only (not yet the stacked history)", file=sys.stderr)
+        return 2
     try:
         folders = [resolve_set(n, run.demos) for n in args.demos]
     except FileNotFoundError as exc:

@@ -109,6 +109,9 @@ def cmd_record(args, out=None) -> int:
     teachers = [normalise(t) for t in args.teacher]
     opponents = list(args.opponent or DEFAULT_OPPONENTS)
     problems = check_players(teachers, opponents, ["snap:" + s for s in store.ids()])
+    if cfg.obs.frame_stack != 1 and any(t.startswith("snap:") for t in teachers):
+        problems.append(f"a snapshot teacher under obs.frame_stack {cfg.obs.frame_stack}: recording plays one "
+                        "decision a row and supports snapshot teachers at obs.frame_stack 1 only")
     if args.battles < 1:
         problems.append(f"--battles {args.battles}: record at least 1")
     if args.workers < 1:
