@@ -260,3 +260,22 @@ def test_the_warm_start_is_in_the_run_identity():
     assert (ra.section, ra.distribution) == ("warm_start", "royalefleet")
     assert ra.digest != rb.digest
     assert extension_records(plain.extensions) is None
+
+
+def test_the_kl_budget_follows_its_schedule_over_env_steps():
+    section = msgspec.convert({"reference": "snap:0123456789abcdef",
+                               "kl_budget": {"kind": "linear", "start": 0.02, "end": 0.1, "over_env_steps": 1000}},
+                              ImitationSection)
+    anchor = KlAnchor(section)
+    assert anchor.actor_lr_multiplier(1, 0) == 1.0 and anchor.budget == pytest.approx(0.02)
+    anchor.actor_lr_multiplier(2, 500)
+    assert anchor.budget == pytest.approx(0.06)
+    anchor.actor_lr_multiplier(3, 5000)
+    # beta rule against the scheduled budget: 0.12 < 1.5 x 0.1, > 0.1 / 1.5: kept
+    assert anchor.end_update({"imitation/kl": 0.12})["imitation/beta_next"] == 0.1
+
+
+def test_a_run_without_extensions_checkpoints_the_update_state_it_always_did(tmp_path):
+    learner = build_learner(str(tmp_path))
+    assert learner.parts.extensions == ()
+    assert set(learner.update_state()) == {"return_scaler", "lr_backoff"}
