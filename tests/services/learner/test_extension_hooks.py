@@ -279,3 +279,44 @@ def test_a_run_without_extensions_checkpoints_the_update_state_it_always_did(tmp
     learner = build_learner(str(tmp_path))
     assert learner.parts.extensions == ()
     assert set(learner.update_state()) == {"return_scaler", "lr_backoff"}
+
+
+def choice_rectangle(learner):
+    """tests/services/learner/test_stages.py's one-battle collection, its two learner cells made
+    choice rows (40 legal actions, action 5 taken)."""
+    from tests.services.learner.test_stages import T, advantages, collected
+
+    c = collected(learner)
+    codec = learner.parts.pf.codec
+    mask = np.zeros(learner.parts.pf.spec.n_actions, bool)
+    mask[:40] = True
+    bits = np.packbits(mask, bitorder="little")[: codec.row_bytes - codec.omask]
+    rect = c.rect
+    for t in range(T):
+        rect.rows[t, 0, codec.omask:] = bits
+        rect.n_legal[t, 0], rect.actions[t, 0], rect.log_probs[t, 0] = 40, 5, math.log(1 / 40)
+    trainable = np.zeros((T, 2), bool)
+    trainable[:, 0] = True
+    return c, advantages(trainable)
+
+
+def test_the_update_holds_the_actor_for_the_warm_starts_iterations_and_a_plain_run_writes_no_extension_key(tmp_path):
+    from services.learner.update import run_update
+
+    held = build_learner(str(tmp_path), tiny_config(run_name="held-update", warm_start={
+        "snapshot": "snap:0123456789abcdef", "hold_actor_iterations": 1}))
+    c, adv = choice_rectangle(held)
+    sched = {"gamma": 0.99, "ent_coef": 0.01, "ent_coef_noop": 0.0}
+    lr = [g["lr"] for g in held.parts.opt_actor.param_groups]
+    one = run_update(held, c.rect, adv, iteration=1, sched=sched, inference_precision=None).stats
+    assert (one["ppo/actor_lr_multiplier"], one["ppo/actor_frozen"], one["ppo/update_magnitude_actor"]) == (0.0, 1.0, 0.0)
+    assert one["ppo/update_magnitude_critic"] > 0.0
+    assert [g["lr"] for g in held.parts.opt_actor.param_groups] == lr  # restored after the update
+    two = run_update(held, c.rect, adv, iteration=2, sched=sched, inference_precision=None).stats
+    assert (two["ppo/actor_lr_multiplier"], two["ppo/actor_frozen"]) == (1.0, 0.0)
+    assert two["ppo/update_magnitude_actor"] > 0.0
+    plain = build_learner(str(tmp_path), tiny_config(run_name="plain-update"))  # its own cached model: it trains
+    c, adv = choice_rectangle(plain)
+    stats = run_update(plain, c.rect, adv, iteration=1, sched=sched, inference_precision=None).stats
+    assert stats["ppo/update_magnitude_actor"] > 0.0
+    assert not [k for k in stats if k.startswith(("imitation/", "ext/")) or k in ("ppo/actor_lr_multiplier", "ppo/actor_frozen")]
