@@ -161,7 +161,7 @@ def test_an_actor_loss_that_is_not_a_scalar_is_refused_by_name():
 # ----------------------------------------------------------------------------- the warm start
 
 
-def write_clone(learner, *, perturb=0.25, critic=True, break_probe=False) -> str:
+def write_clone(learner, *, perturb=0.25, critic=True, break_probe=False, with_probe=True) -> str:
     """A clone snapshot in the learner's run: its actor the learner's own plus ``perturb`` on
     every weight, probe rows of synthetic observations (all planes zero, 40 legal actions)."""
     from services.checkpoint.snapshots import SnapshotStore
@@ -189,7 +189,7 @@ def write_clone(learner, *, perturb=0.25, critic=True, break_probe=False) -> str
     ident = p.identity
     spec = {"run_id": "clone:test", "iteration": 0, "env_steps": 0, "arch_digest": ident.arch_digest,
             "obs_digest": ident.obs_digest, "codec_table_digest": ident.codec_table_digest, "dtype": "float16",
-            "probe": probe}
+            **({"probe": probe} if with_probe else {})}
     run = RunDir(p.run_dir)
     sid, _, _ = SnapshotStore(run.snapshots).write(blob, msgspec.json.encode(spec))
     if critic:
@@ -320,3 +320,25 @@ def test_the_update_holds_the_actor_for_the_warm_starts_iterations_and_a_plain_r
     stats = run_update(plain, c.rect, adv, iteration=1, sched=sched, inference_precision=None).stats
     assert stats["ppo/update_magnitude_actor"] > 0.0
     assert not [k for k in stats if k.startswith(("imitation/", "ext/")) or k in ("ppo/actor_lr_multiplier", "ppo/actor_frozen")]
+
+
+def test_a_snapshot_without_probe_rows_and_a_clone_without_a_critic(tmp_path):
+    base = build_learner(str(tmp_path), tiny_config(run_name="warm"))
+    plain_sid = write_clone(base, perturb=0.0625, with_probe=False)
+    learner = warm_learner(tmp_path, {"snapshot": f"snap:{plain_sid}"}, [])
+    with pytest.raises(SystemExit) as exc:
+        extension_hooks.start(learner.parts, fresh=True)
+    assert str(exc.value) == (f"learner: refusing to start run 'warm': warm_start.snapshot: snapshot {plain_sid} carries "
+                              "no probe rows: not a clone written by royalefleet clone, so nothing verifies it after loading")
+    lines: list[str] = []
+    sid = write_clone(base, perturb=0.03125, critic=False)
+    learner = warm_learner(tmp_path, {"snapshot": f"snap:{sid}"}, lines)
+    critic = copy.deepcopy(learner.parts.model.critic.state_dict())
+    actor = copy.deepcopy(learner.parts.model.actor.state_dict())
+    try:
+        extension_hooks.start(learner.parts, fresh=True)
+        assert lines[0].endswith("critic fresh (the clone folder holds no critic.safetensors)")
+        for name, w in learner.parts.model.critic.state_dict().items():
+            assert torch.equal(w, critic[name]), name
+    finally:
+        learner.parts.model.actor.load_state_dict(actor)
