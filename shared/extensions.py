@@ -122,7 +122,7 @@ def split_sections(doc: dict, own: list[str]) -> tuple[dict, dict[str, Any], lis
             hint = difflib.get_close_matches(str(key), own + list(installed), n=1)
             problems.append(
                 f"{key}: unknown field, and no installed package provides a section {key!r} "
-                f"(entry point group {GROUP}; installed sections: {sorted(installed) or 'none'})"
+                f"(entry point group {GROUP}; installed sections: {', '.join(sorted(installed)) or 'none'})"
                 + (f"; did you mean {hint[0]!r}?" if hint else ""))
             continue
         try:

@@ -133,7 +133,7 @@ def test_every_field_problem_is_listed_at_once_each_naming_its_field():
     assert the_one(problems, "rollout.battles") == "rollout.battles: Expected `int` >= 1 (got 0)"
     assert the_one(problems, "ppo2") == (
         "ppo2: unknown field, and no installed package provides a section 'ppo2' (entry point group "
-        "royalefleet.extensions; installed sections: none); did you mean 'ppo'?")
+        "royalefleet.extensions; installed sections: imitation, warm_start); did you mean 'ppo'?")
     assert "tpu" in the_one(problems, "net.device")
     assert "(got [0.5, 0.5])" in the_one(problems, "ladder.mix")
     assert the_one(problems, "services.learner_port") == "services.learner_port: Expected `int` <= 65535 (got 70000)"

@@ -52,7 +52,7 @@ def test_a_section_no_installed_package_provides_is_refused_by_name(installed):
         load_config({"profile": "tiny", "curiosty": {"scale": 0.5}})
     assert err.value.problems == [
         "curiosty: unknown field, and no installed package provides a section 'curiosty' (entry point group "
-        "royalefleet.extensions; installed sections: ['curiosity', 'imitation', 'warm_start']); did you mean 'curiosity'?"]
+        "royalefleet.extensions; installed sections: curiosity, imitation, warm_start); did you mean 'curiosity'?"]
 
 
 def test_without_the_package_the_section_is_refused(monkeypatch):

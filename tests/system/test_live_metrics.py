@@ -36,11 +36,13 @@ CONDITIONAL = {
     "royalefleet_learner_ladder_gate_score_lower_bound": "only once a gate has decided a candidate",
     "royalefleet_learner_env_win_rate_pool": "only once a pool episode against a snapshot has finished",
     "royalefleet_ladder_champion_info": "only once the pool has a champion (one series, labelled by member)",
+    "royalefleet_learner_ppo_actor_lr_multiplier": "only with the warm_start extension's actor hold",
 }
 # Whole families of row keys, by prefix, with the reason this run has none of them.
 CONDITIONAL_PREFIXES = {
     "royalefleet_learner_dqn_": "only under learner.algorithm \"dqn\" (this run trains PPO)",
     "royalefleet_learner_strength_": "only once a strength job has been measured (the tiny profile turns it off)",
+    "royalefleet_learner_imitation_": "only with the imitation extension's KL anchor (this run has none)",
 }
 
 
