@@ -16,6 +16,7 @@ from prometheus_client import start_http_server
 from shared.config import ConfigError, load_service_config
 from shared.cpu_priority import autogroup_nice, lower_cpu_priority, nice_value
 from shared.service_settings import option, parse_settings, port
+from shared.viser import address_option
 
 @dataclass(frozen=True)
 class Settings:
@@ -36,6 +37,11 @@ class Settings:
                        "rollouts leave idle (19, the default; a busy evaluator at full priority made the cpu "
                        "profile's update 3.5x slower on 2 cores); 0 keeps the priority it was started with (an "
                        "evaluator on a machine of its own)")
+    viser: str = option("", env="ROYALEFLEET_VISER", parse=address_option,
+                        help="RoyaleViser's stream address HOST:PORT: stream the games played to a viewer "
+                        "(python -m royaleviser --stream HOST:PORT), a frame per engine tick while one watches, "
+                        "unpaced, the results unchanged; an address another evaluator holds is said and skipped "
+                        "(default off)")
 
 
 def parse_args(argv: list[str] | None = None, environ=None) -> Settings:
@@ -59,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     metrics = EvaluatorMetrics()
     evaluator = Evaluator(config, ladder=args.ladder, checkpoint=args.checkpoint, metrics=metrics,
-                          say=lambda text: print(text, flush=True))
+                          say=lambda text: print(text, flush=True), viser=args.viser)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: evaluator.stop.set())
     server = None

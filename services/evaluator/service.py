@@ -108,8 +108,10 @@ class Evaluator:
     """One evaluator worker for the run ``cfg`` describes (env, master seed, network)."""
 
     def __init__(self, cfg: RunConfig, *, ladder: str, checkpoint: str, metrics: EvaluatorMetrics | None = None,
-                 say=print, worker: str | None = None):
-        self.cfg, self.say = cfg, say
+                 say=print, worker: str | None = None, viser: str = ""):
+        """``viser``: RoyaleViser's stream address HOST:PORT to stream the games to ("": off,
+        ``stream_to_viser``)."""
+        self.cfg, self.say, self.viser = cfg, say, viser
         self.metrics = metrics or EvaluatorMetrics()
         self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
         max_bytes = cfg.services.max_message_mb << 20
@@ -179,14 +181,22 @@ class Evaluator:
 
     # ------------------------------------------------------------------ jobs
 
+    def env(self):
+        """The evaluation env every game is played on, built at the first call (and then handed
+        its RoyaleViser publisher when the evaluator streams: ``stream_to_viser``)."""
+        if self._env is None:
+            self._env = build_env(eval_env_config(self.cfg.env))
+            if self.viser:
+                stream_to_viser(self._env, self.viser, self.cfg.run_name, self.say)
+        return self._env
+
     def play(self, job: EvalJob):
         """The job's records. Raises JobFailed, or Stopped when asked to stop between games."""
         if job.run_name != self.cfg.run_name:
             raise JobFailed("run", f"job {job.job_id} is for run {job.run_name!r}, this evaluator was started with the "
                             f"config of run {self.cfg.run_name!r}; start one with that run's config")
         players = {p: self.player(job.run_name, p) for p in (job.a, job.b)}
-        if self._env is None:
-            self._env = build_env(eval_env_config(self.cfg.env))
+        self.env()
 
         def on_game(done: int, total: int) -> None:
             self.metrics.games_played.inc()
@@ -275,3 +285,28 @@ class Evaluator:
     def close(self) -> None:
         self.ladder.close()
         self.ckpt.close()
+        if self._env is not None and getattr(self._env, "viser", None) is not None:
+            self._env.viser.close()  # the RoyaleViser port, free for the next evaluator
+
+
+def stream_to_viser(env, address: str, run_name: str, say) -> bool:
+    """Hand ``env`` a RoyaleGym ``ViserPublisher`` bound at ``address`` (HOST:PORT): every game
+    played on it is then streamed to a RoyaleViser viewer (``python -m royaleviser --stream
+    HOST:PORT``), a frame per engine tick while one says hello, nothing otherwise; the games are
+    not paced and play exactly as unwatched (RoyaleGym steps a watched decision tick by tick,
+    the same battle: tests/services/evaluator/test_viser.py). An address that cannot be bound
+    (another evaluator holds it: one streams per port) is said and the evaluator plays on
+    without it. Returns whether it streams."""
+    from royalegym.viser import ViserPublisher
+
+    from shared.viser import parse_address
+
+    try:
+        host, port = parse_address(address)
+        env.viser = ViserPublisher(host, port, run=run_name)
+    except (OSError, ValueError) as exc:
+        say(f"evaluator: --viser {address}: {exc}; playing without streaming")
+        return False
+    say(f"evaluator: streaming its games to RoyaleViser at {host}:{env.viser.address[1]} (run {run_name!r}) while "
+        f"a viewer watches: python -m royaleviser --stream {host}:{env.viser.address[1]}")
+    return True
