@@ -94,6 +94,9 @@ def run_config(args, must_exist: bool = False):
         if not saved.exists():
             return base
         source = str(saved)
+        # The folder read is the run, whatever its config.json says: a folder copied, renamed or
+        # mounted elsewhere (Compose's volumes under /tmp/runs) keeps its recorded run_name/runs_dir.
+        overrides = {**overrides, "run_name": base.run_name, "runs_dir": base.runs_dir}
     cfg = load_config(source, profile_name=args.profile or "cpu", overrides=overrides or None)
     if must_exist:
         check_run_exists(cfg.runs_dir, cfg.run_name)

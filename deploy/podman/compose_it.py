@@ -688,10 +688,12 @@ def main() -> int:
                                                 r"halt       none"]),
                                     ("checkpoints", [r"ok \(every file verifies\)"])):
                 log(f"$ fleet {command}   (the function of docs/compose.md)")
-                out = run(["bash", "-c", fleet_function() + f"\nfleet {command}"], quiet=True, timeout=180).stdout
+                done = run(["bash", "-c", fleet_function() + f"\nfleet {command}"], quiet=True, timeout=180)
+                out = done.stdout
                 for pattern in expect:
                     if not re.search(pattern, out):
-                        raise Failed(f"`fleet {command}` printed no line matching {pattern!r}:\n{out}")
+                        raise Failed(f"`fleet {command}` (exit {done.returncode}) printed no line matching "
+                                     f"{pattern!r}:\n{out}\nits stderr:\n{done.stderr}")
                 log(f"fleet {command}: " + " | ".join(line.strip() for line in out.splitlines()[:4]))
             at = int(re.search(r"progress   iteration (\d+):", run(
                 ["bash", "-c", fleet_function() + "\nfleet status"], quiet=True, timeout=180).stdout).group(1))
