@@ -1,8 +1,8 @@
 """Typed batches at the seam between collection and a learner (seed 000's batch formats).
 
 What the collection hands a learner is one named-field batch per algorithm: ``PpoBatch`` for
-the PPO learner, ``DqnBatch`` for the DQN learner. A learner reads fields by name; nothing is
-unpacked by position.
+the PPO learner, ``DqnBatch`` for the DQN learner, ``AlphaZeroBatch`` for the search learner. A
+learner reads fields by name; nothing is unpacked by position.
 
 Where we differ from seed 000 (docs/design.md, "Typed batches"):
 
@@ -16,8 +16,12 @@ Where we differ from seed 000 (docs/design.md, "Typed batches"):
 
 Action ids are in the policy head's frame (``shared.nn.distribution``: 0 is the no-op).
 
-A batch for a search learner (AlphaZero, TreeStrap) or a solver (DeepCFR) would join here as
-another dataclass with its own validation; docs/design.md says what each needs from the fleet.
+* ``AlphaZeroBatch.policy_targets`` is sparse, aligned with ``legal_ids`` (nnz,), not seed 000's
+  dense (records, actions): ~93 % of rows are value-only (empty legal slice) and A is 2,305, so
+  a dense target would be ~9 KB a row of zeros. ``minibatch`` densifies the selected rows only.
+
+A batch for TreeStrap or a solver (DeepCFR) would join here as another dataclass with its own
+validation; docs/design.md says what each needs from the fleet.
 """
 
 from __future__ import annotations
@@ -203,3 +207,116 @@ class DqnBatch:
     @property
     def heads(self) -> int:
         return self.masks.shape[1]
+
+
+TARGET_SUM_ATOL = 1e-4
+"""How far a policy row's target may sum from 1 (float32 targets of up to 2,305 entries)."""
+
+
+@dataclass(frozen=True)
+class AzMinibatch:
+    """Selected rows of an ``AlphaZeroBatch``, dense at (minibatch, actions) only.
+
+    ``legal`` bool ``(m, A)``; ``policy_targets`` float32 ``(m, A)`` (0 off the legal set);
+    ``value_targets`` float32 ``(m,)``; ``policy_weights`` float32 ``(m,)``."""
+
+    legal: np.ndarray
+    policy_targets: np.ndarray
+    value_targets: np.ndarray
+    policy_weights: np.ndarray
+
+
+@dataclass(frozen=True)
+class AlphaZeroBatch:
+    """Search targets of one iteration (seed 000's ``AlphaZeroBatch``).
+
+    ``obs``: ``PackedObs`` (the codec's packed rows by reference); ``players`` int32
+    ``(records,)``: the perspective's global slot; ``legal_ids`` int16 ``(nnz,)`` and
+    ``legal_offsets`` int64 ``(records + 1,)``: CSR of each row's POLICY set, head frame,
+    ascending within a row; ``policy_targets`` float32 ``(nnz,)``: the search's improved policy
+    over that set, aligned with ``legal_ids`` (each non-empty row sums to 1); ``value_targets``
+    float32 ``(records,)``: the realized return-to-go; ``policy_weights`` float32 ``(records,)``:
+    how much the row's policy loss counts; ``n_actions``: A.
+
+    Value-only rows (a forced decision, only the no-op legal, or a perspective that did not
+    move) have an EMPTY legal slice and ``policy_weights`` 0; every row trains the value.
+
+    Raises ValueError naming the field and the first bad row for: a length that is not the
+    record count, offsets that do not start at 0, decrease, or end at ``len(legal_ids)``; an
+    id outside 0..A-1 or not strictly ascending within its row; a negative or non-finite
+    target or weight; a non-empty row whose targets do not sum to 1 (``TARGET_SUM_ATOL``); a
+    positive weight on an empty slice; a non-finite value target."""
+
+    obs: PackedObs
+    players: np.ndarray
+    policy_targets: np.ndarray
+    value_targets: np.ndarray
+    policy_weights: np.ndarray
+    legal_ids: np.ndarray
+    legal_offsets: np.ndarray
+    n_actions: int
+
+    def __post_init__(self):
+        n = len(self.value_targets)
+        _check_rows("AlphaZeroBatch", {"obs": self.obs, "players": self.players, "policy_weights": self.policy_weights}, n)
+        off, ids, tg = self.legal_offsets, self.legal_ids, self.policy_targets
+        if len(off) != n + 1 or off[0] != 0 or off[-1] != len(ids) or (np.diff(off) < 0).any():
+            raise ValueError(f"AlphaZeroBatch.legal_offsets must be {n + 1} non-decreasing entries from 0 to "
+                             f"len(legal_ids) = {len(ids)}; got {len(off)} entries "
+                             f"[{off[0] if len(off) else '-'} .. {off[-1] if len(off) else '-'}]")
+        if len(tg) != len(ids):
+            raise ValueError(f"AlphaZeroBatch.policy_targets has {len(tg)} entries, legal_ids {len(ids)}: "
+                             "they are aligned (one target per legal id)")
+        row_of = np.repeat(np.arange(n), np.diff(off))
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.n_actions):
+            i = int(row_of[np.flatnonzero((ids < 0) | (ids >= self.n_actions))[0]])
+            raise ValueError(f"AlphaZeroBatch.legal_ids of row {i} leave 0..{self.n_actions - 1}")
+        rising = np.diff(ids.astype(np.int64)) > 0
+        same_row = row_of[1:] == row_of[:-1]
+        if (same_row & ~rising).any():
+            i = int(row_of[1:][np.flatnonzero(same_row & ~rising)[0]])
+            raise ValueError(f"AlphaZeroBatch.legal_ids of row {i} are not strictly ascending")
+        for name, arr in (("policy_targets", tg), ("policy_weights", self.policy_weights)):
+            bad = ~np.isfinite(arr) | (arr < 0)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"AlphaZeroBatch.{name}[{i}] is {float(arr[i])}: must be finite and >= 0")
+        counts = np.diff(off)
+        sums = np.add.reduceat(tg.astype(np.float64), off[:-1][counts > 0]) if len(tg) else np.zeros(0)
+        off_one = np.abs(sums - 1.0) > TARGET_SUM_ATOL
+        if off_one.any():
+            i = int(np.flatnonzero(counts > 0)[np.flatnonzero(off_one)[0]])
+            raise ValueError(f"AlphaZeroBatch.policy_targets of row {i} sum to {float(sums[off_one][0])}, not 1")
+        weighted_empty = (counts == 0) & (self.policy_weights > 0)
+        if weighted_empty.any():
+            i = int(np.flatnonzero(weighted_empty)[0])
+            raise ValueError(f"AlphaZeroBatch.policy_weights[{i}] is {float(self.policy_weights[i])} on an empty legal "
+                             "slice: a value-only row must weigh 0")
+        if not np.isfinite(self.value_targets).all():
+            i = int(np.flatnonzero(~np.isfinite(self.value_targets))[0])
+            raise ValueError(f"AlphaZeroBatch.value_targets[{i}] is {float(self.value_targets[i])}: must be finite")
+
+    def __len__(self) -> int:
+        return len(self.value_targets)
+
+    @property
+    def policy_rows(self) -> np.ndarray:
+        """bool ``(records,)``: rows with a non-empty legal slice (the rest are value-only)."""
+        return np.diff(self.legal_offsets) > 0
+
+    def minibatch(self, rows: np.ndarray) -> AzMinibatch:
+        """The records ``rows`` (int64 ``(m,)``, any order, repeats allowed), with their CSR
+        slices gathered and densified: the only dense arrays are ``(m, A)``."""
+        rows = np.asarray(rows, np.int64)
+        starts, ends = self.legal_offsets[rows], self.legal_offsets[rows + 1]
+        counts = ends - starts
+        local = np.repeat(np.arange(len(rows)), counts)
+        # every selected row's CSR positions, in row order: start of its slice + 0..count-1
+        pos = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        legal = np.zeros((len(rows), self.n_actions), bool)
+        targets = np.zeros((len(rows), self.n_actions), np.float32)
+        cols = self.legal_ids[pos].astype(np.int64)
+        legal[local, cols] = True
+        targets[local, cols] = self.policy_targets[pos]
+        return AzMinibatch(legal=legal, policy_targets=targets, value_targets=self.value_targets[rows].astype(np.float32),
+                           policy_weights=self.policy_weights[rows].astype(np.float32))
