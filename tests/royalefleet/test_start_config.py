@@ -10,7 +10,7 @@ import json
 import msgspec
 import pytest
 
-import shared.config
+import shared.config_load
 from royalefleet import cli, launcher
 from shared.config import PROFILES, dump_config, load_config
 from shared.recorded_config import for_learner, identity_changes
@@ -60,7 +60,7 @@ def test_resume_RUN_with_no_other_option_resumes_every_profile_run(tmp_path, sta
                                                                    name, machine_default):
     # The machine's default profile (laptop when torch sees a GPU) must not matter to a run
     # that says which profile it is.
-    monkeypatch.setattr(shared.config, "default_profile_name", lambda: machine_default)
+    monkeypatch.setattr(shared.config_load, "default_profile_name", lambda: machine_default)
     runs = tmp_path / "runs"
     made = record(runs, name, {"profile": name})
     assert cli.main(["resume", name, "--runs-dir", str(runs), "--no-doctor"]) == 0
@@ -144,7 +144,7 @@ def test_a_config_file_is_compared_with_the_record_and_drift_can_be_allowed(tmp_
 
 
 def test_a_new_run_takes_the_machines_default_profile(tmp_path, stack, monkeypatch):
-    monkeypatch.setattr(shared.config, "default_profile_name", lambda: "laptop")
+    monkeypatch.setattr(shared.config_load, "default_profile_name", lambda: "laptop")
     assert cli.main(["up", "fresh", "--runs-dir", str(tmp_path / "runs"), "--no-doctor"]) == 0
     assert stack.started[0].profile == "laptop" and stack.started[0].run_name == "fresh"
 
@@ -201,7 +201,7 @@ def test_a_compose_learner_with_drift_allowed_takes_the_given_config_and_records
 def test_identity_RUN_is_the_identity_of_the_runs_own_config(tmp_path, monkeypatch, capsys):
     import royalefleet.identity_cmd
 
-    monkeypatch.setattr(shared.config, "default_profile_name", lambda: "laptop")
+    monkeypatch.setattr(shared.config_load, "default_profile_name", lambda: "laptop")
     seen = []
     monkeypatch.setattr(royalefleet.identity_cmd, "identity_for", lambda cfg: (seen.append(cfg), ({}, "x"))[1])
     runs = tmp_path / "runs"

@@ -83,7 +83,7 @@ def test_explain_one_field(capsys):
     assert cli.main(["config", "--explain", "rollout.battles"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].startswith("rollout.battles  [RolloutConfig.battles, shared/config.py:")
+    assert lines[0].startswith("rollout.battles  [RolloutConfig.battles, shared/config_schema.py:")
     assert lines[1:4] == ["  type      int, >= 1",
                           "  default   16 (cpu; laptop 32, workstation 32, many_core 32, tiny 4)",
                           "  identity  yes (rollout_digest)"]
