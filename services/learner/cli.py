@@ -19,6 +19,7 @@ from shared import service_settings, transport
 from shared.config import ConfigError, RunConfig, load_config
 from shared.recorded_config import for_learner
 from shared.service_settings import option, port_or_config
+from shared.viser import address_option
 
 EXIT_UNREACHABLE = 4
 """The learner's exit code when a refusal came of a service that did not answer
@@ -67,6 +68,10 @@ class Settings:
     clear_halt: bool = option(False, env="ROYALEFLEET_CLEAR_HALT",
                               help="continue a run that was halted (an alarm or an operator wrote halted.json in "
                               "its folder)")
+    viser: str = option("", env="ROYALEFLEET_VISER", parse=address_option,
+                        help="RoyaleViser's stream address HOST:PORT (python -m royaleviser --stream HOST:PORT): "
+                        "the status line goes to its status channel on PORT+1 while a viewer watches (UDP, never "
+                        "waits; default off)")
     start_fresh: bool = option(False, env="ROYALEFLEET_START_FRESH",
                                help="start the run over when it has checkpoints and none verifies (its metric rows "
                                "are moved to metrics.purged.jsonl); without it such a start is refused")
@@ -137,5 +142,6 @@ def make_learner(cfg: RunConfig, a, perturb, say):
         start_fresh=a.start_fresh,
         perturb_resume=perturb,
         halt_port=s.learner_halt_port if a.halt_port < 0 else a.halt_port,
+        viser=a.viser,
         say=say,
     )

@@ -113,6 +113,8 @@ def shutdown(learner: Learner, save: bool = True) -> None:
         count_untrained(learner, join_overlap(learner))
     if learner.parts.halt_endpoint is not None:
         learner.parts.halt_endpoint.close()
+    if learner.parts.viser_status is not None:
+        learner.parts.viser_status.close()
     if learner.parts.pool.courier.batches:  # one more try; what stays held is in episodes.held.jsonl for the next start
         learner.parts.pool.deliver_episodes([], learner.state.iteration)
     snapshot = learner.state.snapshot

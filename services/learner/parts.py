@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # annotations only: importing this module builds nothing and 
     from shared.nn.policy import Policy
     from shared.learner_extension import LearnerExtension
     from shared.preflight import Preflight
+    from services.learner.viser_status import ViserStatus
 
 Say = Callable[[str], object]
 """Where the learner's lines go (``print`` in the service, a list's ``append`` in tests)."""
@@ -101,6 +102,8 @@ class LearnerParts:
     # ---- the extensions (startup.build_model; services/learner/extension_hooks.py)
     extensions: tuple[LearnerExtension, ...] = ()
     """One object per extension section with learner hooks (shared/learner_extension.py)."""
+    viser_status: ViserStatus | None = None
+    """RoyaleViser's status channel (``RunOptions.viser``; services/learner/viser_status.py), None when off."""
 
 
 @dataclass
@@ -146,5 +149,7 @@ class RunOptions:
     start_fresh: bool = False
     perturb_resume: tuple[str, ...] = ()
     """A test hook: checkpoint components a resume does not load."""
+    viser: str = ""
+    """``--viser``: RoyaleViser's stream address HOST:PORT; the status line goes to PORT + 1 ("": off)."""
     t_start: float = field(default_factory=time.monotonic)
     """``time.monotonic()`` at start (``run/wall_seconds`` runs from it)."""

@@ -107,5 +107,7 @@ def write_row(parts: LearnerParts, row: dict) -> tuple[bytes, bool]:
     parts.metrics.export(row)
     parts.curves.write(row)  # TensorBoard's view of the same row (services/learner/curves.py)
     parts.say(progress_line(row))
+    if parts.viser_status is not None:  # the same facts to RoyaleViser's status channel (UDP, never waits)
+        parts.viser_status.publish(row)
     return line, written
 

@@ -54,10 +54,10 @@ class Learner:
     def __init__(self, cfg: RunConfig, *, bind: str, ladder: str, checkpoint: str, runs_dir: str,
                  metrics_port: int | None, metrics_host: str, iterations: int, min_rollouts: int = 1,
                  allow_identity_drift: bool = False, clear_halt: bool = False, start_fresh: bool = False,
-                 perturb_resume: tuple[str, ...] = (), halt_port: int = 0, say: Say = print):
+                 perturb_resume: tuple[str, ...] = (), halt_port: int = 0, viser: str = "", say: Say = print):
         self.options = RunOptions(iterations_limit=iterations, min_rollouts=max(1, min_rollouts),
                                   allow_identity_drift=allow_identity_drift, clear_halt=clear_halt,
-                                  start_fresh=start_fresh, perturb_resume=perturb_resume)
+                                  start_fresh=start_fresh, perturb_resume=perturb_resume, viser=viser)
         self.state = IterationState()
         self.parts = startup.build_parts(cfg, self.options, runs_dir=runs_dir, bind=bind, ladder=ladder,
                                          checkpoint=checkpoint, metrics_port=metrics_port, metrics_host=metrics_host,

@@ -50,6 +50,7 @@ def build_parts(cfg: RunConfig, options: RunOptions, *, runs_dir: str, bind: str
     endpoint calls with the operator's reason. Raises DeterminismError and DeviceMemoryError
     (``build_model``) before anything is bound."""
     from services.learner.curves import TensorBoardCurves
+    from services.learner.viser_status import open_status
 
     model = build_model(cfg, runs_dir, say)  # refusals (tier, GPU memory) come before any bind
     links = connect(cfg, model, options, bind=bind, ladder=ladder, checkpoint=checkpoint, metrics_port=metrics_port,
@@ -57,7 +58,7 @@ def build_parts(cfg: RunConfig, options: RunOptions, *, runs_dir: str, bind: str
     collection = build_collector(cfg, model, links, say)
     run_dir = model["run_dir"]
     return LearnerParts(cfg=cfg, say=say, **model, **links, **collection, metrics_path=str(RunDir(run_dir).metrics),
-                        curves=TensorBoardCurves(run_dir, say))
+                        curves=TensorBoardCurves(run_dir, say), viser_status=open_status(options.viser, cfg.run_name, say))
 
 
 def build_model(cfg: RunConfig, runs_dir: str, say: Say) -> dict[str, Any]:
