@@ -34,6 +34,7 @@ import numpy as np
 from msgspec import Struct
 
 from shared.config import EnvConfig, RolloutConfig
+from shared.search.spec import RolloutSearch
 
 PROTOCOL_VERSION = 1
 
@@ -258,6 +259,11 @@ class Round(_Msg, tag="round"):
     wire_encode_seconds: float = 0.0
     """CPU seconds (the sending thread's) the rollout spent compressing this round's rows
     (wire codec 2; 0 under codec 1)."""
+    search_seconds: float = 0.0
+    """Wall seconds the rollout's search spent on this round (``Welcome.search``; 0 without)."""
+    search_steps: int = 0
+    """Engine decisions the search stepped in simulations for this round (counted in the
+    rollout's throughput beside the battles' own decisions)."""
 
 
 class Heartbeat(_Msg, tag="heartbeat"):
@@ -294,6 +300,10 @@ class Welcome(_Msg, tag="welcome", omit_defaults=True):
     wire_codec: int = 1
     """How this rollout sends its rows (shared/codec.py): 1 raw ``rows`` / ``final_rows``, 2 one
     zstd frame each (``rows_zstd`` / ``final_rows_zstd``). One of the Hello's ``codecs``."""
+    search: RolloutSearch | None = None
+    """What to search at the learner seats' choice decisions (``learner.algorithm =
+    "alphazero"``; services/rollout/search.py); None: no search. Searched rounds carry arrays
+    ``search_slots`` / ``search_candidates`` / ``search_q`` (``shared.round_arrays``)."""
 
 
 class Refused(_Msg, tag="refused"):
@@ -709,6 +719,8 @@ ARRAYS: dict[type, dict[str, tuple[str, int]]] = {
         "deploy_status": ("int8", 1), "final_slots": ("int16", 1), "final_rows": ("uint8", 2),
         # wire codec 2 (shared/codec.py): one zstd frame in place of rows / final_rows
         "rows_zstd": ("uint8", 1), "final_rows_zstd": ("uint8", 1),
+        # the rollout's search (Welcome.search; shared/round_arrays.py SEARCH)
+        "search_slots": ("int16", 1), "search_candidates": ("int16", 2), "search_q": ("float32", 2),
     },
     Step: {"actions": ("int16", 1)},
     SaveCheckpoint: {"*": ("uint8", 1)},

@@ -33,6 +33,9 @@ STREAMS: dict[str, str] = {
     "dqn/heads/init": "the DQN Q network's heads 1..K-1 and dueling value streams (head 0 starts as the actor's)",
     "dqn/replay/iteration/{iteration}": "the prioritized replay draws of one DQN iteration's minibatches",
     "dqn/bootstrap_masks/iteration/{iteration}": "the Bernoulli bootstrap masks of the records one iteration inserts",
+    "search/battle/{battle}/ordinal/{ordinal}/tick/{tick}/seat/{seat}":
+        "a rollout search's candidates and simulation streams at one choice decision of one learner seat",
+    "az/minibatch/iteration/{iteration}/epoch/{epoch}": "the row permutation of one AlphaZero epoch",
     "preflight/sample": "the random-legal play that samples observations for the codec table",
     "torch/init": "initial network weights",
     "eval/bootstrap/{comparison}": "bootstrap resamples over seeds for one gate comparison",

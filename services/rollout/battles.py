@@ -62,18 +62,24 @@ class StepResult(RoundArrays):
     codec_clipped: int = 0
     codec_rounded: int = 0
     illegal_actions: int = 0
+    search_seconds: float = 0.0
+    search_steps: int = 0
 
 
 class Shard:
     """A group of battles answered for together."""
 
     def __init__(self, index: int, env_cfg: EnvConfig, n_battles: int, codec: Codec, master_seed: int,
-                 random_legal_noop_prob: float, mask_only_scripted: bool):
+                 random_legal_noop_prob: float, mask_only_scripted: bool, search=None):
+        """``search``: a ``services.rollout.search.ShardSearch`` (``Welcome.search``) run on every
+        round's observations, or None. A searched shard builds every seat's observation (no
+        ``mask_only`` seat: the search saves battles with ``env.snapshot()``, which refuses them)."""
         self.index = index
         self.codec = codec
         self.master_seed = master_seed
         self.noop_prob = random_legal_noop_prob
-        self.mask_only = mask_only_scripted
+        self.search = search
+        self.mask_only = mask_only_scripted and search is None
         self.battles = [Battle(battle_id=-1, env=build_env(env_cfg)) for _ in range(n_battles)]
         # env.seat_decks: one curriculum mutator per learner seat (-1 mirror, 0 blue, 1 red),
         # swapped into a battle's env before each reset (shared/envs.py seat_deal).
@@ -213,7 +219,12 @@ class Shard:
         # again before they have left (the next step packs into new memory).
         rows, clipped, rounded = self.codec.pack_many(held_obs)
         frows, c2, r2 = self.codec.pack_many(final_obs)
+        searched = {}
+        if self.search is not None:
+            found = self.search.run(self.battles)
+            searched = dict(search_slots=found.slots, search_candidates=found.candidates, search_q=found.q,
+                            search_seconds=found.seconds, search_steps=found.sim_steps)
         return StepResult(group=group, tick=tick, ordinal=ordinal, rows=rows, reward=reward, terminated=terminated,
                           truncated=truncated, deploy_status=deploy, final_slots=np.asarray(final_slots, np.int16),
                           final_rows=frows, episodes=episodes, env_seconds=env_seconds,
-                          codec_clipped=clipped + c2, codec_rounded=rounded + r2, illegal_actions=illegal)
+                          codec_clipped=clipped + c2, codec_rounded=rounded + r2, illegal_actions=illegal, **searched)

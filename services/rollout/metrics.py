@@ -32,6 +32,11 @@ class RolloutMetrics:
         self.codec_clipped = Counter(PREFIX + "obs_codec_clipped", "Observation values clipped to fit the codec", registry=r)
         self.codec_rounded = Counter(PREFIX + "obs_codec_rounded", "Observation values rounded to fit the codec", registry=r)
         self.illegal_actions = Counter(PREFIX + "illegal_actions", "Actions sent by the learner (learner and frozen seats) the mask did not allow", registry=r)
+        self.search_seconds = Counter(PREFIX + "search_seconds", "Seconds the search spent on learner choice "
+                                      "decisions (learner.algorithm alphazero)", registry=r)
+        self.search_steps = Counter(PREFIX + "search_sim_steps", "Engine decisions stepped in search simulations "
+                                    "(beside the battles' own decisions)", registry=r)
+        self.searched_decisions = Counter(PREFIX + "searched_decisions", "Learner choice decisions searched", registry=r)
         self.idle_seconds = Counter(PREFIX + "idle_seconds", "Seconds spent waiting for the learner while holding "
                                     "battles (no Step or Plan to act on)", registry=r)
         self.held_seconds = Counter(PREFIX + "held_seconds", "Wall seconds spent holding battles (idle or stepping)",

@@ -124,9 +124,15 @@ class RolloutService:
             t0 = time.perf_counter()
             codec = Codec(msg.codec)
             per = self.n_battles // self.n_shards
+            search = None
+            if msg.search is not None:  # learner.algorithm alphazero: search the learner's choice decisions
+                from services.rollout.search import ShardSearch
+
+                search = ShardSearch(msg.search, msg.env, msg.master_seed,
+                                     lambda o: make_scripted(o, msg.random_legal_noop_prob))
             self.shards = [
                 Shard(s, msg.env, per, codec, msg.master_seed, msg.random_legal_noop_prob,
-                      msg.rollout.mask_only_scripted)
+                      msg.rollout.mask_only_scripted, search)
                 for s in range(self.n_shards)
             ]
             self.say(f"rollout {self.instance}: welcomed; built {self.n_battles} battles in "
@@ -220,7 +226,8 @@ class RolloutService:
         body = Round(instance=self.instance, iteration=iteration, cycle=cycle, shard=shard.index,
                      episodes=result.episodes, env_seconds=result.env_seconds,
                      codec_clipped=result.codec_clipped, codec_rounded=result.codec_rounded,
-                     wire_encode_seconds=encode_s)
+                     wire_encode_seconds=encode_s, search_seconds=result.search_seconds,
+                     search_steps=result.search_steps)
         self._send(body, arrays)
         m = self.metrics
         m.rounds.inc()
@@ -233,6 +240,10 @@ class RolloutService:
         m.codec_clipped.inc(result.codec_clipped)
         m.codec_rounded.inc(result.codec_rounded)
         m.illegal_actions.inc(result.illegal_actions)
+        m.search_seconds.inc(result.search_seconds)
+        m.search_steps.inc(result.search_steps)
+        if result.search_slots is not None:
+            m.searched_decisions.inc(len(result.search_slots))
 
     # ------------------------------------------------------------------ main loop
 

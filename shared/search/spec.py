@@ -64,3 +64,16 @@ def split_search(player: str) -> tuple[str, SearchSpec | None]:
 def with_search(base: str, spec: SearchSpec | None) -> str:
     """The player id of ``base`` searching with ``spec`` (``base`` itself for None)."""
     return base if spec is None else base + spec.suffix()
+
+
+import msgspec  # noqa: E402  (the wire struct below; the rest of the module needs nothing)
+
+
+class RolloutSearch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """What a rollout searches at its learner seats' choice decisions (sent in ``Welcome.search``
+    under ``learner.algorithm = "alphazero"``; services/rollout/search.py): ``candidates``
+    actions tried per choice decision (the no-op and ``candidates - 1`` random legal plays),
+    each followed by ``depth`` decisions of playout."""
+
+    candidates: int
+    depth: int = DEFAULT_DEPTH

@@ -1,0 +1,66 @@
+"""The search's policy target and its move: Gumbel AlphaZero's completed-Q policy improvement
+(Danihelka, Guez, Schrittwieser & Silver 2022, "Policy improvement by planning with Gumbel",
+eq. 10-11 and appendix D), for a root whose candidates were each simulated once.
+
+Inputs per searched decision: the prior's log-probabilities over the A actions (``-inf`` where
+illegal), the candidates tried (distinct legal ids, the no-op among them) and each candidate's
+score q (``shared.search.lookahead.board_value`` after the candidate and its playout, minus the
+value now: tower HP, crowns at ``CROWN_VALUE``, a win at ``WIN_VALUE``).
+
+* completed Q: a candidate keeps its q; every other legal action gets v_mix, the prior-weighted
+  mean of the candidates' q (the paper's v_mix without a network value, since q is in board
+  units, not the critic's);
+* normalisation: completed Q rescaled to [0, 1] by the candidates' min and max (MuZero's
+  min-max over the tree); when every candidate scored the same the search learned nothing and
+  the target is the prior itself;
+* sigma(q) = (c_visit + max_b N(b)) * c_scale * q, with N = 1 (one simulation per candidate);
+* pi' = softmax(log prior + sigma(completed Q)) over the legal set: the policy target.
+
+The move played is drawn from pi' restricted to the candidates (inverse CDF of the slot's one
+uniform), so the search's choice is a pure function of the prior, the scores and that uniform.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+C_VISIT = 50.0
+"""Gumbel MuZero's c_visit (the paper's 50)."""
+
+
+def completed_q_policy(log_prior: np.ndarray, candidates: np.ndarray, q: np.ndarray, *, c_scale: float,
+                       c_visit: float = C_VISIT) -> np.ndarray:
+    """(A,) float64 improved policy pi' over the legal set (0 where ``log_prior`` is -inf).
+
+    ``log_prior`` (A,) float, finite exactly on the legal set; ``candidates`` (k,) int distinct
+    legal ids (k >= 1); ``q`` (k,) float their scores. Raises ValueError naming the candidate
+    for an illegal or repeated candidate, or a non-finite score."""
+    lp = np.asarray(log_prior, np.float64)
+    cand = np.asarray(candidates, np.int64)
+    q = np.asarray(q, np.float64)
+    legal = np.isfinite(lp)
+    if len(cand) == 0 or len(cand) != len(q):
+        raise ValueError(f"completed_q_policy: {len(cand)} candidates and {len(q)} scores (need k >= 1 of each)")
+    if not legal[cand].all() or len(set(cand.tolist())) != len(cand):
+        raise ValueError(f"completed_q_policy: candidates {cand.tolist()} must be distinct legal actions")
+    if not np.isfinite(q).all():
+        raise ValueError(f"completed_q_policy: scores {q.tolist()} must be finite")
+    prior = np.exp(lp[cand] - lp[cand].max())
+    v_mix = float((prior * q).sum() / prior.sum())
+    completed = np.full(lp.shape, v_mix)
+    completed[cand] = q
+    lo, hi = float(q.min()), float(q.max())
+    scaled = (completed - lo) / (hi - lo) if hi > lo else np.zeros(lp.shape)
+    sigma = (c_visit + 1.0) * c_scale * scaled
+    logits = np.where(legal, lp + sigma, -np.inf)
+    out = np.exp(logits - logits[legal].max())
+    return out / out.sum()
+
+
+def searched_move(improved: np.ndarray, candidates: np.ndarray, uniform: float) -> int:
+    """The candidate drawn from ``improved`` (A,) restricted to ``candidates`` (k,), by inverse
+    CDF of ``uniform`` in [0, 1) over the candidates in the order given."""
+    cand = np.asarray(candidates, np.int64)
+    p = improved[cand]
+    cdf = np.cumsum(p / p.sum())
+    return int(cand[min(int(np.searchsorted(cdf, uniform, side="right")), len(cand) - 1)])
