@@ -1,7 +1,8 @@
 """Environment components named by dotted path: resolved, checked and recorded one way.
 
 A component is ``{"cls": "mybot.rewards.MyReward", "kwargs": {...}}`` (``ComponentSpec``):
-the reward, the observation builder, the action parser, and the deck curriculum's class. The
+the reward, the observation builder, the action parser, the deck curriculum's class, and the
+start and end curricula (``env.state_mutator``, ``env.done_condition``; shared/curricula.py). The
 learner, every rollout and every evaluator build their battles through ``shared.envs.build_env``,
 which resolves components here and only here, so the three cannot disagree about what a path
 means.
@@ -118,7 +119,7 @@ def build(spec, extra, field: str, **fixed):
 def env_components(env) -> dict[str, Any]:
     """Every component spec an EnvConfig names, by field: ``{"env.reward_fn": spec, ...}``."""
     out = {}
-    for name in ("reward_fn", "obs_builder", "action_parser"):
+    for name in ("reward_fn", "obs_builder", "action_parser", "state_mutator", "done_condition"):
         spec = getattr(env, name, None)
         if spec is not None:
             out[f"env.{name}"] = spec

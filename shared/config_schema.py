@@ -160,6 +160,25 @@ class EnvConfig(_Cfg):
     a module cannot move a number; using one can, and ``user_code`` records that."""
     seat_decks: SeatDecks | None = None
     """A deck curriculum (``SeatDecks``); None: ``deck`` as above. In the identity."""
+    state_mutator: ComponentSpec | None = None
+    """How each TRAINING episode starts: a RoyaleGym ``StateMutator`` by dotted path
+    (shared/curricula.py, docs/config.md "Curricula"), e.g. ``royalegym.MidGameStateMutator`` (the
+    clock already run, random elixir and tower damage), ``royalegym.ScriptedBoardStateMutator``
+    (units on the board; ``spawns`` as JSON objects, ``card`` by name), a
+    ``royalegym.SnapshotStateMutator`` bank, or ``royalegym.WeightedStateMutator`` with
+    ``mutators: [{"cls", "kwargs", "weight"}]`` (one drawn per episode). None (the default): a
+    normal start, dealt by ``deck``/``seat_decks``; refused together with either (give the
+    mutator ``decks``). Drawn from the episode's reset generator, so a start is a pure function of
+    (master seed, battle, ordinal). Never in the evaluation env: every evaluation game starts at
+    tick 0. At load one start is drawn and reset on a real engine. In the identity."""
+    done_condition: ComponentSpec | None = None
+    """When a TRAINING episode ends besides game over and ``max_steps``: a RoyaleGym
+    ``TerminationCondition`` (decided, no bootstrap; ``royalegym.FirstCrownCondition``: the first
+    crown), OR-ed with game over, or a ``TruncationCondition`` (cut, bootstrapped;
+    ``royalegym.TickLimitCondition`` ``{"max_tick": N}``, an absolute engine tick), OR-ed with the
+    step limit; ``royalegym.AnyCondition``/``AllCondition`` take ``conditions: [{"cls", "kwargs"}]``
+    of one role. None (the default): neither. A condition without a role is refused. Never in the
+    evaluation env (full matches). In the identity."""
     ability_buttons: bool = False
     """Give the action parser the engine's ability buttons (RoyaleGym
     ``TileActionParser(ability_buttons=True)``): the action space grows by the engine's
@@ -190,8 +209,10 @@ def env_component_problems(env: EnvConfig) -> list[str]:
     ``env.extra_component_modules``, a class that does not exist, kwargs the component refuses),
     and a ``seat_decks`` whose decks are not 8 different names, whose field is empty, whose
     kwargs name what the deal decides, or that is set together with ``env.deck``; and
-    ``ability_buttons`` set together with an ``action_parser`` of the user's."""
+    ``ability_buttons`` set together with an ``action_parser`` of the user's; and what
+    ``shared.curricula.curriculum_problems`` finds in ``state_mutator`` and ``done_condition``."""
     from shared import components
+    from shared.curricula import curriculum_problems
 
     problems = []
     extra = env.extra_component_modules
@@ -220,7 +241,7 @@ def env_component_problems(env: EnvConfig) -> list[str]:
             components.resolve(sd.cls, extra, "env.seat_decks")
         except components.ComponentError as exc:
             problems.append(str(exc))
-    return problems
+    return problems + curriculum_problems(env)
 
 
 class ObsConfig(_Cfg):

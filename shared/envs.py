@@ -136,17 +136,22 @@ def _catalogue(engine_cls) -> list:
 def build_env(cfg: EnvConfig, *, gamma: float | None = None):
     """One ``ClashParallelEnv`` on its own ``RustEngine`` (never shared between envs).
 
+    The episode starts as ``cfg.seat_decks``, ``cfg.state_mutator`` or ``cfg.deck`` says (a
+    default start otherwise) and ends at game over, after ``cfg.max_steps`` decisions or when
+    ``cfg.done_condition`` says (``shared.curricula.end_slots``). The evaluation env is this with
+    ``shared.evaluation.eval_env_config``'s changes. Raises ComponentError naming the field of a
+    component that cannot be built.
+
     ``gamma``, where given, is handed to every shaping term at once (``shared.rewards.set_gamma``);
     the rollout must call ``set_gamma(env.reward_fn, gamma)`` again whenever the schedule moves.
     """
     from royalegym import (
-        ActionParser, ClashParallelEnv, DefaultStateMutator, ObsBuilder, GameOverCondition, RustEngine, SpatialObsBuilder,
-        StepLimitCondition, TileActionParser,
+        ActionParser, ClashParallelEnv, DefaultStateMutator, ObsBuilder, RustEngine, SpatialObsBuilder, TileActionParser,
     )
 
     from shared.rewards import set_gamma
 
-    from shared import components
+    from shared import components, curricula
 
     reward_fn = build_reward(cfg)
     if gamma is not None:
@@ -159,10 +164,14 @@ def build_env(cfg: EnvConfig, *, gamma: float | None = None):
         # Until a battle deals an episode (seat_deal), both seats get the learner's deck: what an
         # evaluation game between two snapshots plays.
         mutator = seat_deal(cfg, learner_seat=-1)
+    elif cfg.state_mutator is not None:  # a start curriculum (shared/curricula.py); never with deck or seat_decks
+        mutator = curricula.build_start(cfg.state_mutator, extra)
     elif cfg.deck:
         mutator = DefaultStateMutator(decks=[list(_checked_deck(cfg.deck))] * 2)
     else:
         mutator = DefaultStateMutator()
+    done = curricula.build_end(cfg.done_condition, extra) if cfg.done_condition is not None else None
+    termination, truncation = curricula.end_slots(cfg.max_steps, done)
     return ClashParallelEnv(
         RustEngine(),
         obs_builder=(_of_kind(components.build(cfg.obs_builder, extra, "env.obs_builder"), ObsBuilder,
@@ -170,8 +179,8 @@ def build_env(cfg: EnvConfig, *, gamma: float | None = None):
         action_parser=(_of_kind(components.build(cfg.action_parser, extra, "env.action_parser"), ActionParser,
                                 "env.action_parser") if cfg.action_parser else TileActionParser(ability_buttons=cfg.ability_buttons)),
         reward_fn=reward_fn,
-        termination_cond=GameOverCondition(),
-        truncation_cond=StepLimitCondition(max_steps=cfg.max_steps) if cfg.max_steps else None,
+        termination_cond=termination,
+        truncation_cond=truncation,
         state_mutator=DealRecorder(mutator),
         decision_ms=cfg.decision_ms,
     )

@@ -3,7 +3,8 @@
 Evaluation is kept apart from training (royalelearn-facts 6.4 "Evaluation separation"):
 
 * the env is the training env with truncation removed (``EnvConfig.max_steps = 0``): full
-  matches, because a step cap turns most games into draws;
+  matches, because a step cap turns most games into draws; and without the training
+  curriculum (``env.state_mutator``, ``env.done_condition``): every game starts at tick 0;
 * the seeds are a fixed set of ``ladder.pool.eval_seed_count`` env seeds drawn ONCE from the
   named stream ``eval/seed_set``; a game names a seed by its index in the set, and the gate's
   decision record carries the set's hash, so two gates are comparable only on one set;
@@ -37,8 +38,11 @@ SEED_HIGH = 2**63 - 1
 
 
 def eval_env_config(env: EnvConfig) -> EnvConfig:
-    """The evaluation env: ``env`` with truncation removed (``max_steps`` 0: full matches)."""
-    return msgspec.structs.replace(env, max_steps=0)
+    """The evaluation env: ``env`` with truncation removed (``max_steps`` 0: full matches) and
+    without the training curriculum (``state_mutator`` and ``done_condition`` None,
+    shared/curricula.py): every evaluation game starts as a normal match at tick 0 and ends at
+    game over, so strength measured under one curriculum compares with another's."""
+    return msgspec.structs.replace(env, max_steps=0, state_mutator=None, done_condition=None)
 
 
 def eval_seed_set(master_seed: int, count: int) -> np.ndarray:

@@ -54,8 +54,9 @@ def play_game(env, a, b, *, job: int, seed: int, side: int, env_seed: int, maste
     ``a`` and ``b`` are players (``services.evaluator.players``); ``side`` 0 seats ``a`` blue.
     ``recorder`` (a ``royalegym.replay.ReplayRecorder``) is attached for this game only and holds
     its trace afterwards; without one the env records nothing (``env.recorder`` is None).
-    Raises ValueError for a side other than 0/1, GameError for a match that has not ended
-    after ``max_decisions`` decisions or that the env truncated.
+    Raises ValueError for a side other than 0/1, GameError for a match that does not start at
+    tick 0 (a training curriculum's start), that has not ended after ``max_decisions`` decisions
+    or that the env truncated.
     """
     if side not in (0, 1):
         raise ValueError(f"side {side!r}: 0 seats player a blue, 1 seats it red")
@@ -76,6 +77,10 @@ def _play(env, a, b, *, job, seed, side, env_seed, master_seed, max_decisions) -
     snapshots = any(getattr(p, "saves_battle", False) for p in seated)
     mask_only = [] if snapshots else [SEATS[s] for s in (0, 1) if seated[s].scripted_seat]
     obs, _ = env.reset(seed=int(env_seed), options={"mask_only": mask_only} if mask_only else None)
+    if env.battle_state.tick != 0:
+        raise GameError(f"job {job} seed {seed} side {side}: the evaluation match started at tick "
+                        f"{env.battle_state.tick}, not 0; the evaluation env must start every match from the default "
+                        "start (shared.evaluation.eval_env_config drops env.state_mutator)")
     returns = [0.0, 0.0]
     cards = [0, 0]
     n_grid = getattr(getattr(env, "action_parser", None), "n_tile_actions", 1 << 30)
