@@ -81,6 +81,8 @@ def cmd_up(args) -> int:
             return 2
     if not getattr(args, "no_doctor", False) and doctor_refuses(cfg):
         return 2
+    if getattr(args, "checkpoint", None) is not None and not set_aside_later(cfg, args.checkpoint):
+        return 2
     learner_env = {}
     if args.allow_identity_drift:
         learner_env["ROYALEFLEET_ALLOW_IDENTITY_DRIFT"] = "1"
@@ -91,6 +93,28 @@ def cmd_up(args) -> int:
     learner_env = learner_env or None
     return Stack(cfg, iterations=args.iterations, say=lambda s: print(s, flush=True),
                  echo_all=args.verbose, learner_env=learner_env, config_changes_said=True).run()
+
+
+def set_aside_later(cfg, iteration: int) -> bool:
+    """``resume --checkpoint N``: verify checkpoint N and set the later ones aside
+    (``royalefleet/checkpoint_choice.py``), saying what moved; False (said) when N is refused."""
+    from royalefleet.checkpoint_choice import ChoiceRefused, set_aside_after
+
+    run = RunDir.of(cfg.runs_dir, cfg.run_name)
+    try:
+        folder, moved = set_aside_after(run.checkpoints, iteration, run.metrics)
+    except (ChoiceRefused, OSError) as exc:
+        print(f"royalefleet resume: {exc}", file=sys.stderr)
+        return False
+    if not moved:
+        print(f"royalefleet resume: checkpoint {iteration} verifies and is the run's newest; nothing to set aside",
+              flush=True)
+    else:
+        print(f"royalefleet resume: checkpoint {iteration} verifies; the later checkpoint(s) "
+              f"{', '.join(map(str, moved))} set aside in {folder} (kept, not deleted; its index.json lists them); "
+              f"the metric rows past iteration {iteration} move to metrics.purged.jsonl as the learner resumes",
+              flush=True)
+    return True
 
 
 def _resume_needs_a_run(args) -> None:
@@ -299,11 +323,16 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(func=cmd_up)
 
     rs = sub.add_parser("resume", help="like up, but refuse to start when the run has no checkpoint",
-                        description="Resume a run from its newest checkpoint that verifies (same options as up).",
+                        description="Resume a run from its newest checkpoint that verifies, or from checkpoint N "
+                        "(--checkpoint N; same options as up).",
                         epilog=IDENTITY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_argument(rs)
     common(rs)
     stack_options(rs)
+    rs.add_argument("--checkpoint", type=int, metavar="N",
+                    help="resume from checkpoint N (of iteration N; `royalefleet checkpoints RUN` lists them) "
+                    "instead of the newest: N must verify; the later checkpoints are moved, not deleted, to "
+                    "checkpoints/set-aside-<UTC time>/ and the metric rows past N to metrics.purged.jsonl")
     rs.set_defaults(func=cmd_up, require_checkpoint=True)
 
     vr = sub.add_parser("verify-resume", help="prove that a stopped and resumed run continues row for row",
@@ -332,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     ck.set_defaults(func=cmd_checkpoints)
 
     from royalefleet import chaos, cmd_doctor, cmd_eval, cmd_gate, cmd_keys, cmd_play, cmd_rate, cmd_replay, cmd_status
-    from royalefleet import cmd_clone, cmd_demos, cmd_export, cmd_report, cmd_snapshots, cmd_strength
+    from royalefleet import cmd_clone, cmd_demos, cmd_export, cmd_k8s, cmd_report, cmd_snapshots, cmd_strength
 
     cmd_doctor.add_parser(sub)
     cmd_status.add_parser(sub)
@@ -348,9 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_demos.add_parser(sub)
     cmd_clone.add_parser(sub)
     cmd_keys.add_parser(sub)
-    from royalefleet.k8s import files as k8s_files
-
-    k8s_files.add_parser(sub)
+    cmd_k8s.add_parser(sub)
     chaos.add_parser(sub)
 
     cf = sub.add_parser("config", help="print or write a fully populated config",
