@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The Compose integration test: the project's own compose.yaml, brought up, trained and broken
-on purpose under podman with Docker Compose v2 (pinned), exactly as README tells users to run it.
+on purpose under podman with Docker Compose v2 (pinned), exactly as docs/compose.md tells users to run it.
 
     deploy/podman/integration-test.sh            # as root; .ci/run runs it after `make test`
 
@@ -165,7 +165,7 @@ def docker_cli() -> list[str]:
 
 
 def compose(*args: str, **kw) -> subprocess.CompletedProcess:
-    """`docker compose -p royalefleet-it ...` through deploy/podman/compose, the README's podman
+    """`docker compose -p royalefleet-it ...` through deploy/podman/compose, docs/compose.md's podman
     route (it only sets the environment and execs `docker compose`)."""
     return script("compose", "-p", PROJECT, *args, **kw)
 
