@@ -142,7 +142,8 @@ def test_every_field_problem_is_listed_at_once_each_naming_its_field():
 def test_an_unknown_field_with_no_close_name_lists_the_struct_fields():
     problems = refusal({"profile": "tiny", "env": {"zzzz": 1}})
     assert problems == ["env.zzzz: unknown field; EnvConfig has max_steps, decision_ms, reward, reward_weights, deck, "
-                        "reward_fn, obs_builder, action_parser, extra_component_modules, seat_decks, ability_buttons"]
+                        "reward_fn, obs_builder, action_parser, extra_component_modules, seat_decks, state_mutator, "
+                        "done_condition, ability_buttons"]
 
 
 @pytest.mark.parametrize("doc, expected", [
