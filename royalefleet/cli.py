@@ -271,9 +271,10 @@ def stack_options(sp) -> None:
                     help="rollout processes to start (overrides local.rollouts; in the run identity)")
     sp.add_argument("--battles", type=int, metavar="N",
                     help="battles per rollout (overrides rollout.battles; in the run identity)")
-    sp.add_argument("--algorithm", choices=("ppo", "dqn"),
-                    help="the learner (overrides learner.algorithm; in the run identity): ppo, or dqn (n-step "
-                    "Double DQN from prioritized replay; docs/design.md)")
+    sp.add_argument("--algorithm", choices=("ppo", "dqn", "alphazero"),
+                    help="the learner (overrides learner.algorithm; in the run identity): ppo, dqn (n-step "
+                    "Double DQN from prioritized replay; docs/design.md), or alphazero (the rollouts search the "
+                    "learner's choice decisions, the actor learns the search's policy; docs/learning.md)")
     sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
     sp.add_argument("--allow-identity-drift", action="store_true",
                     help="resume a checkpoint whose run identity differs, recording the drift (drift.json)")

@@ -25,7 +25,7 @@ from shared.config_profiles import (
 )
 from shared.config_schema import (
     FORMAT_VERSION, SEAT_DECKS_RESERVED, SHA256_HEX, AdvantageConfig, AlarmConfig, CheckpointConfig, ComponentSpec,
-    ConfigError, DeterminismConfig, DqnConfig, EnvConfig, EvaluationConfig, Fraction01, GateConfig, LadderConfig,
+    AlphaZeroConfig, ConfigError, DeterminismConfig, DqnConfig, EnvConfig, EvaluationConfig, Fraction01, GateConfig, LadderConfig,
     LearnerConfig, LocalConfig, LrBackoffConfig, NetConfig, NonNegFloat, NonNegInt, ObsConfig, PoolConfig, Port,
     PosFloat, PosInt, PPOConfig, RaterConfig, RewardWeights, RolloutConfig, RunConfig, ScriptedId, SeatDecks,
     SeedSnapshot, ServicesConfig, StrengthConfig, env_component_problems, seed_snapshot_problems,
@@ -34,7 +34,7 @@ from shared.config_schema import (
 __all__ = [
     # schema
     "FORMAT_VERSION", "SEAT_DECKS_RESERVED", "SHA256_HEX", "AdvantageConfig", "AlarmConfig", "CheckpointConfig",
-    "ComponentSpec", "ConfigError", "DeterminismConfig", "DqnConfig", "EnvConfig", "EvaluationConfig", "Fraction01",
+    "AlphaZeroConfig", "ComponentSpec", "ConfigError", "DeterminismConfig", "DqnConfig", "EnvConfig", "EvaluationConfig", "Fraction01",
     "GateConfig", "LadderConfig", "LearnerConfig", "LocalConfig", "LrBackoffConfig", "NetConfig", "NonNegFloat",
     "NonNegInt", "ObsConfig", "PoolConfig", "Port", "PosFloat", "PosInt", "PPOConfig", "RaterConfig",
     "RewardWeights", "RolloutConfig", "RunConfig", "ScriptedId", "SeatDecks", "SeedSnapshot", "ServicesConfig",

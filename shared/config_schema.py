@@ -897,12 +897,15 @@ class DeterminismConfig(_Cfg):
 class LearnerConfig(_Cfg):
     """Which learner trains on the fleet's rows (docs/design.md, "Typed batches and a second learner (DQN)")."""
 
-    algorithm: Literal["ppo", "dqn"] = "ppo"
+    algorithm: Literal["ppo", "dqn", "alphazero"] = "ppo"
     """``ppo``: clipped PPO over each iteration's rectangle (``ppo``, ``advantage``). ``dqn``:
     n-step Double DQN from prioritized replay (``dqn``; services/learner/dqn), its Q rows the
     actor network's logits at ``dqn.heads`` 1 without dueling, else its own K-head network whose
     heads' mean is written into the actor; the pool and evaluators play its snapshots as they
-    play a PPO actor). Changes every number a run produces: part of algo_digest when it is ``dqn``."""
+    play a PPO actor). ``alphazero``: the rollouts search at the learner's choice decisions
+    (``alphazero``; services/rollout/search.py) and the actor learns the search's completed-Q
+    policy by cross-entropy, the critic the realized returns (services/learner/alphazero).
+    Changes every number a run produces: part of algo_digest when it is not ``ppo``."""
 
 
 class DqnConfig(_Cfg):
@@ -981,6 +984,28 @@ class DqnConfig(_Cfg):
         return problems
 
 
+class AlphaZeroConfig(_Cfg):
+    """The AlphaZero learner (``learner.algorithm = "alphazero"``; docs/learning.md, "An
+    AlphaZero learner"): what the rollouts search and how the target is formed. The update's
+    optimisation (learning rates, epochs, batch size, grad-norm clip, ``vf_coef``) is the
+    ``ppo`` section's. Every field is part of algo_digest when the algorithm is ``alphazero``,
+    and moves nothing otherwise."""
+
+    candidates: Annotated[int, Meta(ge=2, le=64)] = 8
+    """Actions tried per searched (choice) decision: the no-op and ``candidates - 1`` random legal
+    plays, each simulated once (services/rollout/search.py)."""
+    depth: Annotated[int, Meta(ge=1, le=240)] = 30
+    """Decisions of playout after each candidate before its board is scored (30: 15 s of game
+    time at the 500-ms decision, shared/search/spec.py DEFAULT_DEPTH)."""
+    c_scale: PosFloat = 0.1
+    """Gumbel MuZero's c_scale: the improved policy is softmax(log prior + (50 + 1) c_scale q)
+    with q the candidates' scores rescaled to [0, 1] (shared/search/targets.py); 0.1 moves a
+    logit by at most 5.1 nats."""
+    value_lambda: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
+    """lambda of the critic's target: 1 is the realized discounted return-to-go (bootstrapped only
+    where the iteration cuts an episode or the env truncates it), below 1 TD(lambda)."""
+
+
 class RunConfig(_Cfg):
     """One run, completely."""
 
@@ -1028,6 +1053,8 @@ class RunConfig(_Cfg):
     """Which learner trains (``LearnerConfig``)."""
     dqn: DqnConfig = msgspec.field(default_factory=DqnConfig)
     """The DQN learner's settings, read only when ``learner.algorithm = "dqn"``."""
+    alphazero: AlphaZeroConfig = msgspec.field(default_factory=AlphaZeroConfig)
+    """The AlphaZero learner's settings, read only when ``learner.algorithm = "alphazero"``."""
 
     def problems(self, profiles: Collection[str]) -> list[str]:
         """Every cross-field rule the config breaks, all at once (SEED RL's validate_config):
@@ -1073,6 +1100,13 @@ class RunConfig(_Cfg):
             if frame_stack > 1:
                 problems.append(f"obs.frame_stack: the DQN learner's Q rows read one frame; obs.frame_stack "
                                 f"{frame_stack} needs its replay to carry the history: set obs.frame_stack 1")
+        if self.learner.algorithm == "alphazero":
+            if overlap:
+                problems.append("rollout.overlap: the AlphaZero learner does not overlap collection with its update "
+                                "(a searched round's target is formed with the actor that answers it); set it false")
+            if frame_stack > 1:
+                problems.append(f"obs.frame_stack: the rollouts' search simulates single frames; obs.frame_stack "
+                                f"{frame_stack} is not searched: set obs.frame_stack 1")
         strength, seeds = self.evaluation.strength, self.ladder.pool.eval_seed_count
         if strength.every_iterations and (strength.games_per_anchor + 1) // 2 > seeds:
             problems.append(

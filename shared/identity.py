@@ -132,7 +132,9 @@ def config_digests(cfg: RunConfig) -> dict[str, str]:
                               | ({"frame_stack": cfg.obs.frame_stack} if cfg.obs.frame_stack != 1 else {})),
         # PPO runs keep the digest they had before the DQN learner existed; a DQN run adds its own.
         "algo_digest": digest({"ppo": cfg.ppo, "advantage": cfg.advantage, "autocast": cfg.net.autocast,
-                               **({"algorithm": cfg.learner.algorithm, "dqn": cfg.dqn} if cfg.learner.algorithm != "ppo" else {})}),
+                               **({"algorithm": cfg.learner.algorithm, "dqn": cfg.dqn} if cfg.learner.algorithm == "dqn" else {}),
+                               **({"algorithm": cfg.learner.algorithm, "alphazero": cfg.alphazero}
+                                  if cfg.learner.algorithm == "alphazero" else {})}),
         "rollout_digest": digest({"battles": cfg.rollout.battles, "shards": cfg.rollout.shards,
                                   "local_rollouts": cfg.local.rollouts,
                                   "mask_only_scripted": cfg.rollout.mask_only_scripted}),

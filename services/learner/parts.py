@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # annotations only: importing this module builds nothing and 
     from services.learner.checkpointing import Snapshot
     from services.learner.rounds import Collector
     from services.learner.curves import TensorBoardCurves
+    from services.learner.alphazero.learner import AlphaZeroLearner
     from services.learner.dqn.learner import DqnLearner
     from services.learner.fleet import Fleet
     from services.learner.fleet import IdleMeter
@@ -76,6 +77,8 @@ class LearnerParts:
     """The live actor's inference (the collection's default behaviour)."""
     dqn: DqnLearner | None
     """The DQN learner's stages and state (``learner.algorithm = "dqn"``), else None."""
+    alphazero: AlphaZeroLearner | None
+    """The AlphaZero learner's stages (``learner.algorithm = "alphazero"``), else None."""
     return_scaler: ReturnScaler
     lr_backoff: LrBackoff
     # ---- the links (startup.connect)

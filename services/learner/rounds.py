@@ -108,6 +108,9 @@ class Collector:
         self.busy_seconds: dict[str, float] = {}
         """instance -> seconds its shards spent stepping (Step sent to the next round's arrival),
         summed over the run: one process steps its shards one after another."""
+        self.search_book = None
+        """``learner.algorithm = "alphazero"``: the ``services.learner.alphazero.book.SearchBook``
+        that turns a searched round's scores into targets and moves (``send_step``); else None."""
         self.batched = False
         """Answer every ready round in batched forwards (``rollout.inference_max_batch_rows``);
         False (run_exact): one forward per round, the canonical composition."""
@@ -464,6 +467,8 @@ class CollectionRun:
             stats.wire_bytes += sent_bytes
             stats.rows_received += len(learner) + len(frozen_slots) + len(ra.final_rows)
             stats.wire_encode_seconds += body.wire_encode_seconds
+            if c.search_book is not None:
+                c.search_book.count_round(body)
         self.expected[key] = cycle + 1
         self.deadline[key] = time.monotonic() + self.round_timeout_s
         if cycle == rect.T:
@@ -518,6 +523,12 @@ class CollectionRun:
         """Record the learner's ``actions`` (and ``log_probs``) of round ``r``, play its frozen
         seats, stamp the decisions' provenance and send the shard its Step."""
         rect, fh, c, cycle, learner = self.rect, self.frame_history, self.collector, r.cycle, r.learner
+        book = c.search_book
+        if book is not None and r.arrays.search_slots is not None and len(r.arrays.search_slots):
+            # the rollout searched this round: its choice rows play the search's move
+            actions, log_probs = book.apply(self.policy, cycle, r.slots, learner, rect.rows[cycle, learner],
+                                            rect.n_legal[cycle, learner], self.uniforms("learner", cycle)[learner],
+                                            r.arrays, actions, log_probs)
         rect.actions[cycle, learner] = actions
         rect.log_probs[cycle, learner] = log_probs
         rect.acted[cycle, learner] = True

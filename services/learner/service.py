@@ -126,8 +126,10 @@ class Learner:
         if overlapped:
             c = join_overlap(self)
         else:
-            dqn = self.parts.dqn
+            dqn, az = self.parts.dqn, self.parts.alphazero
             policy = dqn.behaviour(self.state.iteration + 1) if dqn is not None else self.parts.policy
+            if az is not None:
+                policy = az.behaviour(policy)  # the search book starts the iteration empty
             c = collect_iteration(self, self.state.iteration + 1, self.state.env_steps, policy)
         if self.stopping or c is None:
             if overlapped:
@@ -161,7 +163,7 @@ class Learner:
             behaviour.switch(self.parts.policy, 0)  # the rest of iteration + 1 is inferred by the updated actor
         learner_eps = self.advance(c, upd)
         row, reported = assemble_row(self, c, adv, upd, learner_eps)
-        if extra is not None:  # DQN: no PPO ran, its keys would describe an update that did not happen
+        if extra is not None:  # DQN, AlphaZero: no PPO ran, its keys would describe an update that did not happen
             row = {k: v for k, v in row.items() if not k.startswith("ppo/")} | extra
         return publish(self, c, row, reported)
 
@@ -170,6 +172,8 @@ class Learner:
         p = self.parts
         if p.dqn is not None:
             return p.dqn.train(c)
+        if p.alphazero is not None:
+            return p.alphazero.train(self, c)
         a = p.cfg.advantage
         adv = values_and_advantages(p.policy, c.rect, p.return_scaler, frame_history=p.frame_history,
                                     gamma=c.sched["gamma"], lam=a.gae_lambda, standardize_rewards=a.standardize_rewards)

@@ -107,13 +107,18 @@ def build_model(cfg: RunConfig, runs_dir: str, say: Say) -> dict[str, Any]:
         from services.learner.dqn.learner import DqnLearner
 
         dqn = DqnLearner(cfg, pf, model, device, policy, say)
+    alphazero = None  # the AlphaZero learner's stages (services/learner/alphazero/learner.py)
+    if cfg.learner.algorithm == "alphazero":
+        from services.learner.alphazero.learner import AlphaZeroLearner
+
+        alphazero = AlphaZeroLearner(cfg)
     extensions = build_extensions(cfg.extensions)  # shared/learner_extension.py: the sections' learner hooks
-    if extensions and dqn is not None:
+    if extensions and (dqn is not None or alphazero is not None):
         raise SystemExit(f"learner: the extension sections {sorted(cfg.extensions)} hook into the PPO update; "
-                         "learner.algorithm is dqn: remove them or train with ppo")
+                         f"learner.algorithm is {cfg.learner.algorithm}: remove them or train with ppo")
     return dict(device=device, run_dir=run_dir, pf=pf, codec_digest=codec_digest, identity=identity,
                 run_id=run_id(identity), model=model, opt_actor=opt_actor, opt_critic=opt_critic, policy=policy,
-                dqn=dqn, return_scaler=ReturnScaler(cfg.advantage.reward_clip), lr_backoff=LrBackoff(cfg.ppo.lr_backoff),
+                dqn=dqn, alphazero=alphazero, return_scaler=ReturnScaler(cfg.advantage.reward_clip), lr_backoff=LrBackoff(cfg.ppo.lr_backoff),
                 extensions=extensions)
 
 
@@ -167,9 +172,14 @@ def connect(cfg: RunConfig, model: dict[str, Any], options: RunOptions, *, bind:
 
 def welcome(cfg: RunConfig, pf: Preflight, wire_codec: int) -> Welcome:
     """What a registered rollout is told (the collector sends it)."""
+    search = None
+    if cfg.learner.algorithm == "alphazero":  # the rollouts search the learner's choice decisions
+        from shared.search.spec import RolloutSearch
+
+        search = RolloutSearch(candidates=cfg.alphazero.candidates, depth=cfg.alphazero.depth)
     return Welcome(env=cfg.env, master_seed=cfg.master_seed, codec=pf.table, engine=pf.engine,
                    random_legal_noop_prob=cfg.ladder.random_legal_noop_prob, rollout=cfg.rollout,
-                   wire_codec=wire_codec)
+                   wire_codec=wire_codec, search=search)
 
 
 def build_collector(cfg: RunConfig, model: dict[str, Any], links: dict[str, Any], say: Say) -> dict[str, Any]:
@@ -187,6 +197,8 @@ def build_collector(cfg: RunConfig, model: dict[str, Any], links: dict[str, Any]
     frame_history = make_frame_history(cfg.obs.frame_stack, pf.codec.row_bytes)  # obs.frame_stack
     c.frame_history = frame_history if cfg.obs.frame_stack > 1 else None
     c.user_code = model["identity"].user_code  # a Hello with other user code is refused
+    if model["alphazero"] is not None:  # searched rounds: targets and moves (alphazero/book.py)
+        c.search_book = model["alphazero"].book
     battle_states = BattleStateBook(pf.engine, say)  # exact battles in the checkpoint
     c.on_states = battle_states.on_message
     return dict(collector=c, frame_history=frame_history, idle_meter=IdleMeter(),  # throughput/rollout_idle_frac
