@@ -58,6 +58,7 @@ import msgspec
 import numpy as np
 
 from services.learner import battle_states, frame_history
+from services.learner.metric_log import described, state_digests_of  # noqa: F401 - described: the resume's check, importable here
 from shared import transport
 from shared.config import RunConfig
 from shared.identity import RunIdentity
@@ -240,7 +241,7 @@ def missing_row(meta: CheckpointMeta, files: dict[str, bytes], metrics_path: str
     import json
 
     line = files.get(ROW_FILE)
-    if line is None or meta.iteration == 0 or _digests_of(metrics_path, meta.iteration):
+    if line is None or meta.iteration == 0 or state_digests_of(metrics_path, meta.iteration):
         return None
     try:
         row = json.loads(line)
@@ -272,56 +273,6 @@ def restore(learner: Learner, files: dict[str, bytes], *, skip: tuple[str, ...] 
             continue  # written before the component existed (battle_states: every episode afresh)
         if component.name not in skip:
             component.load(learner, files)
-
-
-def _digests_of(path: str, iteration: int) -> list[str]:
-    """``run/state_digest`` of every row of ``iteration`` in a metric file (none if it is absent)."""
-    import json
-
-    digests: list[str] = []
-    try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
-        return digests
-    with fh:
-        for line in fh:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # a line torn by a crash says nothing about the weights
-            if isinstance(row, dict) and row.get("run/iteration") == iteration and "run/state_digest" in row:
-                digests.append(row["run/state_digest"])
-    return digests
-
-
-def described(meta: CheckpointMeta, metrics_path: str) -> tuple[bool, str]:
-    """Whether a metric row of the checkpoint's iteration carries its state digest.
-
-    (True, note) when it does, or when nothing can be compared (no file, no row of that
-    iteration, iteration 0); (False, reason) when rows of that iteration exist and none carries
-    the digest: the checkpoint holds weights the run's record does not describe; also when the
-    only rows of that iteration are ones a resume purged (``metric_log``)."""
-    import os
-
-    from shared.run_dir import PURGED
-
-    if meta.iteration == 0 or not os.path.exists(metrics_path):
-        return True, "no metric rows to compare the checkpoint with"
-    digests = _digests_of(metrics_path, meta.iteration)
-    if not digests:
-        # Its rows moved out by an earlier resume that fell back past it (it did not verify
-        # then): resuming it now would leave the record with another history's rows before it.
-        purged = os.path.join(os.path.dirname(metrics_path), PURGED)
-        if meta.state_digest in _digests_of(purged, meta.iteration):
-            return False, (f"the metric rows of iteration {meta.iteration} were moved to metrics.purged.jsonl by an "
-                           "earlier resume that fell back past this checkpoint, and the run has gone on from an "
-                           "older one since; move this checkpoint's folder out of checkpoints/ to go on from "
-                           "the older one")
-        return True, f"no metric row of iteration {meta.iteration} to compare the checkpoint with"
-    if meta.state_digest in digests:
-        return True, ""
-    return False, (f"checkpoint of iteration {meta.iteration} holds state {meta.state_digest}, but the metric "
-                   f"rows of that iteration describe {', '.join(sorted(set(digests)))}")
 
 
 def save_checkpoint(learner: Learner, snapshot: Snapshot, attempts: int = 3) -> bool:

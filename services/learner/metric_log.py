@@ -96,3 +96,48 @@ def purge_after(path: str | os.PathLike, iteration: int) -> tuple[int, list[int]
     append_row(path.with_name(PURGED_NAME), b"".join(moved))
     replace_file(path, b"".join(keep))
     return len(moved), sorted(later)
+
+
+def state_digests_of(path: str, iteration: int) -> list[str]:
+    """``run/state_digest`` of every row of ``iteration`` in a metric file (none if it is absent)."""
+    digests: list[str] = []
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return digests
+    with fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line torn by a crash says nothing about the weights
+            if isinstance(row, dict) and row.get("run/iteration") == iteration and "run/state_digest" in row:
+                digests.append(row["run/state_digest"])
+    return digests
+
+
+def described(meta, metrics_path: str) -> tuple[bool, str]:
+    """Whether a metric row of the checkpoint's iteration carries its state digest (``meta``: a
+    ``checkpointing.CheckpointMeta``, or anything with its ``iteration`` and ``state_digest``).
+
+    (True, note) when it does, or when nothing can be compared (no file, no row of that
+    iteration, iteration 0); (False, reason) when rows of that iteration exist and none carries
+    the digest: the checkpoint holds weights the run's record does not describe; also when the
+    only rows of that iteration are ones a resume purged (``purge_after``)."""
+    if meta.iteration == 0 or not os.path.exists(metrics_path):
+        return True, "no metric rows to compare the checkpoint with"
+    digests = state_digests_of(metrics_path, meta.iteration)
+    if not digests:
+        # Its rows moved out by an earlier resume that fell back past it (it did not verify
+        # then): resuming it now would leave the record with another history's rows before it.
+        purged = os.path.join(os.path.dirname(metrics_path), PURGED)
+        if meta.state_digest in state_digests_of(purged, meta.iteration):
+            return False, (f"the metric rows of iteration {meta.iteration} were moved to metrics.purged.jsonl by an "
+                           "earlier resume that fell back past this checkpoint, and the run has gone on from an "
+                           "older one since; move this checkpoint's folder out of checkpoints/ to go on from "
+                           "the older one")
+        return True, f"no metric row of iteration {meta.iteration} to compare the checkpoint with"
+    if meta.state_digest in digests:
+        return True, ""
+    return False, (f"checkpoint of iteration {meta.iteration} holds state {meta.state_digest}, but the metric "
+                   f"rows of that iteration describe {', '.join(sorted(set(digests)))}")
