@@ -119,3 +119,18 @@ def test_the_book_replaces_a_searched_move_and_keeps_its_target():
     assert row["search/decisions"] == 1.0 and row["throughput/searched_decisions_per_second"] == 0.5
     assert row["throughput/engine_steps_per_second"] == 20.0 and row["throughput/search_time_frac"] == 0.75
     assert row["search/simulations_per_decision"] == 2.0
+
+
+def test_replay_refuses_a_learner_seat_of_an_alphazero_run_by_name(tmp_path):
+    from royalefleet.replay_training import NotReplayable, plan
+    from shared.config import load_config
+    from shared.messages import EpisodeProvenance, EpisodeRecord
+
+    rec = EpisodeRecord(battle=0, ordinal=0, seat="blue", role="scripted", player="learner", opponent="scripted:noop",
+                        outcome=1, truncated=False, episode_steps=3, episode_ticks=30, own_crowns=0, enemy_crowns=0,
+                        own_tower_hp_frac=1.0, enemy_tower_hp_frac=1.0, elixir_leak_steps=0, elixir_count_exact=True,
+                        cards_played=0, undiscounted_return=0.0, iteration=1,
+                        provenance=EpisodeProvenance(spans=[]))
+    cfg = load_config({"profile": "tiny", "learner": {"algorithm": "alphazero"}})
+    with pytest.raises(NotReplayable, match=r"blue \(learner\): its choice decisions played the rollouts' search"):
+        plan(cfg, [SimpleNamespace(record=rec)], rec, tmp_path, None)
