@@ -60,7 +60,7 @@ CORE_SERVICES = ("checkpoint", "ladder", "learner")
 LEARNER_FINAL_EXITS = {0: "finished", 2: "refused its config or its checkpoint", 3: "halted"}
 """Learner exit codes that end the stack with that code (services/learner/lifecycle.py): any
 other exit (a crash, a kill, 4: a service it needed at start did not answer,
-services/learner/cli.py ``EXIT_UNREACHABLE``) is restarted and resumes from the newest
+services/learner/main.py ``EXIT_UNREACHABLE``) is restarted and resumes from the newest
 checkpoint."""
 LOG_RETRY_S = 10.0
 """How often a pump tries a log file again after a write failed (ENOSPC, EIO)."""

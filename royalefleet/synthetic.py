@@ -33,7 +33,6 @@ battle id satisfies. A shard that runs past its recording starts it again at its
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from dataclasses import dataclass
 
@@ -42,8 +41,9 @@ import zstandard
 
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.service import RolloutService
-from services.rollout.service import Settings as RolloutSettings
+from services.rollout.main import Settings as RolloutSettings
 from shared import service_settings
+from shared.service_main import Say, StartRefused, run_service
 from shared.service_settings import option
 from shared.messages import (
     BattleStates, CodecTable, Decoder, EngineBuild, Failure, Heartbeat, Hello, Plan, ProtocolError, Round, SetState, StatesSet,
@@ -124,6 +124,11 @@ class RecordingRollout(RolloutService):
         return Recording(engine=self.engine, env=w.env, codec=w.codec, master_seed=w.master_seed,
                          wire_codec=w.wire_codec, battles=self.n_battles, battle_ids=self.battle_ids,
                          shards=self.sent)
+
+    def close(self) -> None:
+        """Write the recording (``save``), then close the socket."""
+        self.save()
+        super().close()
 
     def save(self) -> str | None:
         rec = self.recording()
@@ -237,10 +242,16 @@ class SyntheticRollout(RolloutService):
     def wraps(self) -> int:
         return sum(s.wraps for s in self.shards)
 
+    def close(self) -> None:
+        """Say how often the replay ran past its recording, then close the socket."""
+        if self.wraps():
+            self.say(f"synthetic rollout {self.instance}: ran past its recording {self.wraps()} time(s)")
+        super().close()
+
 
 @dataclass(frozen=True)
 class Settings(RolloutSettings):
-    """A synthetic or recording rollout's settings: the rollout's (``services.rollout.service.
+    """A synthetic or recording rollout's settings: the rollout's (``services.rollout.main.
     Settings``) plus which role (``shared.service_settings``: flag, else variable, else default)."""
 
     record: str | None = option(None, env=RECORD_ENV,
@@ -275,39 +286,25 @@ def parse_settings(argv: list[str] | None = None, environ=None) -> Settings:
     return a
 
 
+def start(settings: Settings, say: Say) -> RolloutService:
+    """A synthetic rollout replaying ``settings.replay``, or a recording one writing to
+    ``settings.record``. Raises ``StartRefused`` for a recording that cannot be read."""
+    metrics = RolloutMetrics(settings.metrics_port or None, settings.metrics_host)
+    if settings.replay is None:
+        return RecordingRollout(settings.learner, settings.battles, settings.shards, metrics=metrics,
+                                max_message_mb=settings.max_message_mb, say=say, folder=settings.record)
+    try:
+        rec = Recording.load(settings.replay)
+    except ValueError as exc:
+        raise StartRefused(str(exc)) from None
+    return SyntheticRollout(settings.learner, rec, metrics=metrics, max_message_mb=settings.max_message_mb, say=say)
+
+
 def main(argv=None) -> int:
     """``python -m royalefleet.synthetic``: configured like ``python -m services.rollout`` (flags or
-    its ``ROYALEFLEET_*`` variables), plus ``--record`` or ``--replay`` (``Settings``)."""
-    a = parse_settings(argv)
-
-    def say(text):
-        print(text, flush=True)
-
-    metrics = RolloutMetrics(a.metrics_port or None, a.metrics_host)
-    if a.replay is not None:
-        try:
-            rec = Recording.load(a.replay)
-        except ValueError as exc:
-            say(f"synthetic rollout: {exc}")
-            return 2
-        service = SyntheticRollout(a.learner, rec, metrics=metrics, max_message_mb=a.max_message_mb, say=say)
-    else:
-        service = RecordingRollout(a.learner, a.battles, a.shards, metrics=metrics, max_message_mb=a.max_message_mb,
-                                   say=say, folder=a.record)
-    signal.signal(signal.SIGTERM, service.request_stop)
-    signal.signal(signal.SIGINT, service.request_stop)
-    try:
-        return service.run()
-    except SystemExit as exc:
-        say(str(exc))
-        return 2
-    finally:
-        if isinstance(service, RecordingRollout):
-            service.save()
-        elif isinstance(service, SyntheticRollout) and service.wraps():
-            say(f"synthetic rollout {service.instance}: ran past its recording {service.wraps()} time(s)")
-        service.close()
-
+    its ``ROYALEFLEET_*`` variables), plus ``--record`` or ``--replay`` (``Settings``); run by
+    ``shared.service_main`` as the rollout is."""
+    return run_service("synthetic rollout", parse_settings(argv), start)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,11 +11,22 @@ import zmq
 
 
 class RequestLoop:
-    """Mixin for a service with a bound ROUTER socket ``self.sock``."""
+    """Mixin for a service with a bound ROUTER socket ``self.sock``. ``run`` and
+    ``request_stop`` make it a ``shared.service_main.Service`` (its ``close`` is the service's)."""
 
     sock: zmq.Socket
     POLL_MS = 200
     """How long one poll waits (ms): the longest a stop or a ``tick`` waits for a quiet socket."""
+    _stop_requested = False
+
+    def request_stop(self, *_) -> None:
+        """SIGTERM/SIGINT: ``run`` returns after the request it is answering (within ``POLL_MS``)."""
+        self._stop_requested = True
+
+    def run(self) -> int:
+        """Serve until ``request_stop``; 0."""
+        self.serve(lambda: self._stop_requested)
+        return 0
 
     def serve(self, stop: threading.Event | Callable[[], bool], poll_ms: int | None = None) -> None:
         """Answer requests until ``stop`` (an Event, or a callable that returns True) says so,

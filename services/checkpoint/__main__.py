@@ -1,5 +1,5 @@
-"""``python -m services.checkpoint``: run the checkpoint service (see service.py, --help)."""
+"""``python -m services.checkpoint``: run the checkpoint service (see main.py, --help)."""
 
-from services.checkpoint.service import main
+from services.checkpoint.main import main
 
 raise SystemExit(main())

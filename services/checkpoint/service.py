@@ -23,24 +23,18 @@ pass ``max_message_mb`` is refused as ``oversized`` (``shared.transport.recv_fra
 are printed escaped and at most one line per reason every 10 s (``shared.log_guard``).
 
 Nothing a peer sends and no disk error ends the loop; only SIGTERM/SIGINT do (within one
-poll interval, 0.2 s). Run: ``python -m services.checkpoint --help``.
+poll interval, 0.2 s). Run: ``python -m services.checkpoint --help`` (services/checkpoint/main.py).
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 import numpy as np
-import prometheus_client
 import zmq
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -70,12 +64,10 @@ from shared.messages import (
     Saved,
     ToCheckpoint,
 )
-from shared.transport import bind_router, curve_server_keys, recv_frames, send
-from shared.writer_token import TOKEN_ENV, checkpoint_token, token_matches
-from shared import service_settings
+from shared.transport import recv_frames, send
+from shared.writer_token import TOKEN_ENV, token_matches
 from shared.run_dir import RunDir
 from shared.serve_loop import RequestLoop
-from shared.service_settings import option, port, positive
 
 MIB = 1 << 20
 
@@ -159,7 +151,11 @@ class CheckpointService(RequestLoop):
 
     # ------------------------------------------------------------------ loop
 
-    # serve(stop, poll_ms): shared.serve_loop.RequestLoop
+    # serve(stop, poll_ms), run() and request_stop(): shared.serve_loop.RequestLoop
+
+    def close(self) -> None:
+        """Close the socket (LINGER is short, shared.transport: never blocks the stop)."""
+        self.sock.close()
 
     def serve_one(self) -> None:
         """Receive one message and answer it. Never raises for anything the peer sent or
@@ -337,83 +333,3 @@ class CheckpointService(RequestLoop):
             raise Refusal("corrupt_index", str(exc)) from None
         return (SnapshotLoaded(request_id=msg.request_id, snapshot_id=msg.snapshot_id, spec=spec),
                 {"actor": np.frombuffer(actor, dtype=np.uint8)})
-
-
-# ----------------------------------------------------------------------------- settings
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The checkpoint service's settings (``shared.service_settings``: flag, else variable, else default)."""
-
-    bind: str = option("tcp://127.0.0.1:5557", env="ROYALEFLEET_CHECKPOINT_BIND", help="ZeroMQ address the ROUTER binds")
-    runs_dir: str = option("runs", env="ROYALEFLEET_RUNS_DIR",
-                           help="folder of runs; checkpoints go to <runs-dir>/<run_name>/checkpoints")
-    keep: int = option(10, env="ROYALEFLEET_CHECKPOINT_KEEP", parse=positive,
-                       help="checkpoints kept per run; older ones are pruned")
-    max_message_mb: int = option(64, env="ROYALEFLEET_MAX_MESSAGE_MB", parse=positive,
-                                 help="largest request accepted, in MiB (bigger ones are dropped unanswered)")
-    metrics_port: int = option(9102, env="ROYALEFLEET_METRICS_PORT", parse=port,
-                               help="port of the Prometheus /metrics page; 0 = off")
-    metrics_host: str = option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help="address the /metrics page listens on")
-
-
-def parse_settings(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
-    """Settings from flags, else environment variables, else defaults. A bad value exits
-    with a usage error (status 2) naming the flag or the variable."""
-    return service_settings.parse_settings(
-        Settings, argv, environ, prog="python -m services.checkpoint",
-        description="royalefleet checkpoint service: writes the learner's checkpoints atomically, "
-        "verifies them on load, prunes old ones. Every setting is a flag or an environment "
-        "variable; the flag wins.")
-
-
-# ----------------------------------------------------------------------------- main
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the service until SIGTERM or SIGINT; 0 on a clean stop, 2 if it cannot start."""
-    settings = parse_settings(argv)
-    stop = threading.Event()
-
-    def on_signal(signum, _frame):
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    max_bytes = settings.max_message_mb * MIB
-    try:
-        token = checkpoint_token()
-        sock = bind_router(settings.bind, max_bytes=max_bytes, curve=curve_server_keys())
-    except OSError as exc:
-        print(f"checkpoint service: {exc}", file=sys.stderr, flush=True)
-        return 2
-    metrics_url = "off"
-    if settings.metrics_port:
-        try:
-            prometheus_client.start_http_server(settings.metrics_port, addr=settings.metrics_host)
-        except OSError as exc:
-            print(
-                f"checkpoint service: cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
-                f"{exc} (set --metrics-port 0 to run without)", file=sys.stderr, flush=True,
-            )
-            sock.close(0)
-            return 2
-        metrics_url = f"http://{settings.metrics_host}:{settings.metrics_port}/metrics"
-    service = CheckpointService(
-        sock, settings.runs_dir, keep=settings.keep, metrics=Metrics(prometheus_client.REGISTRY),
-        max_message_bytes=max_bytes, token=token,
-    )
-    print(
-        f"checkpoint service on {settings.bind}, runs in {Path(settings.runs_dir).resolve()}, "
-        f"keep {settings.keep}, max message {settings.max_message_mb} MiB, metrics {metrics_url}, saves "
-        + ("need the run's writer token" if token else
-           f"NOT authenticated (no {TOKEN_ENV} and CURVE off: any local process can write and prune checkpoints)"),
-        flush=True,
-    )
-    try:
-        service.serve(stop.is_set)
-    finally:
-        sock.close()  # LINGER is short (shared.transport): never blocks the stop
-    print("checkpoint service stopped", flush=True)
-    return 0

@@ -1,22 +1,20 @@
-"""``python -m services.evaluator`` (``__main__.py`` calls ``main``): play the ladder's evaluation jobs until SIGTERM or SIGINT.
-
-Every setting is a flag, an environment variable, or its default, in that order of precedence
-(the flag wins), so ``royalefleet up`` on loopback and Compose share one code path.
+"""``python -m services.evaluator`` (``__main__.py`` calls ``main``): play the ladder's evaluation
+jobs (services/evaluator/service.py) until SIGTERM or SIGINT, by the service skeleton
+(``shared.service_main``: its settings, signals and exit codes).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from dataclasses import dataclass
 
-from prometheus_client import start_http_server
-
-from shared.config import ConfigError, load_service_config
+from shared.config import load_service_config
 from shared.cpu_priority import autogroup_nice, lower_cpu_priority, nice_value
+from shared.service_main import Running, Say, run_service, serve_metrics
 from shared.service_settings import option, parse_settings, port
 from shared.viser import address_option
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -45,6 +43,7 @@ class Settings:
 
 
 def parse_args(argv: list[str] | None = None, environ=None) -> Settings:
+    """An evaluator's settings from flags, else variables, else defaults; a bad value exits 2."""
     return parse_settings(
         Settings, argv, environ, prog="python -m services.evaluator",
         description="A royalefleet evaluator: asks the ladder for evaluation jobs (the promotion gate's games "
@@ -52,39 +51,25 @@ def parse_args(argv: list[str] | None = None, environ=None) -> Settings:
         "seeds, and reports the records to the ladder's result log. Stops cleanly on SIGTERM or Ctrl-C.")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        config = load_service_config(args.config)
-    except ConfigError as exc:
-        print(f"evaluator: {exc}", file=sys.stderr)
-        return 2
-    for problem in lower_cpu_priority(args.nice):  # before any thread: threads inherit the nice value
+def start(settings: Settings, say: Say) -> Running:
+    """An evaluator asking ``settings.ladder`` for jobs, at its CPU priority, with its /metrics
+    server, its start line said. Raises ``ConfigError`` for a refused config, ``StartRefused``
+    (1) for a metrics port it cannot take."""
+    config = load_service_config(settings.config)
+    for problem in lower_cpu_priority(settings.nice):  # before any thread: threads inherit the nice value
         print(f"evaluator: {problem}; its games may take CPU from training on this machine", file=sys.stderr)
     from services.evaluator.service import Evaluator, EvaluatorMetrics
 
     metrics = EvaluatorMetrics()
-    evaluator = Evaluator(config, ladder=args.ladder, checkpoint=args.checkpoint, metrics=metrics,
-                          say=lambda text: print(text, flush=True), viser=args.viser)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: evaluator.stop.set())
-    server = None
-    if args.metrics_port:
-        try:
-            server, _ = start_http_server(args.metrics_port, addr=args.metrics_host, registry=metrics.registry)
-        except OSError as exc:
-            evaluator.close()
-            print(f"evaluator: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}",
-                  file=sys.stderr)
-            return 1
-    print(f"evaluator: run {config.run_name!r}, ladder {args.ladder}, checkpoint {args.checkpoint}, metrics "
-          + (f"http://{args.metrics_host}:{args.metrics_port}/metrics" if server else "off")
-          + f", nice {os.nice(0)}" + (f" (autogroup {group})" if (group := autogroup_nice()) is not None else ""),
-          flush=True)
-    try:
-        return evaluator.run()
-    finally:
-        evaluator.close()
-        if server is not None:
-            server.shutdown()
+    evaluator = Evaluator(config, ladder=settings.ladder, checkpoint=settings.checkpoint, metrics=metrics, say=say,
+                          viser=settings.viser)
+    server, url = serve_metrics(evaluator, settings.metrics_port, settings.metrics_host, metrics.registry)
+    say(f"evaluator: run {config.run_name!r}, ladder {settings.ladder}, checkpoint {settings.checkpoint}, metrics "
+        f"{url}, nice {os.nice(0)}" + (f" (autogroup {group})" if (group := autogroup_nice()) is not None else ""))
+    return Running(evaluator, metrics_server=server)
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Play evaluation jobs until SIGTERM or SIGINT (``shared.service_main``): 0 stopped, 2 a
+    refused config, 1 a metrics port taken."""
+    return run_service("evaluator", parse_args(argv), start)

@@ -269,6 +269,10 @@ class Evaluator:
             self.metrics.jobs_failed.labels("report").inc()
         return 0.0
 
+    def request_stop(self, *_) -> None:
+        """SIGTERM/SIGINT: stop after the game being played (its job is handed out again)."""
+        self.stop.set()
+
     def run(self) -> int:
         """Serve until ``stop`` is set. Returns the exit code (0)."""
         self.say(f"evaluator {self.worker}: asking {self.ladder.address} for evaluation jobs")

@@ -1,23 +1,18 @@
-"""``python -m services.ladder`` (``__main__.py`` calls ``main``): run the ladder service until
-SIGTERM or SIGINT.
-
-Every setting is a flag, an environment variable, or its default, in that order of precedence
-(the flag wins), so ``make run`` on loopback and Compose share one code path.
+"""``python -m services.ladder`` (``__main__.py`` calls ``main``): run the ladder
+(services/ladder/service.py) until SIGTERM or SIGINT, by the service skeleton
+(``shared.service_main``: its settings, signals and exit codes).
 """
 
 from __future__ import annotations
 
-import signal
-import sys
-import threading
 from dataclasses import dataclass
 
-from prometheus_client import start_http_server
-
-from shared.config import ConfigError, load_service_config
-from shared.service_settings import option, parse_settings, port
 from services.ladder.pool import PoolCorrupt
 from services.ladder.service import LadderService, Metrics
+from shared.config import load_service_config
+from shared.service_main import Running, Say, StartRefused, run_service, serve_metrics
+from shared.service_settings import option, parse_settings, port
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -35,6 +30,7 @@ class Settings:
 
 
 def parse_args(argv: list[str] | None = None, environ=None) -> Settings:
+    """The ladder's settings from flags, else variables, else defaults; a bad value exits 2."""
     return parse_settings(
         Settings, argv, environ, prog="python -m services.ladder",
         description="The royalefleet ladder: tells the learner who plays whom (mirror / pool / scripted "
@@ -42,48 +38,25 @@ def parse_args(argv: list[str] | None = None, environ=None) -> Settings:
         "<runs-dir>/<run_name>/ladder/results.jsonl. Stops cleanly on SIGTERM or Ctrl-C.")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        config = load_service_config(args.config)
-    except ConfigError as exc:
-        print(f"ladder: {exc}", file=sys.stderr)
-        return 2
-
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-
+def start(settings: Settings, say: Say) -> Running:
+    """The ladder bound at ``settings.bind`` with its /metrics server, its start line said.
+    Raises ``ConfigError`` for a refused config, ``StartRefused`` for a corrupt pool (2) or an
+    address or port it cannot take (1)."""
+    config = load_service_config(settings.config)
     metrics = Metrics()
     try:
-        service = LadderService(config, bind=args.bind, runs_dir=args.runs_dir, metrics=metrics,
-                                say=lambda text: print(text, flush=True))
+        service = LadderService(config, bind=settings.bind, runs_dir=settings.runs_dir, metrics=metrics, say=say)
     except PoolCorrupt as exc:
-        print(f"ladder: refusing to start: {exc}", file=sys.stderr)
-        return 2
+        raise StartRefused(f"refusing to start: {exc}") from None
     except OSError as exc:
-        print(f"ladder: {exc}", file=sys.stderr)
-        return 1
-    server = None
-    if args.metrics_port:
-        try:
-            server, _ = start_http_server(args.metrics_port, addr=args.metrics_host, registry=metrics.registry)
-        except OSError as exc:
-            service.close()
-            print(f"ladder: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}", file=sys.stderr)
-            return 1
-    print(
-        f"ladder: serving {service.address} (run {config.run_name!r}, master seed {config.master_seed}, "
-        f"mix {tuple(config.ladder.mix)}), metrics "
-        + (f"http://{args.metrics_host}:{args.metrics_port}/metrics" if server else "off"),
-        flush=True,
-    )
-    try:
-        service.serve(stop)
-    finally:
-        service.close()
-        if server is not None:
-            server.shutdown()
-    print("ladder: stopped", flush=True)
-    return 0
+        raise StartRefused(str(exc), code=1) from None
+    server, url = serve_metrics(service, settings.metrics_port, settings.metrics_host, metrics.registry)
+    say(f"ladder: serving {service.address} (run {config.run_name!r}, master seed {config.master_seed}, "
+        f"mix {tuple(config.ladder.mix)}), metrics {url}")
+    return Running(service, metrics_server=server, stopped="ladder: stopped")
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ladder until SIGTERM or SIGINT (``shared.service_main``): 0 stopped, 2 refused,
+    1 an address or port taken."""
+    return run_service("ladder", parse_args(argv), start)

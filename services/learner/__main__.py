@@ -1,5 +1,5 @@
-import sys
+"""``python -m services.learner``: run the learner (see main.py, --help)."""
 
-from services.learner.cli import main
+from services.learner.main import main
 
-sys.exit(main())
+raise SystemExit(main())

@@ -16,7 +16,7 @@ and ``train_and_report`` below call them in order (the numbers are the document'
 
 Around them: the parts (``parts.py``) and the start-up that builds them (``startup.py``), the
 loop, the halts and the shutdown (``lifecycle.py``), the resume (``resume.py``), the command
-line (``cli.py``, which imports this module, never the other way round). SIGINT/SIGTERM stop
+line (``main.py``, which imports this module, never the other way round). SIGINT/SIGTERM stop
 the learner at the next safe point: a checkpoint of the state the last metric row describes is
 written (never weights an unwritten row would have to describe), then it exits.
 """
@@ -207,4 +207,9 @@ class Learner:
 
     def shutdown(self, save: bool = True) -> None:
         lifecycle.shutdown(self, save)
+
+    def close(self) -> None:
+        """Nothing left to close (``shared.service_main`` calls it after ``run``): ``run`` shuts
+        the learner down on every way it returns (``lifecycle.shutdown``), and a refusal it
+        raises ends the process."""
 

@@ -1,5 +1,5 @@
-import sys
+"""``python -m services.rollout``: run a rollout (see main.py, --help)."""
 
-from services.rollout.service import main
+from services.rollout.main import main
 
-sys.exit(main())
+raise SystemExit(main())

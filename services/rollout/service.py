@@ -5,7 +5,8 @@ instance id and the engine build), wait for Welcome (env config, codec table) or
 build the battles; then serve Plan / Step / Close / Rejoin until told to stop. While idle it
 sends a Heartbeat every ``heartbeat_s``; after ``learner_silence_s`` without a word from the
 learner it says Hello again, so a restarted learner takes it back in. Nothing here waits
-forever, and SIGTERM/SIGINT exit within a second (sockets have a short linger).
+forever, and SIGTERM/SIGINT exit within a second (sockets have a short linger). Its command line:
+services/rollout/main.py.
 
 This module must import without torch (the rollout image has none; a test checks).
 """
@@ -13,26 +14,22 @@ This module must import without torch (the rollout image has none; a test checks
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import sys
 import time
 import traceback
 import uuid
-from dataclasses import dataclass
 
 import zmq
 
 from services.rollout import battle_state
 from services.rollout.battles import AssignmentMissing, Shard
 from services.rollout.metrics import IdleWindow, RolloutMetrics
-from shared import service_settings, transport
+from shared import transport
 from shared.codec import WIRE_CODECS, WIRE_ZSTD, Codec, RowCompressor, compress_round
 from shared.components import hello_user_code
 from shared.config import RolloutConfig
 from shared.envs import build_env, engine_build, make_scripted
 from shared.log_guard import RefusalLog
-from shared.service_settings import option, port, positive
 from shared.messages import (
     BattleStates, Close, Decoder, Failure, GetStates, Heartbeat, Hello, Plan, ProtocolError, Refused, Rejoin, Round,
     SetState, StatesSet, Step, ToRollout, Welcome,
@@ -326,54 +323,3 @@ def _default_env():
     from shared.config import EnvConfig
 
     return EnvConfig()
-
-
-@dataclass(frozen=True)
-class Settings:
-    """A rollout's settings (``shared.service_settings``: flag, else variable, else default)."""
-
-    learner: str = option("tcp://127.0.0.1:5555", env="ROYALEFLEET_LEARNER", help="learner address to connect to")
-    battles: int = option(16, env="ROYALEFLEET_BATTLES", parse=positive, help="battles this rollout runs")
-    shards: int = option(2, env="ROYALEFLEET_SHARDS", parse=positive, help="shards the battles are split into")
-    metrics_port: int = option(9110, env="ROYALEFLEET_METRICS_PORT", parse=port, help="port of /metrics, 0 = off")
-    metrics_host: str = option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help="address /metrics listens on")
-    max_message_mb: int = option(64, env="ROYALEFLEET_MAX_MESSAGE_MB", parse=positive,
-                                 help="largest message accepted, in MiB")
-
-
-PROG = "python -m services.rollout"
-
-
-def parse_settings(argv: list[str] | None = None, environ=None) -> Settings:
-    """A rollout's settings from flags, else variables, else defaults; a bad value, or battles
-    that are no multiple of shards, exits 2 naming it."""
-    a = service_settings.parse_settings(
-        Settings, argv, environ, prog=PROG,
-        description="A rollout: runs RoyaleGym battles and steps them on the learner's command. "
-        "Every flag also reads an environment variable (shown), which is how Compose configures it.")
-    if a.battles % a.shards:
-        print(f"{PROG}: error: --battles {a.battles} must be a positive multiple of --shards {a.shards}",
-              file=sys.stderr)
-        raise SystemExit(2)
-    return a
-
-
-def main(argv=None) -> int:
-    a = parse_settings(argv)
-
-    def say(text):
-        print(text, flush=True)
-
-    metrics = RolloutMetrics(a.metrics_port or None, a.metrics_host)
-    service = RolloutService(a.learner, a.battles, a.shards, metrics=metrics,
-                             max_message_mb=a.max_message_mb, say=say)
-    signal.signal(signal.SIGTERM, service.request_stop)
-    signal.signal(signal.SIGINT, service.request_stop)
-    try:
-        return service.run()
-    except SystemExit as exc:
-        say(str(exc))
-        return 2
-    finally:
-        service.close()
-

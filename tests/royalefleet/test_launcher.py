@@ -326,7 +326,7 @@ def test_a_real_child_writing_to_dev_full_is_drained_to_its_end(tmp_path):
 
 
 def test_a_learner_that_found_a_service_unreachable_at_start_is_restarted_not_given_up(tmp_path):
-    # exit 4 (services/learner/cli.py EXIT_UNREACHABLE): the checkpoint service died mid-request
+    # exit 4 (services/learner/main.py EXIT_UNREACHABLE): the checkpoint service died mid-request
     s, lines = scripted_stack(tmp_path, {"learner": [4, 0]})
     assert s._watch() == 0 and s.children["learner"].restarts == 1
     assert "learner exited (code 4); restarting it (restart 1); it resumes from the run's newest checkpoint" in lines

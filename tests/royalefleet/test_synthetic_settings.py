@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from royalefleet.synthetic import PROG, Settings, parse_settings
-from services.rollout.service import Settings as RolloutSettings
+from services.rollout.main import Settings as RolloutSettings
 
 
 def test_the_rollouts_options_and_the_role_come_from_flags_else_variables():

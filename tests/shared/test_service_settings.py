@@ -62,11 +62,11 @@ def test_a_field_that_is_not_an_option_is_refused_naming_it():
 
 
 def service_settings():
-    from services.checkpoint.service import Settings as Checkpoint
+    from services.checkpoint.main import Settings as Checkpoint
     from services.evaluator.main import Settings as Evaluator
     from services.ladder.main import Settings as Ladder
-    from services.learner.cli import Settings as Learner
-    from services.rollout.service import Settings as Rollout
+    from services.learner.main import Settings as Learner
+    from services.rollout.main import Settings as Rollout
 
     return {"checkpoint": Checkpoint, "evaluator": Evaluator, "ladder": Ladder, "learner": Learner, "rollout": Rollout}
 

@@ -17,7 +17,8 @@ import pytest
 import zmq
 from prometheus_client import CollectorRegistry
 
-from services.checkpoint.service import CheckpointService, Metrics, parse_settings
+from services.checkpoint.main import parse_settings
+from services.checkpoint.service import CheckpointService, Metrics
 from shared.messages import (
     Ack,
     Decoder,

@@ -1,4 +1,4 @@
-"""The learner's exit codes (services/learner/cli.py): a refusal that came of a service that did
+"""The learner's exit codes (services/learner/main.py): a refusal that came of a service that did
 not answer at start (the checkpoint service died mid-request) is 4, which the launcher retries;
 a refused config or checkpoint stays 2, which it does not. No learner is built: ``make_learner``
 is replaced by one whose run fails as ``resume.resume_run`` fails."""
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from services.learner import cli
+from services.learner import main as learner_main
 from shared import transport
 
 
@@ -23,6 +23,9 @@ class FailingLearner:
     def run(self) -> int:
         self.fail()
         return 0
+
+    def close(self) -> None:
+        pass
 
 
 def unreachable():
@@ -55,8 +58,8 @@ def refused():
 def test_a_service_that_did_not_answer_exits_4_and_a_refusal_exits_2(tmp_path, monkeypatch, capsys, fail, code):
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"profile": "tiny", "runs_dir": str(tmp_path / "runs")}))
-    monkeypatch.setattr(cli, "make_learner", lambda *a: FailingLearner(fail))
-    assert cli.main(["--config", str(config)]) == code
+    monkeypatch.setattr(learner_main, "make_learner", lambda *a: FailingLearner(fail))
+    assert learner_main.main(["--config", str(config)]) == code
     out = capsys.readouterr().out
     assert out.endswith("learner: exit 4: a service did not answer; a restart retries\n") is (code == 4)
-    assert cli.EXIT_UNREACHABLE == 4
+    assert learner_main.EXIT_UNREACHABLE == 4

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from services.learner.cli import parse_settings
+from services.learner.main import parse_settings
 from services.learner.row import write_row
 from services.learner.viser_status import ViserStatus, learning_status, open_status
 from shared.viser import StatusChannel

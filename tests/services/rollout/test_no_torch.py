@@ -27,7 +27,7 @@ def test_every_shared_module_is_checked():
 
 
 def test_rollout_and_shared_import_without_torch():
-    modules = ["services.rollout", "services.rollout.service", "services.rollout.battles",
+    modules = ["services.rollout", "services.rollout.main", "services.rollout.service", "services.rollout.battles",
                "services.rollout.metrics", *SHARED]
     code = (
         "import importlib, json, sys\n"

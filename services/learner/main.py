@@ -1,5 +1,6 @@
-"""``python -m services.learner``: the learner's command line. Every flag also reads an
-environment variable (``--help`` names it), which is how the launcher and Compose configure it.
+"""``python -m services.learner`` (``__main__.py`` calls ``main``): the learner's command line,
+run by the service skeleton (``shared.service_main``). Every flag also reads an environment
+variable (``--help`` names it), which is how the launcher and Compose configure it.
 
 Exit codes: 0 finished or stopped, 2 a refused config, checkpoint, tier or device (said), 3
 halted (``services/learner/lifecycle.py``), 4 (``EXIT_UNREACHABLE``) a service it needs at start
@@ -10,16 +11,20 @@ fix that, so the launcher and Compose retry it, where 2 is final.
 from __future__ import annotations
 
 import os
-import signal
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from services.learner.determinism import DeterminismError
 from services.learner.vram import DeviceMemoryError
 from shared import service_settings, transport
-from shared.config import ConfigError, RunConfig, load_config
+from shared.config import RunConfig, load_config
 from shared.recorded_config import for_learner
+from shared.service_main import Say, StartRefused, run_service, say
 from shared.service_settings import option, port_or_config
 from shared.viser import address_option
+
+if TYPE_CHECKING:
+    from services.learner.service import Learner
 
 EXIT_UNREACHABLE = 4
 """The learner's exit code when a refusal came of a service that did not answer
@@ -86,43 +91,39 @@ def parse_settings(argv: list[str] | None = None, environ=None) -> Settings:
         "Every flag also reads an environment variable (shown), which is how Compose configures it.")
 
 
-def main(argv=None) -> int:
-    env = os.environ.get
-    a = parse_settings(argv)
+def start(settings: Settings, say: Say) -> Learner:
+    """The learner the settings ask for, on the config they name as the run's own config.json
+    decides it (``shared.recorded_config.for_learner``). Raises ``ConfigError`` for a refused
+    config, ``StartRefused`` for a determinism tier or a device this machine cannot give."""
     # A test hook, not a user option: resume WITHOUT these components, to show that
     # verify-resume catches a resume that lost state (tests/royalefleet/test_verify_resume.py).
-    perturb = tuple(x for x in env("ROYALEFLEET_PERTURB_RESUME", "").split(",") if x)
-
-    def say(text):
-        print(text, flush=True)
-
+    perturb = tuple(x for x in os.environ.get("ROYALEFLEET_PERTURB_RESUME", "").split(",") if x)
+    cfg = load_config(settings.config)
+    # the run's own config.json decides its identity (Compose without its .env: docs/compose.md)
+    cfg = for_learner(cfg, settings.runs_dir or cfg.runs_dir, allow_identity_drift=settings.allow_identity_drift,
+                      say=say)
     try:
-        cfg = load_config(a.config)
-        # the run's own config.json decides its identity (Compose without its .env: docs/compose.md)
-        cfg = for_learner(cfg, a.runs_dir or cfg.runs_dir, allow_identity_drift=a.allow_identity_drift, say=say)
-    except ConfigError as exc:
-        say(str(exc))
-        return 2
-    try:
-        learner = make_learner(cfg, a, perturb, say)
+        return make_learner(cfg, settings, perturb, say)
     except (DeterminismError, DeviceMemoryError) as exc:
-        say(f"learner: {exc}")
-        return 2
-    signal.signal(signal.SIGTERM, learner.request_stop)
-    signal.signal(signal.SIGINT, learner.request_stop)
-    try:
-        return learner.run()
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            say(exc.code)
-            if _unreachable(exc):
-                say(f"learner: exit {EXIT_UNREACHABLE}: a service did not answer; a restart retries")
-                return EXIT_UNREACHABLE
-            return 2
-        raise
+        raise StartRefused(str(exc)) from None
 
 
-def make_learner(cfg: RunConfig, a, perturb, say):
+def refusal_code(exc: SystemExit) -> int:
+    """The exit code of a run that ended in a refusal: ``EXIT_UNREACHABLE`` (said) when a
+    service did not answer, else 2."""
+    if _unreachable(exc):
+        say(f"learner: exit {EXIT_UNREACHABLE}: a service did not answer; a restart retries")
+        return EXIT_UNREACHABLE
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train until the run's end, a stop (SIGTERM or SIGINT) or a halt (``shared.service_main``;
+    the exit codes are the module docstring's)."""
+    return run_service("learner", parse_settings(argv), start, refusal_code=refusal_code)
+
+
+def make_learner(cfg: RunConfig, a: Settings, perturb: tuple[str, ...], say: Say) -> Learner:
     """The ``Learner`` the parsed flags ``a`` ask for (addresses and ports default to the config's)."""
     from services.learner.service import Learner
 
