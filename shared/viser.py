@@ -27,9 +27,12 @@ from typing import Any
 
 import msgspec
 
+# No royalegym (numpy) import here: the services' settings import this module before the
+# evaluator lowers its CPU priority, and threads started by a library at load keep the old one.
 STREAM_HOST = "127.0.0.1"
 STREAM_PORT = 9870
-"""RoyaleViser's default stream address (``royalegym.viser.HOST`` / ``PORT``)."""
+"""RoyaleViser's default stream address, RoyaleGym's ``royalegym.viser.HOST`` / ``PORT``
+(tests/services/learner/test_viser_status.py checks that they agree)."""
 STREAM_DEFAULT = f"{STREAM_HOST}:{STREAM_PORT}"
 STATUS_PORT_OFFSET = 1
 """The status channel's port is the stream's plus this (where the viewer says hello for it)."""

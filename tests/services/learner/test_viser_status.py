@@ -18,6 +18,15 @@ from tests.services.learner.test_stages import collected, full_row
 from tests.viser_viewer import Viewer, free_udp_port
 
 
+def test_the_default_stream_address_is_royalegyms():
+    import royalegym.viser
+
+    from shared.viser import STREAM_DEFAULT, STREAM_HOST, STREAM_PORT, status_address
+
+    assert (STREAM_HOST, STREAM_PORT) == (royalegym.viser.HOST, royalegym.viser.PORT)
+    assert STREAM_DEFAULT == "127.0.0.1:9870" and status_address(STREAM_DEFAULT) == ("127.0.0.1", 9871)
+
+
 def test_the_status_holds_the_progress_lines_facts_by_the_viewers_names():
     row = {"run/iteration": 7, "run/timesteps": 4096, "throughput/collected_steps_per_second": 113.5,
            "throughput/env_steps_per_second": 220.25, "time/update": 23.25, "ppo/kl": 0.0125,
