@@ -107,3 +107,19 @@ def set_aside_after(checkpoints: str | os.PathLike, iteration: int, metrics_path
     store._write_index(CheckpointIndex([e for e in index.entries if e.iteration <= iteration]))
     fsync_dir(store.root)
     return folder, [e.iteration for e in later]
+
+
+def set_aside_folders(checkpoints: str | os.PathLike) -> list[tuple[Path, list[int]]]:
+    """Every set-aside folder under ``checkpoints``, oldest first, with the iterations its index
+    lists ([] when its index cannot be read)."""
+    root = Path(checkpoints)
+    if not root.is_dir():
+        return []
+    out = []
+    for folder in sorted(p for p in root.iterdir() if p.name.startswith(SET_ASIDE_PREFIX) and p.is_dir()):
+        try:
+            its = [e.iteration for e in CheckpointStore(folder).index().entries]
+        except CheckpointCorrupt:
+            its = []
+        out.append((folder, its))
+    return out

@@ -255,6 +255,10 @@ def cmd_checkpoints(args) -> int:
     for e in entries:
         status = "ok (every file verifies)" if e.ok else f"CORRUPT: {e.problem}"
         print(f"{e.iteration:>9}  {e.name:<10} {e.bytes / 1e6:>7.2f}  {status}")
+    from royalefleet.checkpoint_choice import set_aside_folders
+
+    for folder, its in set_aside_folders(root):
+        print(f"set aside by resume --checkpoint: {folder} (iterations {', '.join(map(str, its)) or 'unlisted'})")
     return 0 if all(e.ok for e in entries) else 1
 
 

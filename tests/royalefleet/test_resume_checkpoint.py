@@ -53,6 +53,17 @@ def test_the_later_checkpoints_move_whole_into_a_set_aside_folder_with_their_ind
     assert moved2 == [2] and folder2.name == f"{SET_ASIDE_PREFIX}20261203T120000Z-2"
 
 
+def test_royalefleet_checkpoints_names_the_set_aside_folders(tmp_path, capsys):
+    from royalefleet.cli import main
+
+    ckpts, metrics = small_run(tmp_path / "runs" / "r")
+    folder, _ = set_aside_after(ckpts, 2, metrics, now=NOON)
+    assert main(["checkpoints", "r", "--runs-dir", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out[1:3]] == ["1", "2"] and len(out) == 4
+    assert out[3] == f"set aside by resume --checkpoint: {folder} (iterations 3, 4)"
+
+
 def test_the_newest_moves_nothing(tmp_path):
     ckpts, metrics = small_run(tmp_path)
     assert set_aside_after(ckpts, 4, metrics) == (None, [])
