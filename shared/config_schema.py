@@ -902,9 +902,10 @@ class LearnerConfig(_Cfg):
     n-step Double DQN from prioritized replay (``dqn``; services/learner/dqn), its Q rows the
     actor network's logits at ``dqn.heads`` 1 without dueling, else its own K-head network whose
     heads' mean is written into the actor; the pool and evaluators play its snapshots as they
-    play a PPO actor). ``alphazero``: the rollouts search at the learner's choice decisions
-    (``alphazero``; services/rollout/search.py) and the actor learns the search's completed-Q
-    policy by cross-entropy, the critic the realized returns (services/learner/alphazero).
+    play a PPO actor). ``alphazero``: the rollouts search the candidates the learner's prior
+    names at its choice decisions (``alphazero``; services/rollout/search.py) and the actor
+    learns the search's completed-Q policy by cross-entropy, the critic the realized returns
+    (services/learner/alphazero).
     Changes every number a run produces: part of algo_digest when it is not ``ppo``."""
 
 
@@ -992,15 +993,16 @@ class AlphaZeroConfig(_Cfg):
     and moves nothing otherwise."""
 
     candidates: Annotated[int, Meta(ge=2, le=64)] = 8
-    """Actions tried per searched (choice) decision: the no-op and ``candidates - 1`` random legal
-    plays, each simulated once (services/rollout/search.py)."""
+    """Actions tried per searched (choice) decision, each simulated once: the top ``candidates``
+    of Gumbel noise + the live actor's log prior, the no-op always among them
+    (services/learner/alphazero/book.py, services/rollout/search.py)."""
     depth: Annotated[int, Meta(ge=1, le=240)] = 30
     """Decisions of playout after each candidate before its board is scored (30: 15 s of game
     time at the 500-ms decision, shared/search/spec.py DEFAULT_DEPTH)."""
     c_scale: PosFloat = 0.1
-    """Gumbel MuZero's c_scale: the improved policy is softmax(log prior + (50 + 1) c_scale q)
-    with q the candidates' scores rescaled to [0, 1] (shared/search/targets.py); 0.1 moves a
-    logit by at most 5.1 nats."""
+    """Gumbel MuZero's c_scale: the move is argmax of Gumbel + log prior + (50 + 1) c_scale q and
+    the target softmax(log prior + (50 + 1) c_scale q), q the completed scores rescaled to
+    [0, 1] (shared/search/targets.py); 0.1 moves a logit by at most 5.1 nats."""
     value_lambda: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     """lambda of the critic's target: 1 is the realized discounted return-to-go (bootstrapped only
     where the iteration cuts an episode or the env truncates it), below 1 TD(lambda)."""

@@ -302,8 +302,10 @@ class Welcome(_Msg, tag="welcome", omit_defaults=True):
     zstd frame each (``rows_zstd`` / ``final_rows_zstd``). One of the Hello's ``codecs``."""
     search: RolloutSearch | None = None
     """What to search at the learner seats' choice decisions (``learner.algorithm =
-    "alphazero"``; services/rollout/search.py); None: no search. Searched rounds carry arrays
-    ``search_slots`` / ``search_candidates`` / ``search_q`` (``shared.round_arrays``)."""
+    "alphazero"``; services/rollout/search.py); None: no search. A Step then names each searched
+    slot's candidates (``search_slots``, ``search_candidates``, ``search_keys``) and the round
+    after it carries the search (``search_slots``, ``search_candidates``, ``search_q``,
+    ``search_moves``: ``shared.round_arrays.SEARCH``)."""
 
 
 class Refused(_Msg, tag="refused"):
@@ -334,7 +336,10 @@ class Plan(_Msg, tag="plan"):
 class Step(_Msg, tag="step"):
     """Advance one shard by one decision. Array ``actions`` (int16, per local slot): the
     learner's action for GROUP_LEARNER slots and the frozen snapshot's for GROUP_FROZEN slots
-    (both inferred by the learner); ignored for scripted ones."""
+    (both inferred by the learner); ignored for scripted ones. Under ``Welcome.search``, arrays
+    ``search_slots`` (int16 (s,) local slots), ``search_candidates`` (int16 (s, k), -1 pads) and
+    ``search_keys`` (float32 (s, k): each candidate's Gumbel + log prior) ask the rollout to
+    search those slots first and play the search's move there instead of ``actions``."""
 
     iteration: int
     cycle: int
@@ -721,8 +726,11 @@ ARRAYS: dict[type, dict[str, tuple[str, int]]] = {
         "rows_zstd": ("uint8", 1), "final_rows_zstd": ("uint8", 1),
         # the rollout's search (Welcome.search; shared/round_arrays.py SEARCH)
         "search_slots": ("int16", 1), "search_candidates": ("int16", 2), "search_q": ("float32", 2),
+        "search_moves": ("int16", 1),
     },
-    Step: {"actions": ("int16", 1)},
+    Step: {"actions": ("int16", 1),
+           # the learner's candidates for the rollout's search (Welcome.search; services/rollout/search.py)
+           "search_slots": ("int16", 1), "search_candidates": ("int16", 2), "search_keys": ("float32", 2)},
     SaveCheckpoint: {"*": ("uint8", 1)},
     Loaded: {"*": ("uint8", 1)},
     SaveSnapshot: {"actor": ("uint8", 1)},

@@ -16,10 +16,10 @@ STEP_HALF = ("reward", "terminated", "truncated", "deploy_status")
 """The step that arrived (float32, uint8, uint8, int8 per slot); zeros at cycle 0."""
 FINALS = ("final_slots", "final_rows")
 """int16 (k,), uint8 (k, row_bytes): the last observation of each truncated learner slot."""
-SEARCH = ("search_slots", "search_candidates", "search_q")
-"""The rollout's search of the round's own cycle (``Welcome.search``; services/rollout/search.py):
-int16 (s,) local slots searched, int16 (s, k) their candidates (-1 pads), float32 (s, k) the
-candidates' scores. Absent from a round without search."""
+SEARCH = ("search_slots", "search_candidates", "search_q", "search_moves")
+"""The search of the step that arrived (``Welcome.search``; services/rollout/search.py): int16
+(s,) local slots searched, int16 (s, k) their candidates (-1 pads), float32 (s, k) the
+candidates' scores, int16 (s,) the move each played. Absent from a round without search."""
 NAMES = OBSERVATION_HALF + STEP_HALF + FINALS + SEARCH
 
 
@@ -40,7 +40,8 @@ class RoundArrays:
     search_slots: np.ndarray | None = None
     search_candidates: np.ndarray | None = None
     search_q: np.ndarray | None = None
-    """``SEARCH``: all three or none."""
+    search_moves: np.ndarray | None = None
+    """``SEARCH``: all four or none; part of the step half."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """name -> array, in ``NAMES`` order, the step half left out when it is None: the frames
@@ -52,15 +53,12 @@ class RoundArrays:
         """The struct of a received round's (decompressed) frames; ``step=False`` takes no step
         half. Raises KeyError naming the first array missing."""
         wanted = OBSERVATION_HALF + FINALS + (STEP_HALF if step else ())
-        found = [n for n in SEARCH if n in arrays]
+        found = [n for n in SEARCH if n in arrays] if step else []
         if found and len(found) != len(SEARCH):
             raise KeyError(f"a searched round carries {found} of the search arrays {list(SEARCH)}")
         return cls(**{n: arrays[n] for n in wanted + tuple(found)})
 
     def observation_half(self) -> RoundArrays:
-        """This round as a cycle-0 round: its observation half (its search included), no step
-        half, no final rows."""
+        """This round as a cycle-0 round: its observation half, no step half (no search), no final rows."""
         return RoundArrays(group=self.group, tick=self.tick, ordinal=self.ordinal, rows=self.rows,
-                           final_slots=self.final_slots[:0], final_rows=self.final_rows[:0],
-                           search_slots=self.search_slots, search_candidates=self.search_candidates,
-                           search_q=self.search_q)
+                           final_slots=self.final_slots[:0], final_rows=self.final_rows[:0])

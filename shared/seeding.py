@@ -34,8 +34,10 @@ STREAMS: dict[str, str] = {
     "dqn/replay/iteration/{iteration}": "the prioritized replay draws of one DQN iteration's minibatches",
     "dqn/bootstrap_masks/iteration/{iteration}": "the Bernoulli bootstrap masks of the records one iteration inserts",
     "search/battle/{battle}/ordinal/{ordinal}/tick/{tick}/seat/{seat}":
-        "a rollout search's candidates and simulation streams at one choice decision of one learner seat",
+        "a rollout search's simulation streams at one choice decision of one learner seat",
     "az/minibatch/iteration/{iteration}/epoch/{epoch}": "the row permutation of one AlphaZero epoch",
+    "search/gumbel/iteration/{iteration}/cycle/{cycle}/slot/{slot}":
+        "the Gumbel noise whose top-k over one learner row's prior names the row's search candidates (alphazero)",
     "preflight/sample": "the random-legal play that samples observations for the codec table",
     "torch/init": "initial network weights",
     "eval/bootstrap/{comparison}": "bootstrap resamples over seeds for one gate comparison",

@@ -110,7 +110,8 @@ class Collector:
         summed over the run: one process steps its shards one after another."""
         self.search_book = None
         """``learner.algorithm = "alphazero"``: the ``services.learner.alphazero.book.SearchBook``
-        that turns a searched round's scores into targets and moves (``send_step``); else None."""
+        that names each choice row's candidates in its Step (``send_step``) and turns the next
+        round's scores into its target (``_store_step``); else None."""
         self.batched = False
         """Answer every ready round in batched forwards (``rollout.inference_max_batch_rows``);
         False (run_exact): one forward per round, the canonical composition."""
@@ -487,6 +488,15 @@ class CollectionRun:
         if len(fs) and (int(fs.min()) < 0 or int(fs.max()) >= len(slots)):
             raise ValueError("final_slots out of range")
         rect.store_step(cycle - 1, slots, ra.reward, ra.terminated, ra.truncated, ra.deploy_status, fs, ra.final_rows)
+        book = self.collector.search_book
+        if book is not None and ra.search_slots is not None and len(ra.search_slots):
+            ss = ra.search_slots.astype(np.int64)
+            if int(ss.min()) < 0 or int(ss.max()) >= len(slots):
+                raise ValueError("search_slots out of range")
+            # the search of the step this round closes: the moves played and the rows' targets
+            for g, move, log_prior in book.complete(cycle - 1, slots[ss], ra.search_candidates, ra.search_q,
+                                                    ra.search_moves):
+                rect.actions[cycle - 1, g], rect.log_probs[cycle - 1, g] = move, log_prior
         self.stats.env_steps += len(slots) // 2
         learner_acted = (ra.deploy_status > 0) & (rect.group[cycle - 1, slots] == GROUP_LEARNER)
         self.stats.illegal += int(np.count_nonzero(learner_acted))
@@ -523,12 +533,11 @@ class CollectionRun:
         """Record the learner's ``actions`` (and ``log_probs``) of round ``r``, play its frozen
         seats, stamp the decisions' provenance and send the shard its Step."""
         rect, fh, c, cycle, learner = self.rect, self.frame_history, self.collector, r.cycle, r.learner
-        book = c.search_book
-        if book is not None and r.arrays.search_slots is not None and len(r.arrays.search_slots):
-            # the rollout searched this round: its choice rows play the search's move
-            actions, log_probs = book.apply(self.policy, cycle, r.slots, learner, rect.rows[cycle, learner],
-                                            rect.n_legal[cycle, learner], self.uniforms("learner", cycle)[learner],
-                                            r.arrays, actions, log_probs)
+        search = {}
+        if c.search_book is not None:  # alphazero: the choice rows' candidates for the rollout's search
+            search = c.search_book.propose(self.policy, self.iteration, cycle, learner,
+                                           np.flatnonzero(r.group == GROUP_LEARNER), rect.rows[cycle, learner],
+                                           rect.n_legal[cycle, learner])
         rect.actions[cycle, learner] = actions
         rect.log_probs[cycle, learner] = log_probs
         rect.acted[cycle, learner] = True
@@ -547,7 +556,7 @@ class CollectionRun:
         c.provenance.observe(cycle, self.slot_map.battle_ids, r.slots, r.arrays.ordinal, r.member.fresh and cycle == 0,
                              inferred)
         if not c.send(r.member.identity, Step(iteration=self.iteration, cycle=cycle, shard=r.body.shard),
-                       {"actions": out}):
+                       {"actions": out, **search}):
             c.say(f"could not send a step to {r.member.label()}")
         else:
             c.step_sent[(r.member.instance, r.body.shard)] = time.monotonic()

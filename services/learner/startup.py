@@ -176,7 +176,8 @@ def welcome(cfg: RunConfig, pf: Preflight, wire_codec: int) -> Welcome:
     if cfg.learner.algorithm == "alphazero":  # the rollouts search the learner's choice decisions
         from shared.search.spec import RolloutSearch
 
-        search = RolloutSearch(candidates=cfg.alphazero.candidates, depth=cfg.alphazero.depth)
+        a = cfg.alphazero
+        search = RolloutSearch(candidates=a.candidates, depth=a.depth, c_scale=a.c_scale)
     return Welcome(env=cfg.env, master_seed=cfg.master_seed, codec=pf.table, engine=pf.engine,
                    random_legal_noop_prob=cfg.ladder.random_legal_noop_prob, rollout=cfg.rollout,
                    wire_codec=wire_codec, search=search)

@@ -71,8 +71,8 @@ class Shard:
 
     def __init__(self, index: int, env_cfg: EnvConfig, n_battles: int, codec: Codec, master_seed: int,
                  random_legal_noop_prob: float, mask_only_scripted: bool, search=None):
-        """``search``: a ``services.rollout.search.ShardSearch`` (``Welcome.search``) run on every
-        round's observations, or None. A searched shard builds every seat's observation (no
+        """``search``: a ``services.rollout.search.ShardSearch`` (``Welcome.search``) run at the
+        slots a Step names before the battles step, or None. A searched shard builds every seat's observation (no
         ``mask_only`` seat: the search saves battles with ``env.snapshot()``, which refuses them)."""
         self.index = index
         self.codec = codec
@@ -139,9 +139,26 @@ class Shard:
         return self._result(np.zeros(n, np.float32), np.zeros(n, np.uint8), np.zeros(n, np.uint8),
                             np.full(n, -1, np.int8), [], [], [], 0.0, 0)
 
-    def step(self, actions: np.ndarray) -> StepResult:
+    def step(self, actions: np.ndarray, search: dict | None = None) -> StepResult:
         """Advance every battle by one decision. ``actions`` (n_slots,) int: the learner's
-        action for learner-held and frozen-held slots (scripted slots' entries ignored)."""
+        action for learner-held and frozen-held slots (scripted slots' entries ignored).
+        ``search``: the Step's ``search_slots``/``search_candidates``/``search_keys`` (a searched
+        shard: those slots are searched first and play the search's move; the result carries
+        the search as the round's ``SEARCH`` arrays)."""
+        found = None
+        if self.search is not None and search:
+            found = self.search.run(self.battles, search["search_slots"], search["search_candidates"],
+                                    search["search_keys"])
+            actions = np.array(actions, copy=True)
+            actions[found.slots.astype(np.int64)] = found.moves
+        result = self._step(actions)
+        if found is not None:
+            result.search_slots, result.search_candidates = found.slots, found.candidates
+            result.search_q, result.search_moves = found.q, found.moves
+            result.search_seconds, result.search_steps = found.seconds, found.sim_steps
+        return result
+
+    def _step(self, actions: np.ndarray) -> StepResult:
         n = self.n_slots
         reward = np.zeros(n, np.float32)
         terminated = np.zeros(n, np.uint8)
@@ -219,12 +236,7 @@ class Shard:
         # again before they have left (the next step packs into new memory).
         rows, clipped, rounded = self.codec.pack_many(held_obs)
         frows, c2, r2 = self.codec.pack_many(final_obs)
-        searched = {}
-        if self.search is not None:
-            found = self.search.run(self.battles)
-            searched = dict(search_slots=found.slots, search_candidates=found.candidates, search_q=found.q,
-                            search_seconds=found.seconds, search_steps=found.sim_steps)
         return StepResult(group=group, tick=tick, ordinal=ordinal, rows=rows, reward=reward, terminated=terminated,
                           truncated=truncated, deploy_status=deploy, final_slots=np.asarray(final_slots, np.int16),
                           final_rows=frows, episodes=episodes, env_seconds=env_seconds,
-                          codec_clipped=clipped + c2, codec_rounded=rounded + r2, illegal_actions=illegal, **searched)
+                          codec_clipped=clipped + c2, codec_rounded=rounded + r2, illegal_actions=illegal)

@@ -1,22 +1,25 @@
-"""The search in the rollout (``Welcome.search``, ``learner.algorithm = "alphazero"``): at every
-choice decision of a learner seat (more than the no-op legal; forced decisions, ~93 %, are never
-searched) the rollout tries candidate actions in a copy of the battle and ships their scores
-with the round; the learner turns them, with the prior it infers for the same row, into the
-policy target and the move (``shared.search.targets``).
+"""The search in the rollout (``Welcome.search``, ``learner.algorithm = "alphazero"``): Gumbel
+AlphaZero's root, split between the learner and the rollout at the Step.
 
-Per searched slot: ``candidates`` = the no-op, then ``k - 1`` legal plays in a random order
-drawn from ``search/battle/{b}/ordinal/{k}/tick/{t}/seat/{s}``; each is scored by
-``shared.search.lookahead.Lookahead.scores`` (the battle saved with ``env.snapshot()``, loaded
-into a second env, the candidate then ``depth`` decisions of RoyaleGym's ``random`` playout,
-the leaf by ``board_value``). The other seat plays in the simulation as the battle's opponent
-does when the rollout holds that player (a scripted bot, stateless); a pool snapshot's or the
-learner's seat (inferred centrally, not here) is played by RoyaleGym's ``random``
-(docs/design.md, "Search in the rollouts").
+The learner, answering a round, draws each learner choice row's candidates by Gumbel-top-k of
+the live actor's prior (central inference, batched like every round; the no-op always among
+them) and sends them in the Step with their keys g + log prior (``search_slots``,
+``search_candidates``, ``search_keys``). The rollout, before it steps, tries every candidate in
+a copy of the battle (``shared.search.lookahead.Lookahead.scores``: the battle saved with
+``env.snapshot()``, loaded into a second env, the candidate then ``depth`` decisions of
+RoyaleGym's ``random`` playout, the leaf scored by ``board_value``), plays the candidate with
+the highest key + sigma(q_hat) (``shared.search.targets.gumbel_move_index``) and reports the
+scores and moves with the next round; the learner turns them into the completed-Q target.
+Forced decisions (~93 %) are never searched. The other seat plays in the simulation as the
+battle's opponent does when the rollout holds that player (a scripted bot, stateless); a pool
+snapshot's or the learner's seat (inferred centrally, not here) is played by RoyaleGym's
+``random`` (docs/design.md, "Search in the rollouts and an AlphaZero learner").
 
-Exactness: the real battle is only read (``env.snapshot()`` and its ``battle_state``); its
-engine, RNG streams, observation memory and episode bookkeeping are untouched, and every draw
-of the search comes from the named stream above, so the scores are a pure function of the saved
-battle and the master seed, and exact resume stays exact.
+Exactness: the real battle is only read until it steps with the move (``env.snapshot()`` and
+its ``battle_state``); its engine, RNG streams, observation memory and episode bookkeeping are
+untouched, and every simulation draw comes from ``search/battle/{b}/ordinal/{k}/tick/{t}/seat/{s}``,
+so the scores are a pure function of the saved battle and the master seed and the move a pure
+function of them and the learner's keys: exact resume stays exact.
 
 Torch-free, like the rest of the rollout.
 """
@@ -31,6 +34,7 @@ import numpy as np
 from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, SEATS
 from shared.search.lookahead import Lookahead
 from shared.search.spec import RolloutSearch
+from shared.search.targets import gumbel_move_index
 from shared.seeding import derive_int, stream_path
 
 RANDOM_MODEL = "scripted:random"
@@ -52,23 +56,20 @@ class _MaskBot:
 
 @dataclass
 class SearchResult:
-    """One shard's search for one round: ``slots`` int16 (s,) local slots searched;
-    ``candidates`` int16 (s, k) their candidates (-1 pads a row with fewer legal actions than k);
-    ``q`` float32 (s, k) the scores (0 in padding); ``seconds`` wall time; ``sim_steps`` engine
-    decisions stepped in simulations."""
+    """One shard's search for one step: ``slots`` int16 (s,) local slots searched;
+    ``candidates`` int16 (s, k) their candidates (-1 pads); ``q`` float32 (s, k) the scores (0 in
+    padding); ``moves`` int16 (s,) the move each played; ``seconds`` wall time; ``sim_steps``
+    engine decisions stepped in simulations; ``refused`` slots named that could not be searched
+    (not a learner seat, or candidates not distinct legal actions there: those play the Step's
+    action)."""
 
     slots: np.ndarray
     candidates: np.ndarray
     q: np.ndarray
+    moves: np.ndarray
     seconds: float
     sim_steps: int
-
-
-def draw_candidates(mask: np.ndarray, k: int, rng: np.random.Generator) -> list[int]:
-    """The no-op, then up to ``k - 1`` distinct legal plays in a random order (``mask`` (A,) bool)."""
-    plays = np.flatnonzero(mask)
-    plays = plays[plays != 0]
-    return [0] + [int(a) for a in rng.permutation(plays)[: k - 1]]
+    refused: int = 0
 
 
 class ShardSearch:
@@ -91,26 +92,36 @@ class ShardSearch:
             return _MaskBot(battle.scripted[other])
         return self.random_model
 
-    def run(self, battles) -> SearchResult:
-        """Search every learner seat of ``battles`` (a shard's, local slot 2 i + seat) at a
-        choice decision, as the battles stand (between two decisions)."""
+    def _searchable(self, battles, slot: int, cand: np.ndarray) -> bool:
+        i, seat = divmod(slot, 2)
+        if not 0 <= i < len(battles) or battles[i].groups[seat] != GROUP_LEARNER or not len(cand):
+            return False
+        mask = battles[i].obs[SEATS[seat]]["action_mask"]
+        return bool(cand.min() >= 0 and cand.max() < len(mask) and mask[cand].all()
+                    and len(np.unique(cand)) == len(cand))
+
+    def run(self, battles, slots: np.ndarray, candidates: np.ndarray, keys: np.ndarray) -> SearchResult:
+        """Search ``slots`` (local, 2 i + seat, of ``battles``) as the battles stand (between two
+        decisions) over the learner's ``candidates`` (s, k) (-1 pads, at the end) with their
+        ``keys`` (s, k); returns the scores and each slot's move."""
         t0 = time.perf_counter()
         steps0 = self.lookahead.stats.sim_steps
-        k = self.spec.candidates
-        slots, cands, scores = [], [], []
-        for i, battle in enumerate(battles):
-            for seat in (0, 1):
-                if battle.groups[seat] != GROUP_LEARNER:
-                    continue
-                mask = battle.obs[SEATS[seat]]["action_mask"]
-                if np.count_nonzero(mask) <= 1:
-                    continue
-                seed = self.seed(battle, seat)
-                cand = draw_candidates(mask, k, np.random.default_rng((seed, 0)))
-                q = self.lookahead.scores(battle.env, SEATS[seat], cand, self.opponent_model(battle, seat), seed)
-                slots.append(2 * i + seat)
-                cands.append(cand + [-1] * (k - len(cand)))
-                scores.append(np.concatenate([q, np.zeros(k - len(cand))]))
-        return SearchResult(slots=np.asarray(slots, np.int16), candidates=np.asarray(cands, np.int16).reshape(-1, k),
-                            q=np.asarray(scores, np.float32).reshape(-1, k), seconds=time.perf_counter() - t0,
-                            sim_steps=self.lookahead.stats.sim_steps - steps0)
+        k = candidates.shape[1]
+        done, cands, scores, moves, refused = [], [], [], [], 0
+        for slot, row, key in zip(np.asarray(slots, np.int64).tolist(), candidates, keys):
+            n = int(np.count_nonzero(row >= 0))
+            cand = np.asarray(row[:n], np.int64)
+            if not self._searchable(battles, slot, cand):
+                refused += 1
+                continue
+            battle, seat = battles[slot // 2], slot % 2
+            q = self.lookahead.scores(battle.env, SEATS[seat], cand.tolist(), self.opponent_model(battle, seat),
+                                      self.seed(battle, seat))
+            moves.append(int(cand[gumbel_move_index(key[:n], q, c_scale=self.spec.c_scale)]))
+            done.append(slot)
+            cands.append(row)
+            scores.append(np.concatenate([q, np.zeros(k - n)]))
+        return SearchResult(slots=np.asarray(done, np.int16), candidates=np.asarray(cands, np.int16).reshape(-1, k),
+                            q=np.asarray(scores, np.float32).reshape(-1, k), moves=np.asarray(moves, np.int16),
+                            seconds=time.perf_counter() - t0, sim_steps=self.lookahead.stats.sim_steps - steps0,
+                            refused=refused)

@@ -208,7 +208,15 @@ class RolloutService:
         actions = arrays.get("actions")
         if actions is None or actions.shape != (shard.n_slots,):
             raise ProtocolError("arrays", f"step actions must be ({shard.n_slots},) int16")
-        result = shard.step(actions)
+        search = {n: arrays[n] for n in ("search_slots", "search_candidates", "search_keys") if n in arrays}
+        if search:
+            s = search.get("search_slots")
+            c, k = search.get("search_candidates"), search.get("search_keys")
+            if (len(search) != 3 or c.shape != k.shape or c.shape[0] != s.shape[0]
+                    or (len(s) and (int(s.min()) < 0 or int(s.max()) >= shard.n_slots))):
+                raise ProtocolError("arrays", "step search arrays must be search_slots (s,) int16 within the shard, "
+                                              "search_candidates and search_keys (s, k)")
+        result = shard.step(actions, search)
         self._send_round(msg.iteration, msg.cycle + 1, shard, result)
 
     def _send_round(self, iteration: int, cycle: int, shard: Shard, result) -> None:

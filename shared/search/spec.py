@@ -71,9 +71,11 @@ import msgspec  # noqa: E402  (the wire struct below; the rest of the module nee
 
 class RolloutSearch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """What a rollout searches at its learner seats' choice decisions (sent in ``Welcome.search``
-    under ``learner.algorithm = "alphazero"``; services/rollout/search.py): ``candidates``
-    actions tried per choice decision (the no-op and ``candidates - 1`` random legal plays),
-    each followed by ``depth`` decisions of playout."""
+    under ``learner.algorithm = "alphazero"``; services/rollout/search.py): at most
+    ``candidates`` actions per searched decision (the learner names them in the Step), each
+    followed by ``depth`` decisions of playout; ``c_scale`` as ``AlphaZeroConfig.c_scale``."""
 
     candidates: int
     depth: int = DEFAULT_DEPTH
+    c_scale: float = 0.1
+    """sigma's scale in the move rule (``shared.search.targets.gumbel_move_index``)."""

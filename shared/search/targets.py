@@ -16,8 +16,11 @@ value now: tower HP, crowns at ``CROWN_VALUE``, a win at ``WIN_VALUE``).
 * sigma(q) = (c_visit + max_b N(b)) * c_scale * q, with N = 1 (one simulation per candidate);
 * pi' = softmax(log prior + sigma(completed Q)) over the legal set: the policy target.
 
-The move played is drawn from pi' restricted to the candidates (inverse CDF of the slot's one
-uniform), so the search's choice is a pure function of the prior, the scores and that uniform.
+The move played is Gumbel AlphaZero's: the candidate maximising g(a) + log prior(a) + sigma(q_hat(a)),
+g the Gumbel noise that drew the candidates (``gumbel_move_index``), so the search's choice is a
+pure function of the prior, the named Gumbel stream and the scores. (``searched_move``, a draw
+from pi' over the candidates by one uniform, is the alternative for candidates not drawn by
+Gumbel-top-k.)
 """
 
 from __future__ import annotations
@@ -55,6 +58,17 @@ def completed_q_policy(log_prior: np.ndarray, candidates: np.ndarray, q: np.ndar
     logits = np.where(legal, lp + sigma, -np.inf)
     out = np.exp(logits - logits[legal].max())
     return out / out.sum()
+
+
+def gumbel_move_index(keys: np.ndarray, q: np.ndarray, *, c_scale: float, c_visit: float = C_VISIT) -> int:
+    """Gumbel AlphaZero's root move (Danihelka et al. 2022, eq. 8 at one simulation each): the
+    index of argmax over candidates of ``keys`` + sigma(q_hat), ``keys`` (k,) the candidates'
+    Gumbel + log prior (what drew them), ``q`` (k,) their scores, q_hat their min-max rescaling
+    to [0, 1] (all 0 when they tie). Ties go to the earliest."""
+    q = np.asarray(q, np.float64)
+    lo, hi = float(q.min()), float(q.max())
+    scaled = (q - lo) / (hi - lo) if hi > lo else np.zeros(len(q))
+    return int(np.argmax(np.asarray(keys, np.float64) + (c_visit + 1.0) * c_scale * scaled))
 
 
 def searched_move(improved: np.ndarray, candidates: np.ndarray, uniform: float) -> int:

@@ -1,12 +1,18 @@
-"""The learner's half of the rollouts' search: at a searched row the prior is the live actor's
-(one extra forward over the round's searched rows, central inference like every round), the
-target is the completed-Q improved policy and the move is drawn from it over the candidates
-(``shared.search.targets``). ``SearchBook`` keeps each searched cell's target for the update.
+"""The learner's half of the rollouts' search (Gumbel AlphaZero's root; services/rollout/search.py).
 
-A searched round (``Welcome.search``) carries ``search_slots`` (local slots), and per slot its
-``search_candidates`` (-1 pads) and ``search_q``. A slot that is not a learner seat with more
-than the no-op legal, or whose candidates are not distinct legal actions, is a malformed search:
-it is counted (``refused``) and the row is trained as value-only, acted as the policy sampled.
+Answering a round (``propose``): for every learner row with more than the no-op legal, the
+live actor's prior over the legal set (one forward over the round's choice rows: central
+inference, batched like every round), Gumbel noise from
+``search/gumbel/iteration/{i}/cycle/{t}/slot/{s}``, and the top-k of g + log prior as the
+candidates (the no-op in place of the k-th when it was not drawn); the Step carries them and
+their keys, and the row waits in ``pending``.
+
+When the round after that step arrives (``complete``): each searched row's scores and move; the
+target is Gumbel MuZero's completed-Q policy (``shared.search.targets.completed_q_policy``) and
+the move is checked against the rule the rollout applies (``gumbel_move_index``). A row whose
+candidates, keys or move disagree with what was sent is a malformed search: counted
+(``refused``) and trained value-only. ``SearchBook`` keeps each searched cell's target for the
+update.
 """
 
 from __future__ import annotations
@@ -15,14 +21,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shared.search.targets import completed_q_policy, searched_move
+from shared.search.targets import completed_q_policy, gumbel_move_index
+from shared.seeding import stream
 
 
 @dataclass
 class SearchTarget:
     """One searched cell: ``ids`` int16 (n,) its legal set (ascending), ``probs`` float32 (n,)
     the improved policy over it; ``entropy`` and ``kl_prior`` (nats) of that target;
-    ``changed``: the search moved off the action the prior sampled."""
+    ``changed``: the move is not the candidate the prior's Gumbel draw put first."""
 
     ids: np.ndarray
     probs: np.ndarray
@@ -32,11 +39,34 @@ class SearchTarget:
 
 
 @dataclass
+class _Pending:
+    log_prior: np.ndarray
+    candidates: np.ndarray
+    keys: np.ndarray
+
+
+def gumbel_candidates(log_prior: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(candidates int64 (min(k, legal),), keys float64): the top-k legal actions of
+    g + ``log_prior`` (g ~ Gumbel(0, 1), one per legal action in ascending id order), in key
+    order, with the no-op (0) in place of the last when it was not drawn, and each candidate's
+    key g + log prior."""
+    legal = np.flatnonzero(np.isfinite(log_prior))
+    keys = log_prior[legal] + rng.gumbel(size=len(legal))
+    order = np.argsort(-keys, kind="stable")[:k]
+    if 0 not in legal[order] and 0 in legal:
+        order = np.concatenate([order[: len(order) - 1], np.flatnonzero(legal == 0)])
+    return legal[order].astype(np.int64), keys[order]
+
+
+@dataclass
 class SearchBook:
     """Search targets of one iteration by (cycle, global slot); ``begin`` empties it."""
 
     c_scale: float
+    candidates: int
+    master_seed: int
     targets: dict[tuple[int, int], SearchTarget] = field(default_factory=dict)
+    pending: dict[tuple[int, int], _Pending] = field(default_factory=dict)
     refused: int = 0
     sim_seconds: float = 0.0
     sim_steps: int = 0
@@ -45,6 +75,7 @@ class SearchBook:
 
     def begin(self) -> None:
         self.targets.clear()
+        self.pending.clear()
         self.refused = self.sim_steps = self.simulations = 0
         self.sim_seconds = self.env_seconds = 0.0
 
@@ -54,50 +85,59 @@ class SearchBook:
         self.sim_steps += body.search_steps
         self.env_seconds += body.env_seconds
 
-    def apply(self, policy, cycle: int, slots: np.ndarray, learner: np.ndarray, rows: np.ndarray, n_legal: np.ndarray,
-              uniforms: np.ndarray, search, actions: np.ndarray, log_probs: np.ndarray):
-        """The round's actions with the searched ones replaced: ``slots`` (n,) the shard's global
-        slots in round order, ``learner`` (m,) its learner slots (global) with ``rows``,
-        ``n_legal``, ``uniforms``, ``actions`` and ``log_probs`` (m,) aligned to them;
-        ``search``: the round's ``RoundArrays`` (its ``search_*`` arrays). Returns (actions,
-        log_probs) (new arrays; a searched row's log-prob is its move's under the prior)."""
-        actions, log_probs = actions.copy(), log_probs.copy()
-        where = {int(g): j for j, g in enumerate(learner)}
-        picked = []
-        for k, local in enumerate(np.asarray(search.search_slots, np.int64)):
-            j = where.get(int(slots[local])) if 0 <= local < len(slots) else None
-            if j is None or n_legal[j] <= 1:
+    def propose(self, policy, iteration: int, cycle: int, learner: np.ndarray, local: np.ndarray, rows: np.ndarray,
+                n_legal: np.ndarray) -> dict[str, np.ndarray]:
+        """The Step's search arrays for one round: ``learner`` (m,) its learner slots (global),
+        ``local`` (m,) the same slots' indices in the round, ``rows`` (m, row_bytes) and
+        ``n_legal`` (m,) theirs. Empty dict when no row has a choice."""
+        choice = np.flatnonzero(n_legal > 1)
+        if not len(choice):
+            return {}
+        lps = policy.legal_log_probs(rows[choice])
+        k = self.candidates
+        cands = np.full((len(choice), k), -1, np.int16)
+        keys = np.zeros((len(choice), k), np.float32)
+        for n, (j, lp) in enumerate(zip(choice.tolist(), lps)):
+            slot = int(learner[j])
+            rng = stream(self.master_seed, "search/gumbel/iteration/{iteration}/cycle/{cycle}/slot/{slot}",
+                         iteration=iteration, cycle=cycle, slot=slot)
+            cand, key = gumbel_candidates(lp, k, rng)
+            cands[n, : len(cand)], keys[n, : len(cand)] = cand, key
+            self.pending[(cycle, slot)] = _Pending(lp, cand, keys[n, : len(cand)].copy())
+        return {"search_slots": np.asarray(local, np.int16)[choice], "search_candidates": cands, "search_keys": keys}
+
+    def complete(self, cycle: int, slots: np.ndarray, candidates: np.ndarray, q: np.ndarray,
+                 moves: np.ndarray) -> list[tuple[int, int, float]]:
+        """The search of ``cycle``'s step as the next round reported it: ``slots`` (s,) global,
+        ``candidates`` (s, k), ``q`` (s, k), ``moves`` (s,). Returns (slot, move, log prior of
+        the move) of every search accepted (its target kept)."""
+        out = []
+        for slot, row, score, move in zip(np.asarray(slots).tolist(), candidates, q, np.asarray(moves).tolist()):
+            p = self.pending.pop((cycle, int(slot)), None)
+            n = 0 if p is None else len(p.candidates)
+            if (p is None or not np.array_equal(np.asarray(row[:n], np.int64), p.candidates) or (row[n:] != -1).any()
+                    or int(move) != int(p.candidates[gumbel_move_index(p.keys, score[:n], c_scale=self.c_scale)])
+                    or not np.isfinite(score[:n]).all()):
                 self.refused += 1
                 continue
-            picked.append((k, j))
-        if not picked:
-            return actions, log_probs
-        lp_all = policy.legal_log_probs(rows[[j for _, j in picked]])
-        for (k, j), lp in zip(picked, lp_all):
-            cand = search.search_candidates[k]
-            valid = cand >= 0
-            cand, q = cand[valid].astype(np.int64), search.search_q[k][valid].astype(np.float64)
-            try:
-                pi = completed_q_policy(lp, cand, q, c_scale=self.c_scale)
-            except ValueError:
-                self.refused += 1
-                continue
-            move = searched_move(pi, cand, float(uniforms[j]))
-            ids = np.flatnonzero(np.isfinite(lp))
-            p = pi[ids]
-            nz = p > 0
-            entropy = float(-(p[nz] * np.log(p[nz])).sum())
-            kl = float((p[nz] * (np.log(p[nz]) - lp[ids][nz])).sum())
-            self.targets[(cycle, int(learner[j]))] = SearchTarget(ids.astype(np.int16), p.astype(np.float32), entropy, kl,
-                                                                  move != int(actions[j]))
-            self.simulations += len(cand)
-            actions[j], log_probs[j] = move, np.float32(lp[move])
-        return actions, log_probs
+            qn = np.asarray(score[:n], np.float64)
+            pi = completed_q_policy(p.log_prior, p.candidates, qn, c_scale=self.c_scale)
+            ids = np.flatnonzero(np.isfinite(p.log_prior))
+            probs = pi[ids]
+            nz = probs > 0
+            entropy = float(-(probs[nz] * np.log(probs[nz])).sum())
+            kl = float((probs[nz] * (np.log(probs[nz]) - p.log_prior[ids][nz])).sum())
+            self.targets[(cycle, int(slot))] = SearchTarget(ids.astype(np.int16), probs.astype(np.float32), entropy,
+                                                            kl, int(move) != int(p.candidates[0]))
+            self.simulations += n
+            out.append((int(slot), int(move), float(p.log_prior[int(move)])))
+        return out
 
     def row(self, collect_seconds: float, env_steps: int) -> dict[str, float]:
         """The iteration's ``search/`` keys and its ``throughput/`` ones (wall-clock: left out
-        of verify-resume's comparison). ``env_steps``: the battles' own decisions collected."""
-        out = {"search/sim_steps": float(self.sim_steps), "search/refused": float(self.refused)}
+        of verify-resume's comparison). ``env_steps``: the battles' own decisions collected.
+        Rows still pending (a lost shard's) are counted in ``search/refused``."""
+        out = {"search/sim_steps": float(self.sim_steps), "search/refused": float(self.refused + len(self.pending))}
         n = len(self.targets)
         out["search/decisions"] = float(n)
         if collect_seconds > 0:

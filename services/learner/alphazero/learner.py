@@ -4,9 +4,10 @@ The fleet stays as it is: the same rollouts, rounds, rectangle, ladder, checkpoi
 evaluators, the actor and critic of PPO (so snapshots play in the pool and the gate unchanged).
 What changes per iteration:
 
-* collection: the rollouts search the learner's choice decisions (``Welcome.search``,
-  services/rollout/search.py); central inference answers a searched row with the live actor's
-  prior turned into the completed-Q target and a move drawn from it (``SearchBook``);
+* collection: central inference names each learner choice row's candidates by Gumbel-top-k of
+  the live actor's prior, the rollouts search them before they step and play Gumbel
+  AlphaZero's move, and the next round's scores become the row's completed-Q target
+  (``SearchBook``; services/rollout/search.py);
 * training: the value pass and TD(``alphazero.value_lambda``) returns (lambda 1: the realized
   return-to-go) over the rectangle, the trainable cells as an ``AlphaZeroBatch`` (a searched
   cell: its target over the legal set, weight 1; every other cell value-only: an empty slice,
@@ -30,7 +31,6 @@ from services.learner.alphazero.update import az_update
 from services.learner.stops import StopRequested
 from services.learner.update import UpdateResult
 from shared.batches import AlphaZeroBatch, PackedObs
-from shared.search.spec import RolloutSearch
 from shared.seeding import stream
 
 if TYPE_CHECKING:
@@ -67,11 +67,8 @@ class AlphaZeroLearner:
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.book = SearchBook(c_scale=cfg.alphazero.c_scale)
-
-    def search_spec(self) -> RolloutSearch:
-        """What the rollouts are told to search (``Welcome.search``)."""
-        return RolloutSearch(candidates=self.cfg.alphazero.candidates, depth=self.cfg.alphazero.depth)
+        self.book = SearchBook(c_scale=cfg.alphazero.c_scale, candidates=cfg.alphazero.candidates,
+                               master_seed=cfg.master_seed)
 
     def behaviour(self, policy):
         """The collection's policy (the live actor); empties the book for the iteration."""

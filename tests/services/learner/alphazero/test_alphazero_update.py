@@ -1,7 +1,8 @@
 """The AlphaZero learner's pure parts by hand-worked numbers: the completed-Q improved policy and
-the searched move (shared/search/targets.py), the search book's targets and moves
-(services/learner/alphazero/book.py), and one update step (services/learner/alphazero/update.py)
-whose weights after an SGD step of lr 1 are worked out by hand."""
+Gumbel AlphaZero's move (shared/search/targets.py), the search book's Gumbel-top-k candidates and
+its targets (services/learner/alphazero/book.py), one update step
+(services/learner/alphazero/update.py) whose weights after an SGD step of lr 1 are worked out by
+hand, and replay's refusal of a searched learner seat."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from services.learner.alphazero.book import SearchBook
+from services.learner.alphazero.book import SearchBook, gumbel_candidates
 from services.learner.alphazero.update import az_update
 from shared.batches import AlphaZeroBatch, PackedObs
-from shared.search.targets import completed_q_policy, searched_move
+from shared.search.targets import completed_q_policy, gumbel_move_index, searched_move
+from shared.seeding import stream
 
 LOG_PRIOR = np.array([math.log(0.5), math.log(0.25), math.log(0.25), -np.inf])  # action 3 illegal
 
@@ -100,25 +102,52 @@ class _Policy:
         return np.tile(LOG_PRIOR, (len(rows), 1))
 
 
-def test_the_book_replaces_a_searched_move_and_keeps_its_target():
-    book = SearchBook(c_scale=0.1)
-    search = SimpleNamespace(search_slots=np.array([1, 0], np.int16),  # local slot 0 is forced: refused
-                             search_candidates=np.array([[0, 1], [0, 2]], np.int16),
-                             search_q=np.array([[0.0, 10.0], [0.0, 0.0]], np.float32))
-    slots = np.array([40, 41])  # the shard's global slots; both learner seats (a mirror)
-    actions, log_probs = book.apply(_Policy(), 5, slots, slots, np.zeros((2, 4), np.uint8), np.array([1, 3]),
-                                    np.array([0.3, 0.5]), search, np.array([0, 2]), np.array([0.0, -1.386294], np.float32))
-    assert actions.tolist() == [0, 1]  # slot 41: u 0.5 over [0.012047, 1] -> candidate 1
-    assert log_probs[1] == pytest.approx(math.log(0.25))
-    assert book.refused == 1 and list(book.targets) == [(5, 41)]
+def test_gumbel_move_index_by_hand():
+    # keys [0, -1], q [0, 10]: sigma = 5.1 * [0, 1] -> [0, 4.1]: candidate 1
+    assert gumbel_move_index(np.array([0.0, -1.0]), np.array([0.0, 10.0]), c_scale=0.1) == 1
+    # keys [0, -6]: [0, -0.9]: candidate 0; tied scores: the keys alone decide
+    assert gumbel_move_index(np.array([0.0, -6.0]), np.array([0.0, 10.0]), c_scale=0.1) == 0
+    assert gumbel_move_index(np.array([-2.0, -1.0]), np.array([3.0, 3.0]), c_scale=0.1) == 1
+
+
+def test_gumbel_candidates_are_the_top_k_of_the_keys_with_the_no_op():
+    lp = np.log(np.array([0.01, 0.5, 0.29, 0.2]))
+    rng = np.random.default_rng(4)
+    g = np.random.default_rng(4).gumbel(size=4)
+    cand, keys = gumbel_candidates(lp, 2, rng)
+    top = np.argsort(-(lp + g), kind="stable")[:2]
+    want = top if 0 in top else np.array([top[0], 0])
+    assert cand.tolist() == want.tolist()
+    np.testing.assert_allclose(keys, (lp + g)[want])
+    assert gumbel_candidates(np.array([0.0, -np.inf]), 8, rng)[0].tolist() == [0]
+
+
+def test_the_book_proposes_candidates_and_completes_the_target_when_the_scores_arrive():
+    book = SearchBook(c_scale=0.1, candidates=2, master_seed=9)
+    learner, local = np.array([40, 41]), np.array([0, 1])  # a mirror battle's two seats
+    req = book.propose(_Policy(), 3, 5, learner, local, np.zeros((2, 4), np.uint8), np.array([1, 3]))
+    assert req["search_slots"].tolist() == [1]  # slot 40 is forced: not searched
+    cand = req["search_candidates"][0]
+    assert 0 in cand.tolist() and len(set(cand.tolist())) == 2 and set(cand.tolist()) <= {0, 1, 2}
+    g = stream(9, "search/gumbel/iteration/{iteration}/cycle/{cycle}/slot/{slot}", iteration=3, cycle=5,
+               slot=41).gumbel(size=3)
+    np.testing.assert_allclose(req["search_keys"][0], (LOG_PRIOR[:3] + g)[cand], rtol=1e-6)
+    # the rollout scored candidate cand[1] 10 and the no-op-or-other 0 and played the rule's move
+    q = np.array([[0.0, 10.0]], np.float32)
+    move = int(cand[gumbel_move_index(req["search_keys"][0], q[0], c_scale=0.1)])
+    wrong = book.complete(5, np.array([41]), cand[None], q, np.array([int(cand[0]) if move != cand[0] else int(cand[1])]))
+    assert wrong == [] and book.refused == 1  # a move the rule would not play is refused
+    book.propose(_Policy(), 3, 5, learner, local, np.zeros((2, 4), np.uint8), np.array([1, 3]))
+    done = book.complete(5, np.array([41]), cand[None], q, np.array([move]))
+    assert done == [(41, move, pytest.approx(float(LOG_PRIOR[move])))]
     t = book.targets[(5, 41)]
-    assert t.ids.tolist() == [0, 1, 2] and t.changed
-    np.testing.assert_allclose(t.probs, [0.011662, 0.956421, 0.031919], atol=2e-6)
+    np.testing.assert_allclose(t.probs, completed_q_policy(LOG_PRIOR, cand, q[0].astype(np.float64), c_scale=0.1)[:3],
+                               rtol=1e-6)
     book.count_round(SimpleNamespace(search_seconds=3.0, search_steps=30, env_seconds=1.0))
     row = book.row(collect_seconds=2.0, env_steps=10)
     assert row["search/decisions"] == 1.0 and row["throughput/searched_decisions_per_second"] == 0.5
     assert row["throughput/engine_steps_per_second"] == 20.0 and row["throughput/search_time_frac"] == 0.75
-    assert row["search/simulations_per_decision"] == 2.0
+    assert row["search/simulations_per_decision"] == 2.0 and row["search/refused"] == 1.0
 
 
 def test_replay_refuses_a_learner_seat_of_an_alphazero_run_by_name(tmp_path):
