@@ -1,32 +1,21 @@
 """``royalefleet k8s [--check]``: the command line of the Kubernetes generator (royalefleet/k8s/).
 
-Only the parser lives here: the generator needs PyYAML, a development dependency that no image
-installs, so it is imported when the command runs, never when the CLI is built (every command in
-an image builds the same parser)."""
+The generator needs PyYAML, a development dependency that no image installs, so it is imported
+when the command runs, never when the CLI is built (every command in an image builds the same
+parser)."""
 
 from __future__ import annotations
 
 import argparse
-import pathlib
 
-DESCRIPTION = ("Generate the Kubernetes manifests (deploy/k8s/: a kustomize base, one overlay per machine class, "
-               "the Prometheus Operator's and Grafana's objects) from the config files, the ports, the alarm "
-               "table and the dashboards.")
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 naming every file under deploy/k8s/ that is not what the generator makes")
-    p.add_argument("--root", type=pathlib.Path, default=ROOT, help="repository root (default: this checkout)")
-    p.set_defaults(func=run)
+from royalefleet.k8s.arguments import DESCRIPTION, configure
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``k8s`` on the ``royalefleet`` command line."""
     p = subparsers.add_parser("k8s", help="write (or --check) the Kubernetes manifests in deploy/k8s/",
                               description=DESCRIPTION + " See docs/kubernetes.md.")
-    configure(p)
+    configure(p, run)
     return p
 
 

@@ -10,7 +10,7 @@ import yaml
 
 from royalefleet.grafana.emit import _Dumper
 from royalefleet.k8s import monitoring, overlays, services, workloads
-from royalefleet.cmd_k8s import DESCRIPTION, configure
+from royalefleet.k8s.arguments import DESCRIPTION, configure
 from royalefleet.k8s.common import NAMESPACE, OUT, ROOT
 from shared.config import load_config
 
@@ -125,6 +125,6 @@ def run(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m royalefleet.k8s", description=DESCRIPTION)
-    configure(p)
+    configure(p, run)
     args = p.parse_args(argv)
     return args.func(args)
