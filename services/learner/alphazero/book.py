@@ -146,7 +146,9 @@ class SearchBook:
         if self.sim_seconds + self.env_seconds > 0:
             out["throughput/search_time_frac"] = self.sim_seconds / (self.sim_seconds + self.env_seconds)
         if n:
-            t = list(self.targets.values())
+            # (cycle, slot) order, never arrival order: the means are float sums, and two
+            # rollouts' rounds arrive in either order (verify-resume compares these keys)
+            t = [self.targets[key] for key in sorted(self.targets)]
             out["search/simulations_per_decision"] = self.simulations / n
             out["search/target_entropy"] = float(np.mean([x.entropy for x in t]))
             out["search/target_kl_prior"] = float(np.mean([x.kl_prior for x in t]))

@@ -163,3 +163,18 @@ def test_replay_refuses_a_learner_seat_of_an_alphazero_run_by_name(tmp_path):
     cfg = load_config({"profile": "tiny", "learner": {"algorithm": "alphazero"}})
     with pytest.raises(NotReplayable, match=r"blue \(learner\): its choice decisions played the rollouts' search"):
         plan(cfg, [SimpleNamespace(record=rec)], rec, tmp_path, None)
+
+
+def test_the_books_means_do_not_depend_on_the_order_rounds_arrived_in():
+    from services.learner.alphazero.book import SearchTarget
+
+    # entropies 1e16, -1e16, 1 summed in (cycle, slot) order: (1e16 - 1e16) + 1 = 1 -> mean 1/3;
+    # in arrival order 1, -1e16, 1e16 the 1 is lost: mean 0
+    values = {(0, 0): 1e16, (0, 1): -1e16, (0, 2): 1.0}
+    rows = []
+    for keys in (sorted(values), sorted(values, reverse=True)):
+        book = SearchBook(c_scale=0.1, candidates=2, master_seed=0)
+        book.targets = {k: SearchTarget(np.arange(2, dtype=np.int16), np.full(2, 0.5, np.float32), values[k], 0.0, False)
+                        for k in keys}
+        rows.append(book.row(collect_seconds=1.0, env_steps=1))
+    assert rows[0]["search/target_entropy"] == rows[1]["search/target_entropy"] == 1 / 3
