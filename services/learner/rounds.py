@@ -533,7 +533,7 @@ class CollectionRun:
         """Record the learner's ``actions`` (and ``log_probs``) of round ``r``, play its frozen
         seats, stamp the decisions' provenance and send the shard its Step."""
         rect, fh, c, cycle, learner = self.rect, self.frame_history, self.collector, r.cycle, r.learner
-        search = {}
+        search: dict[str, np.ndarray] = {}
         if c.search_book is not None:  # alphazero: the choice rows' candidates for the rollout's search
             search = c.search_book.propose(self.policy, self.iteration, cycle, learner,
                                            np.flatnonzero(r.group == GROUP_LEARNER), rect.rows[cycle, learner],
