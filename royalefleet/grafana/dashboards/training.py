@@ -139,8 +139,29 @@ def anchor() -> list[dict]:
     ]
 
 
+def search() -> list[dict]:
+    """The rollouts' search and the AlphaZero update (learner.algorithm = "alphazero"; empty
+    otherwise): how much was searched and what it cost, how far the target moved the prior, the
+    losses."""
+    return [
+        ts("Searched decisions", [(L("search/decisions"), "searched this iteration"),
+                                  (L("throughput/searched_decisions_per_second"), "per second")], unit="none"),
+        ts("Search cost", [(L("throughput/search_time_frac"), "share of the rollouts' time")], unit="percentunit",
+           description="The search's share of the rollouts' stepping + search time (docs/learning.md, "
+                       "\"An AlphaZero learner\")."),
+        ts("Engine work", [(L("throughput/engine_steps_per_second"), "battles + simulations"),
+                           (L("throughput/env_steps_per_second"), "battles")], unit="none"),
+        ts("Search target", [(L("search/target_entropy"), "H(target)"), (L("search/target_kl_prior"), "KL(target, prior)"),
+                             (L("az/kl_target"), "KL(target, actor) before the update")], unit="none",
+           description="In nats; KL(target, prior) is how far the search moved the policy."),
+        ts("AlphaZero losses", [(L("az/policy_loss"), "cross-entropy per searched row"), (L("az/value_loss"), "(V - z)^2")],
+           unit="none"),
+    ]
+
+
 ROWS = [("Throughput", throughput), ("PPO health", ppo), ("Rewards and outcomes", rewards),
-        ("Episode lengths", episodes), ("Alarms", alarms), ("DQN health", dqn), ("Warm start and KL anchor", anchor)]
+        ("Episode lengths", episodes), ("Alarms", alarms), ("DQN health", dqn), ("Warm start and KL anchor", anchor),
+        ("Search (AlphaZero)", search)]
 """(row title, the function giving its panels), top to bottom. Panel ids follow this order,
 so a row added at the end leaves every existing id (and the alert rules' panel link) alone."""
 
