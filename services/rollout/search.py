@@ -115,8 +115,9 @@ class ShardSearch:
                 refused += 1
                 continue
             battle, seat = battles[slot // 2], slot % 2
+            # the scores as they travel (float32): the learner checks the move with the same numbers
             q = self.lookahead.scores(battle.env, SEATS[seat], cand.tolist(), self.opponent_model(battle, seat),
-                                      self.seed(battle, seat))
+                                      self.seed(battle, seat)).astype(np.float32)
             moves.append(int(cand[gumbel_move_index(key[:n], q, c_scale=self.spec.c_scale)]))
             done.append(slot)
             cands.append(row)
