@@ -252,3 +252,44 @@ def test_the_run_id_changes_with_the_curriculum_and_a_users_start_is_user_code()
                                   done_condition=ComponentSpec(cls="royalegym.FirstCrownCondition"),
                                   extra_component_modules=["mybot_q"])
     assert user_packages(env) == ["mybot_q"]
+
+
+def test_a_battle_restored_mid_episode_keeps_its_mid_game_start_and_is_cut_where_it_would_have_been():
+    """A rollout's saved battle state (services/rollout/battle_state.py) under both curricula: the
+    restored battle goes on as the one that never stopped, and the step limit OR-ed with the
+    tick limit is cut at the same decision (its counter is ``truncation.steps``)."""
+    from services.rollout import battle_state
+    from services.rollout.battles import Shard
+    from shared.envs import make_scripted
+    from shared.messages import Assignment
+    from shared.preflight import run_preflight
+
+    cfg = load_config({"profile": "tiny", "env": {"max_steps": 12, "state_mutator": MID, "done_condition": {
+        "cls": "royalegym.TickLimitCondition", "kwargs": {"max_tick": 10**6}}}})
+    pf = run_preflight(cfg.env, 7)
+
+    def shard():
+        s = Shard(0, cfg.env, 1, pf.codec, 7, 0.9, True)
+        for k in (0, 1):  # the episode that ends, and the one that begins after it
+            s.table[(4, k)] = Assignment(4, k, "mirror", "learner", -1)
+        s.set_gamma(0.99)
+        return s
+
+    straight = shard()
+    straight.start([4], [0])
+    assert start_of(straight.battles[0].env)[0] == 2000
+    noop = np.zeros(2, np.int16)
+    for _ in range(5):
+        straight.step(noop)
+    blob = battle_state.save(straight.battles[0], pf.engine)
+    resumed = shard()
+    battle_state.restore(resumed.battles[0], blob, battle_id=4, engine_build=pf.engine,
+                         make_scripted=lambda o: make_scripted(o, 0.9))
+    assert resumed.battles[0].env.truncation.steps == 5
+    cut = []
+    for step in range(6, 13):
+        ra, rb = straight.step(noop), resumed.step(noop)
+        assert np.array_equal(ra.truncated, rb.truncated) and np.array_equal(ra.reward, rb.reward), step
+        cut.append(bool(rb.truncated.any()))
+    assert cut == [False] * 6 + [True]  # the 12th decision of the episode, not the 12th after the restore
+    assert ra.episodes == rb.episodes and len(rb.episodes) == 2
