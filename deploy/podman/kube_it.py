@@ -14,9 +14,10 @@ Phases (each timed; the times are printed as it goes and in a table at the end):
              `royalefleet keys --k8s-secrets` as podman secrets
   up         `podman kube play --network <DNS network> base.yaml`: every pod of the base
   train      the learner's rows of iterations 1 and 2
-  rollout    the rollout pod deleted (`podman pod stop -t <its grace>`, `pod rm`) and played
-             again, as its Deployment would replace it: it registers, the next rows count it,
-             and no iteration is lost (rows 1..N, each once, one run id)
+  rollout    the rollout pod deleted (`podman stop -t <its grace>` of its container, as the
+             kubelet signals it, then `pod rm`) and played again, as its Deployment would replace
+             it: it registers, sends rounds (its own /metrics), two more iterations finish, and no
+             iteration is lost (rows 1..N, each once, one run id)
   learner    the learner pod deleted the same way (SIGTERM, then its 180 s grace): the
              checkpoint of its last row is written after the SIGTERM and before the grace
              ends (the time is printed), it exits 0; played again (the claim's volume kept),
@@ -170,14 +171,35 @@ def play(path: str, timeout: float = 300) -> None:
     it.run(["podman", "kube", "play", "--network", NETWORK, path], timeout=timeout, capture=False)
 
 
-def delete_pod(w: km.Workload) -> tuple[float, float]:
-    """Delete ``w``'s pod as the kubelet does: SIGTERM, its grace, then SIGKILL (`podman pod stop
-    -t`), then remove it. Returns (unix time just before the stop, seconds the stop took)."""
+def stop_app(w: km.Workload) -> tuple[float, float]:
+    """The first half of a pod deletion as the kubelet does it: SIGTERM to the pod's container,
+    its grace, then SIGKILL (`podman stop -t`), while the pod's infra container (Kubernetes'
+    pause container) keeps its network up. (`podman pod stop` would stop the infra container
+    with it: the learner's last checkpoint save then finds no network.) Returns (unix time just
+    before the stop, seconds the stop took)."""
     t0 = time.time()
-    podman("pod", "stop", "-t", str(w.grace_s), w.pod, timeout=w.grace_s + 60)
-    took = time.time() - t0
-    podman("pod", "rm", w.pod, timeout=60)
-    return t0, took
+    podman("stop", "-t", str(w.grace_s), w.container, timeout=w.grace_s + 60)
+    return t0, time.time() - t0
+
+
+def pod_ip(w: km.Workload) -> str:
+    """The pod's address on the test's network (its infra container's)."""
+    infra = podman("pod", "inspect", "--format", "{{.InfraContainerID}}", w.pod, quiet=True).stdout.strip()
+    return podman("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", infra,
+                  quiet=True).stdout.strip()
+
+
+def remove_pod(w: km.Workload) -> None:
+    podman("pod", "rm", "-f", "-t", "0", w.pod, timeout=120)
+
+
+def metric(w: km.Workload, name: str) -> float | None:
+    """A value of the pod's /metrics (read inside it: no port is published), None when absent."""
+    port = next(e["value"] for c in _containers(w) for e in c.get("env", []) if e["name"] == "ROYALEFLEET_METRICS_PORT")
+    code = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics', timeout=5).read().decode())"
+    got = podman("exec", w.container, "python", "-c", code, check=False, quiet=True, timeout=30)
+    m = re.search(rf"^{re.escape(name)} (\S+)$", got.stdout, re.M)
+    return float(m.group(1)) if m else None
 
 
 # ----------------------------------------------------------------------------- phases
@@ -213,6 +235,9 @@ def phase_train(state: dict) -> None:
     problems = contiguous(got, ids[0])
     if problems:
         raise Failed("; ".join(problems))
+    off = [line for _, line in lines if "no TensorBoard curves" in line]
+    if off:
+        raise Failed(f"the learner pod cannot write its curves: {off[0]}")
     two = it.progress(lines)
     at2 = next((t for t, n in two if n == 2), None)
     log(f"learner: run id {ids[0]}; iteration 2 finished "
@@ -222,8 +247,9 @@ def phase_train(state: dict) -> None:
 
 def phase_rollout(state: dict) -> None:
     w, before = state[ROLLOUT], len(rows())
-    t_del, took = delete_pod(w)
-    log(f"deleted pod {w.pod} after iteration {before}: the stop took {took:.1f} s (grace {w.grace_s} s)")
+    t_del, took = stop_app(w)
+    remove_pod(w)
+    log(f"deleted pod {w.pod} after iteration {before}: its container stopped in {took:.1f} s (grace {w.grace_s} s)")
     t_play = time.time()
     play(state["files"][ROLLOUT])
 
@@ -233,37 +259,46 @@ def phase_rollout(state: dict) -> None:
 
     t_reg, reg = wait_for(f"the learner to register the new {w.pod}", registered, timeout=180)[0]
     log(f"learner says: {reg}")
-    ends = it.progress(pod_log(state["learner"].container))
-    done = max((n for t, n in ends if t <= t_reg), default=0)
+    # It is in an iteration once it has sent a round: its own counter, then a row finished after.
+    rounds = "royalefleet_rollout_rounds_total"
+    wait_for(f"the new {w.pod} to send a round ({rounds} > 0)", lambda: (metric(w, rounds) or 0) > 0, timeout=240)
+    t_round = time.time()
 
     def counted():
-        later = [r for r in rows() if r["run/iteration"] > done and r["health/rollouts"] >= 1]
-        return len(later) >= 2 and later
+        ends = [(t, n) for t, n in it.progress(pod_log(state["learner"].container)) if t >= t_round]
+        return len(ends) >= 2 and ends
 
-    later = wait_for("two rows with the new rollout after its registration", counted, timeout=240)
+    ends = wait_for("two iterations finished after the new rollout's first round", counted, timeout=240)
     got = rows()
     problems = contiguous(got, state["run_id"])
     if problems:
         raise Failed("after the rollout's replacement: " + "; ".join(problems))
-    lost = [r for r in got if r["run/iteration"] > before - 1 and r["health/rollouts_lost"] > 0]
-    t_row = next(t for t, n in ends + it.progress(pod_log(state["learner"].container)) if n == later[0]["run/iteration"])
+    lost = [r for r in got if r["run/iteration"] > before and r["health/rollouts_lost"] > 0]
+    # One rollout in the base: once the deleted one is counted lost, a row with a rollout and
+    # no loss is the new one's.
+    after = max([r["run/iteration"] for r in lost], default=before)
+    joined = next(r["run/iteration"] for r in got if r["run/iteration"] > after
+                  and r["health/rollouts"] >= 1 and r["health/rollouts_lost"] == 0)
+    t_joined = next(t for t, n in it.progress(pod_log(state["learner"].container)) if n == joined)
     log(f"{w.pod} replaced: played again {t_play - t_del:.1f} s after the deletion began, registered "
-        f"{t_reg - t_play:.1f} s after the play; iteration {later[0]['run/iteration']} (finished "
-        f"{t_row - t_del:.1f} s after the deletion began) counts it; rows 1..{len(got)} each once, run id "
+        f"{t_reg - t_play:.1f} s after the play; its /metrics counted a round {t_round - t_del:.0f} s after the "
+        f"deletion; iteration {joined} is its first (finished {t_joined - t_del:.1f} s after the deletion); "
+        f"iterations to {ends[-1][1]} finished since; rows 1..{len(got)} each once, run id "
         f"{state['run_id']}; " + (", ".join(f"iteration {r['run/iteration']} lost {r['health/rows_invalid']} rows "
                                             f"(rollouts_lost {r['health/rollouts_lost']})" for r in lost)
                                   or "no row counts a lost rollout"))
-    state["figures"]["rollout"] = {"stop_s": took, "replay_after_s": t_play - t_del, "registered_s": t_reg - t_play,
-                                   "counted_iteration": later[0]["run/iteration"], "deleted_after": before}
+    state["figures"]["rollout"] = {"stop_s": round(took, 1), "replay_after_s": round(t_play - t_del, 1),
+                                   "registered_after_play_s": round(t_reg - t_play, 1), "deleted_after": before,
+                                   "joined_iteration": joined, "joined_row_after_s": round(t_joined - t_del, 1),
+                                   "lost": {r["run/iteration"]: r["health/rows_invalid"] for r in lost}}
 
 
 def phase_learner(state: dict) -> None:
     w = state[LEARNER]
     wait_for(f"a last row not a multiple of {CHECKPOINT_EVERY} (so the stop has a row to save)",
              lambda: rows() and rows()[-1]["run/iteration"] % CHECKPOINT_EVERY != 0, timeout=120, every=0.5)
-    t_sig = time.time()
-    podman("pod", "stop", "-t", str(w.grace_s), w.pod, timeout=w.grace_s + 60)
-    took = time.time() - t_sig
+    ip_before = pod_ip(w)
+    t_sig, took = stop_app(w)
     exit_code, finished = podman("inspect", "--format", "{{.State.ExitCode}} {{.State.FinishedAt.Unix}}",
                                  w.container, quiet=True).stdout.split()
     lines = pod_log(w.container)
@@ -282,7 +317,7 @@ def phase_learner(state: dict) -> None:
         raise Failed(f"the learner's pod took {took:.1f} s to stop: its grace is {w.grace_s} s (it was killed)")
     log(f"SIGTERM after iteration {last}: {saved[0][1]!r} {t_ck:.2f} s later; the pod stopped in {took:.1f} s "
         f"(exit 0; grace {w.grace_s} s); checkpoints-checkpoint-0 holds {RUN_DIR}/checkpoints/{last:08d}")
-    podman("pod", "rm", w.pod)
+    remove_pod(w)
     t_play = time.time()
     play(state["files"][LEARNER])
 
@@ -303,14 +338,25 @@ def phase_learner(state: dict) -> None:
     problems = contiguous(rows(), state["run_id"])
     if problems:
         raise Failed("after the learner's replacement: " + "; ".join(problems))
-    log(f"the new learner pod resumed iteration {last} of run {run_id} and wrote iteration {last + 1} "
+    log(f"the new learner pod (address {pod_ip(w)}; the deleted one's was {ip_before}: the rollout and the "
+        f"evaluator dial `learner` by name) resumed iteration {last} of run {run_id} and wrote iteration {last + 1} "
         f"({row['health/rollouts']} rollout(s)) {t_row - t_play:.1f} s after it was played")
-    state["figures"]["learner"] = {"sigterm_to_checkpoint_s": t_ck, "stop_s": took, "iteration": last,
-                                   "next_row_after_play_s": t_row - t_play}
+    state["figures"]["learner"] = {"sigterm_to_checkpoint_s": round(t_ck, 2), "stop_s": round(took, 1),
+                                   "iteration": last, "next_row_after_play_s": round(t_row - t_play, 1)}
+
+
+PAUSE_IMAGE = "localhost/podman-pause"
+"""The infra (pause) image podman builds for itself at the first pod (catatonit)."""
+
+
+def pause_images() -> set[str]:
+    out = podman("images", "--format", "{{.Repository}}:{{.Tag}}", quiet=True).stdout.split()
+    return {i for i in out if i.startswith(PAUSE_IMAGE + ":")}
 
 
 def phase_build(state: dict) -> None:
     state["images_before"] = set(it.images_now())
+    state["pause_before"] = pause_images()
     context = os.environ.get("IT_BUILD_CONTEXT") or it.ROOT
     for target in ("rollout", "learner"):
         t0 = time.monotonic()
@@ -351,9 +397,14 @@ def teardown(state: dict, work: str) -> list[str]:
     ours = state.get("ours")
     if ours and state.get("made"):
         for kind in ("pod", "volume", "secret", "network"):
-            there = [n for n in ours[kind] if exists(kind, n)]
-            if there:
-                podman(kind, "rm", *(["-f", "-t", "0"] if kind == "pod" else []), *there, check=False, timeout=300)
+            for _ in range(3):  # a container restarting (restartPolicy Always) can fail one `pod rm -f`
+                there = [n for n in ours[kind] if exists(kind, n)]
+                if not there:
+                    break
+                got = podman(kind, "rm", *(["-f", "-t", "0"] if kind == "pod" else []), *there, check=False, timeout=300)
+                if got.returncode != 0:
+                    log(f"podman {kind} rm exited {got.returncode}: {got.stderr.strip()[-400:]}")
+                    time.sleep(2)
         left += [f"{kind} {n}" for kind, names in ours.items() for n in names if exists(kind, n)]
     if not it.KEEP_IMAGES and state.get("images_before") is not None:
         layers = it.images_now()
@@ -362,6 +413,9 @@ def teardown(state: dict, work: str) -> list[str]:
         new = [i for i, first in layers.items() if i not in state["images_before"]
                and (base_layer is None or first == base_layer)]
         left += [f"image {i[:12]}" for i in it.remove_images(new)]
+        for name in sorted(pause_images() - state["pause_before"]):
+            if podman("rmi", name, check=False, quiet=True).returncode != 0:
+                left.append(f"image {name}")
         for target in ("rollout", "learner"):
             name = f"localhost/royalefleet-{target}:latest"
             if podman("image", "exists", name, check=False, quiet=True).returncode == 0:

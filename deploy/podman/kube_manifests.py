@@ -17,8 +17,8 @@ podman 4.3 plays Pod, Deployment, PersistentVolumeClaim and ConfigMap objects, a
   rollout and evaluator Services exist for scrapes only.
 - **Secret**: not played by 4.3; the test makes each one a podman secret whose data is the
   Secret object (``podman_secret``), which is what a ``secret`` volume and ``secretKeyRef``
-  read there, with its values in ``stringData``: 4.3 writes a ``data`` value to the file
-  undecoded (the key files would hold base64).
+  read there, with its ``data`` values decoded: 4.3 writes a ``data`` value to its file as it
+  stands (the key files would hold base64) and ignores ``stringData``.
 - **Namespace**, **PodDisruptionBudget**: nothing to play on one host.
 
 and in the pod templates:
@@ -32,6 +32,10 @@ and in the pod templates:
 - a ``secret`` volume with ``items`` names a podman secret of its own holding only those items
   (``<secret>-<workload>``): podman 4.3 ignores ``items`` and would mount every key (a rollout
   would see the servers' secret key).
+- the learner's ``/dev/shm`` emptyDir (``medium: Memory``) is removed: podman 4.3 makes an
+  emptyDir a root-owned 0755 volume, where uid 10001 cannot make the semaphore TensorBoard's
+  writer needs; every podman container has a /dev/shm tmpfs of its own (mode 1777, 64 MiB
+  rather than the manifest's 1 GiB).
 - ``terminationGracePeriodSeconds`` stays, but podman 4.3 does not apply it (a container's stop
   timeout is 10 s): the test deletes a pod with ``podman pod stop -t`` of it (``Workload.grace_s``).
 
@@ -107,10 +111,25 @@ def _named_port(container: dict, port):
     raise ValueError(f"container {container['name']}: a probe names port {port!r}, which it does not declare")
 
 
+def _drop_shm(spec: dict, workload: str) -> set[str]:
+    """Remove the memory-backed emptyDir volumes mounted at /dev/shm, and their mounts; returns
+    their names. Every podman container has a /dev/shm tmpfs of its own (mode 1777, 64 MiB),
+    where 4.3's emptyDir would be a root-owned 0755 volume: the learner's SemLock (TensorBoard's
+    writer) fails there for uid 10001."""
+    mem = {v["name"] for v in spec.get("volumes", []) if v.get("emptyDir", {}).get("medium") == "Memory"}
+    shm = {m["name"] for c in spec.get("containers", []) for m in c.get("volumeMounts", [])
+           if m["name"] in mem and m["mountPath"] == "/dev/shm"}
+    for c in spec.get("containers", []):
+        c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m["name"] not in shm]
+    spec["volumes"] = [v for v in spec.get("volumes", []) if v["name"] not in shm]
+    return shm
+
+
 def pod_spec(spec: dict, workload: str) -> tuple[dict, dict[str, tuple[str, list[str] | None]]]:
     """(a copy of pod ``spec`` as podman 4.3 plays it, the podman secrets it names): no
-    ``ports`` (probes' named ports resolved first), every secret volume ``optional`` explicitly,
-    a secret volume with ``items`` renamed to a podman secret of those items only."""
+    ``ports`` (probes' named ports resolved first), no /dev/shm volume, every secret volume
+    ``optional`` explicitly, a secret volume with ``items`` renamed to a podman secret of those
+    items only. Raises ValueError for an emptyDir elsewhere (none in the base)."""
     spec = copy.deepcopy(spec)
     secrets: dict[str, tuple[str, list[str] | None]] = {}
     for c in spec.get("containers", []):
@@ -123,7 +142,11 @@ def pod_spec(spec: dict, workload: str) -> tuple[dict, dict[str, tuple[str, list
             ref = e.get("valueFrom", {}).get("secretKeyRef")
             if ref:
                 secrets[ref["name"]] = (ref["name"], None)
+    shm = _drop_shm(spec, workload)
     for v in spec.get("volumes", []):
+        if "emptyDir" in v and v["name"] not in shm:
+            raise ValueError(f"{workload}: emptyDir volume {v['name']}: podman 4.3 makes it a root-owned 0755 "
+                             "volume a non-root pod cannot write; the harness has a rule for /dev/shm only")
         src = v.get("secret")
         if src is None:
             continue
@@ -225,8 +248,8 @@ def to_yaml(docs: list[dict]) -> str:
 def podman_secret(secret: dict, keys: list[str] | None, name: str) -> str:
     """The data of podman secret ``name`` standing for Kubernetes Secret ``secret`` (a dict) under
     kube play, which reads a secret volume's files from the Secret object the podman secret holds:
-    the object, renamed, with only ``keys`` (all when None), its base64 ``data`` decoded into
-    ``stringData`` (podman 4.3 writes a ``data`` value to the file as it stands, still base64).
+    the object, renamed, with only ``keys`` (all when None), each ``data`` value decoded from
+    base64: podman 4.3 writes a ``data`` value to its file as it stands, and ignores ``stringData``.
     Raises KeyError naming a missing key, ValueError naming a value that is not UTF-8 text."""
     data = secret.get("data", {})
     if keys is not None:
@@ -242,4 +265,4 @@ def podman_secret(secret: dict, keys: list[str] | None, name: str) -> str:
             raise ValueError(f"Secret {secret['metadata']['name']} key {k!r} is not base64 of UTF-8 text ({exc}); "
                              "podman 4.3 can only be given text") from None
     out = {k: v for k, v in secret.items() if k not in ("data", "stringData", "metadata")}
-    return yaml.safe_dump({**out, "metadata": {"name": name}, "stringData": text}, sort_keys=False)
+    return yaml.safe_dump({**out, "metadata": {"name": name}, "data": text}, sort_keys=False)

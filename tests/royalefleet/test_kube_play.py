@@ -61,6 +61,10 @@ def test_statefulsets_become_pods_named_as_their_services_with_their_claims(play
     assert claim["metadata"]["annotations"] == {"volume.podman.io/uid": "10001", "volume.podman.io/gid": "10001"}
     mounts = {v["name"]: v for v in _spec(learner)["volumes"]}
     assert mounts["runs"] == {"name": "runs", "persistentVolumeClaim": {"claimName": "runs-learner-0"}}
+    # the /dev/shm emptyDir is gone (podman's own tmpfs stands in); the other mounts stay
+    assert sorted(mounts) == ["config", "curve", "curve-clients", "runs"]
+    assert [m["mountPath"] for m in _spec(learner)["containers"][0]["volumeMounts"]] == [
+        "/data/runs", "/keys", "/keys-clients", "/etc/royalefleet"]
     assert [d["kind"] for d in learner.replay_docs()] == ["ConfigMap", "Pod"]  # the claim exists by then
     assert learner.grace_s == 180 and workloads[3].grace_s == 30
 
@@ -106,7 +110,7 @@ def test_secret_volumes_are_explicit_and_a_rollout_gets_its_items_only(played):
                        "client.key": "Yw==", "client.key_secret": "Y3M="}}
     got = yaml.safe_load(km.podman_secret(secret, ["server.key", "client.key"], "royalefleet-curve-rollout"))
     assert got == {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": "royalefleet-curve-rollout"},
-                   "stringData": {"server.key": "s", "client.key": "c"}}  # decoded; never the servers' secret
+                   "data": {"server.key": "s", "client.key": "c"}}  # decoded; never the servers' secret
     with pytest.raises(KeyError, match="has no key 'nope'"):
         km.podman_secret(secret, ["nope"], "x")
     with pytest.raises(ValueError, match="key 'bin' is not base64 of UTF-8 text"):
@@ -116,6 +120,10 @@ def test_secret_volumes_are_explicit_and_a_rollout_gets_its_items_only(played):
 def test_a_kind_without_a_rule_is_refused_by_name():
     with pytest.raises(ValueError, match="DaemonSet/agent: no rule"):
         km.translate([{"kind": "DaemonSet", "metadata": {"name": "agent"}}])
+    spec = {"containers": [{"name": "c", "volumeMounts": [{"name": "scratch", "mountPath": "/tmp/x"}]}],
+            "volumes": [{"name": "scratch", "emptyDir": {}}]}
+    with pytest.raises(ValueError, match="w: emptyDir volume scratch"):
+        km.pod_spec(spec, "w")
 
 
 def test_the_learner_checkpoints_every_5_through_a_config_file_added_to_the_map(played):
