@@ -4,7 +4,7 @@
 # pod deleted and played again, then torn down with nothing left behind. Root only. .ci/run
 # runs it after the Compose test.
 #
-#   deploy/podman/kube-integration-test.sh                 # cold: 5-8 minutes, most of it the learner image
+#   deploy/podman/kube-integration-test.sh                 # cold: 14-15 minutes here, 75 s of it the play
 #   KEEP_IMAGES=1 deploy/podman/kube-integration-test.sh   # keep the images (and the base image) for a rerun
 #
 # It needs the repository's venv (PyYAML reads the manifests; `royalefleet keys` makes the keys):

@@ -277,8 +277,10 @@ def phase_rollout(state: dict) -> None:
     # One rollout in the base: once the deleted one is counted lost, a row with a rollout and
     # no loss is the new one's.
     after = max([r["run/iteration"] for r in lost], default=before)
-    joined = next(r["run/iteration"] for r in got if r["run/iteration"] > after
-                  and r["health/rollouts"] >= 1 and r["health/rollouts_lost"] == 0)
+    joined = next((r["run/iteration"] for r in got if r["run/iteration"] > after
+                   and r["health/rollouts"] >= 1 and r["health/rollouts_lost"] == 0), None)
+    if joined is None:
+        raise Failed(f"no row after iteration {after} has a rollout and no loss: {got[after:]}")
     t_joined = next(t for t, n in it.progress(pod_log(state["learner"].container)) if n == joined)
     log(f"{w.pod} replaced: played again {t_play - t_del:.1f} s after the deletion began, registered "
         f"{t_reg - t_play:.1f} s after the play; its /metrics counted a round {t_round - t_del:.0f} s after the "
@@ -295,9 +297,11 @@ def phase_rollout(state: dict) -> None:
 
 def phase_learner(state: dict) -> None:
     w = state[LEARNER]
-    wait_for(f"a last row not a multiple of {CHECKPOINT_EVERY} (so the stop has a row to save)",
-             lambda: rows() and rows()[-1]["run/iteration"] % CHECKPOINT_EVERY != 0, timeout=120, every=0.5)
     ip_before = pod_ip(w)
+    # A last row of 1, 2 or 3 modulo the cadence: neither it nor the next (should it land before
+    # the signal) is saved when written, so the stop has a row to save.
+    wait_for(f"a last row of 1, 2 or 3 modulo {CHECKPOINT_EVERY} (not yet checkpointed)",
+             lambda: rows() and rows()[-1]["run/iteration"] % CHECKPOINT_EVERY in (1, 2, 3), timeout=120, every=0.5)
     t_sig, took = stop_app(w)
     exit_code, finished = podman("inspect", "--format", "{{.State.ExitCode}} {{.State.FinishedAt.Unix}}",
                                  w.container, quiet=True).stdout.split()
