@@ -89,7 +89,7 @@ def build_start(spec, extra, where: str = START_FIELD):
     built from their JSON form (module docstring). Raises ComponentError naming ``where`` (or the
     nested part, ``where.kwargs.mutators[i]``) for anything that cannot be built or is not a
     StateMutator."""
-    from royalegym import ScriptedBoardStateMutator, StateMutator, WeightedStateMutator
+    from royalegym import ScriptedBoardStateMutator, SnapshotStateMutator, StateMutator, WeightedStateMutator
 
     obj = components.resolve(spec.cls, extra, where)
     kwargs = dict(spec.kwargs)
@@ -109,7 +109,8 @@ def build_start(spec, extra, where: str = START_FIELD):
     if _subclass(obj, ScriptedBoardStateMutator) and "spawns" in kwargs:
         kwargs["spawns"] = _spawns(kwargs["spawns"], f"{where}.kwargs.spawns")
     made = _made(obj, Part(spec.cls, kwargs), where, StateMutator)
-    capped = [i for i, s in enumerate(getattr(made, "snapshots", None) or ()) if getattr(s, "max_ticks", None)]
+    bank = made.snapshots if isinstance(made, SnapshotStateMutator) else ()
+    capped = [i for i, s in enumerate(bank) if getattr(s, "max_ticks", None)]
     if capped:
         raise ComponentError(f"{where}: snapshots {capped[:5]} carry max_ticks, which a rollout's saved battle state "
                              "does not keep (a battle restored mid-episode would run uncapped); save them without "

@@ -37,12 +37,17 @@ CONDITIONAL = {
     "royalefleet_learner_env_win_rate_pool": "only once a pool episode against a snapshot has finished",
     "royalefleet_ladder_champion_info": "only once the pool has a champion (one series, labelled by member)",
     "royalefleet_learner_ppo_actor_lr_multiplier": "only with the warm_start extension's actor hold",
+    "royalefleet_learner_throughput_search_time_frac": "only when the rollouts search (learner.algorithm \"alphazero\")",
+    "royalefleet_learner_throughput_searched_decisions_per_second": "only when the rollouts search (alphazero)",
+    "royalefleet_learner_throughput_engine_steps_per_second": "only when the rollouts search (alphazero)",
 }
 # Whole families of row keys, by prefix, with the reason this run has none of them.
 CONDITIONAL_PREFIXES = {
     "royalefleet_learner_dqn_": "only under learner.algorithm \"dqn\" (this run trains PPO)",
     "royalefleet_learner_strength_": "only once a strength job has been measured (the tiny profile turns it off)",
     "royalefleet_learner_imitation_": "only with the imitation extension's KL anchor (this run has none)",
+    "royalefleet_learner_az_": "only under learner.algorithm \"alphazero\" (this run trains PPO)",
+    "royalefleet_learner_search_": "only under learner.algorithm \"alphazero\": the search's targets",
 }
 
 
