@@ -313,7 +313,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run `royalefleet <command> --help` for a command's options. README.md explains the outputs.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="command")
+    # The order of the add_*_commands calls is the order `royalefleet --help` lists the commands in.
+    add_run_commands(sub)
+    add_module_commands(sub)
+    add_config_command(sub)
+    add_bench_command(sub)
+    return p
 
+
+def add_run_commands(sub) -> None:
+    """The commands that start, resume, identify or list a run: up, resume, verify-resume, identity, checkpoints."""
     from royalefleet.run_options import add_run_options as common  # one help text each (run_options.py)
 
     from royalefleet.run_options import add_run_argument
@@ -365,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(ck)
     ck.set_defaults(func=cmd_checkpoints)
 
+
+def add_module_commands(sub) -> None:
+    """The commands whose parser lives beside their code, in royalefleet/cmd_*.py and chaos.py (each add_parser)."""
     from royalefleet import chaos, cmd_doctor, cmd_eval, cmd_gate, cmd_keys, cmd_play, cmd_rate, cmd_replay, cmd_status
     from royalefleet import cmd_clone, cmd_demos, cmd_export, cmd_k8s, cmd_report, cmd_snapshots, cmd_strength
 
@@ -385,6 +397,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_k8s.add_parser(sub)
     chaos.add_parser(sub)
 
+
+def add_config_command(sub) -> None:
+    """`royalefleet config`: print or write a fully populated config, or explain its fields."""
+    from royalefleet.run_options import add_run_options as common
+
     cf = sub.add_parser("config", help="print or write a fully populated config",
                         description="Write the complete config of a profile (with --config: of that file on top "
                         "of its profile), every field filled in.")
@@ -395,6 +412,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "its type and range, default per profile, whether it is in the run identity, and its "
                     "documentation; with no FIELD, every field")
     cf.set_defaults(func=cmd_config)
+
+
+def add_bench_command(sub) -> None:
+    """`royalefleet bench`: env, stack, wire, update, overlap, capacity and fleet-size measurements."""
+    from royalefleet.run_options import add_run_options as common
 
     bn = sub.add_parser("bench", help="measure env speed, stack speed, wire bytes per row and update speed",
                         description="Prints bare RoyaleGym decisions/s with random-legal play on the same battles, "
@@ -436,7 +458,6 @@ def build_parser() -> argparse.ArgumentParser:
                     "and mean inference batch beside the real rollout's (every battle a mirror, throughput tier; "
                     "royalefleet/synthetic.py, docs/throughput.md)")
     bn.set_defaults(func=cmd_bench)
-    return p
 
 
 def main(argv=None) -> int:
