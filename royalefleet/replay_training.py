@@ -195,16 +195,158 @@ def plan(cfg, lines, rec, root: Path, pf) -> tuple[dict[str, Seat], Weights]:
     return seats, weights
 
 
+class SeatPlayers:
+    """Each seat's action at a decision, taken as the recorded player took it (module docstring):
+    a scripted seat on the episode's scripted stream, an inferred seat (learner or frozen
+    snapshot) by its policy's forward in a batch of the recorded size and place, drawn on the
+    recorded stream's uniform. Raises NotReplayable when a seat's snapshot cannot be read."""
+
+    def __init__(self, cfg, pf, seats: dict[str, Seat], weights: Weights, root: Path, device, rng):
+        from shared.messages import snapshot_of
+        from shared.nn.frame_stack import SeatHistory
+
+        self.cfg, self.pf, self.seats, self.weights, self.device, self.rng = cfg, pf, seats, weights, device, rng
+        self.actors: dict[str, object] = {}  # snapshot id -> its frozen Policy
+        self.scripted: dict[int, object] = {}  # seat index -> its scripted player (None: always the no-op)
+        self.choices: dict[int, dict[int, object]] = {}  # seat index -> decision -> its logged choice
+        for i, s in enumerate(SEATS):
+            seat = seats[s]
+            sid = snapshot_of(seat.player)
+            if seat.player == "learner" or sid is not None:
+                self.choices[i] = {c.decision: c for c in seat.record.provenance.choices}
+            if sid is not None and sid not in self.actors:
+                self.actors[sid] = self._frozen(s, seat, sid, root)
+            elif seat.player != "learner":
+                from shared.envs import make_scripted
+
+                self.scripted[i] = make_scripted(seat.player, cfg.ladder.random_legal_noop_prob)
+        self.learner_policies: dict[int, object] = {}  # iteration -> the learner's Policy of it, built once
+        # each seat's history from the episode's start (shared/nn/frame_stack.py)
+        self.stacked = pf.spec.frame_stack > 1
+        self.histories = ({i: SeatHistory(pf.spec.frame_stack, pf.codec.row_bytes) for i in (0, 1)}
+                          if self.stacked else {})
+
+    def _frozen(self, s: str, seat: Seat, sid: str, root: Path):
+        from services.checkpoint.snapshots import SnapshotStore
+        from shared.nn.policy import Policy
+        from shared.nn.snapshot import ActorOnly, actor_builder, load_frozen_actor
+
+        try:
+            actor_bytes, _ = SnapshotStore(RunDir(root).snapshots).read(sid)
+        except (OSError, ValueError) as exc:
+            raise NotReplayable(f"cannot reproduce {s} ({seat.player}): its snapshot cannot be read: {exc}")
+        actor = load_frozen_actor(sid, actor_bytes, actor_builder(self.pf.spec, self.cfg.net), self.device)
+        return Policy(ActorOnly(actor), self.pf.codec, self.device)
+
+    def act(self, i: int, o, j: int, it: int, cycle: int, position: int, tick: int, problems: list[str]) -> int | None:
+        """Seat ``i``'s action at decision ``j`` (iteration ``it``, ``cycle``, the round's ``position``)
+        on observation ``o``. A difference from the record is appended to ``problems``; None: the
+        record forced the no-op where the replay has a choice, and the decision's other seats are
+        not played (the action is unknown)."""
+        from services.learner.rectangle import POPCOUNT
+        from shared.nn.frame_stack import History
+
+        s = SEATS[i]
+        if i in self.scripted:
+            bot = self.scripted[i]
+            return 0 if bot is None else int(bot.act(o, o["action_mask"], self.rng))
+        row, _, _ = self.pf.codec.pack_many([o])
+        n_legal = int(POPCOUNT[row[:, self.pf.codec.omask:]].sum())
+        # the history before this row, then this row pushed: as the rollout stacks it
+        history = self.histories[i].history() if self.stacked else None
+        if self.stacked:
+            self.histories[i].push(row[0])
+        logged = self.choices[i].get(j)
+        if n_legal <= 1:
+            if logged is not None:
+                problems.append(f"decision {j} (iteration {it}, cycle {cycle}), {s} ({self.seats[s].player}): "
+                                f"logged a choice of {logged.action}, the replay has only the no-op legal")
+            return 0
+        if logged is None:
+            problems.append(f"decision {j} (iteration {it}, cycle {cycle}), {s} ({self.seats[s].player}): "
+                            f"{n_legal} actions legal in the replay, the record has the no-op forced")
+            return None
+        u = self._uniform(i, it, cycle, position)
+        policy = self._policy(s, it)
+        batch = np.repeat(row, logged.batch, axis=0)
+        copies = None if history is None else History(np.repeat(history.rows, logged.batch, axis=0),
+                                                      np.repeat(history.valid, logged.batch, axis=0))
+        acts, _ = policy.act(batch, np.full(logged.batch, n_legal), np.full(logged.batch, u), copies)
+        a = int(acts[logged.index])
+        if a != logged.action:
+            problems.append(f"decision {j} (iteration {it}, cycle {cycle}, tick {tick}), "
+                            f"{s} ({self.seats[s].player}): logged action {logged.action}, replayed {a}")
+        return a
+
+    def _uniform(self, i: int, it: int, cycle: int, position: int) -> float:
+        """The uniform seat ``i``'s action was drawn on: element ``slot`` of the cycle's named stream."""
+        from shared.seeding import stream
+
+        slot = 2 * position + i
+        frozen = self.seats[SEATS[i]].player != "learner"
+        name = "act/frozen/iteration/{iteration}/cycle/{cycle}" if frozen else "act/iteration/{iteration}/cycle/{cycle}"
+        return stream(self.cfg.master_seed, name, iteration=it, cycle=cycle).random(slot + 1, dtype=np.float64)[slot]
+
+    def _policy(self, s: str, it: int):
+        from shared.messages import snapshot_of
+
+        if self.seats[s].player != "learner":
+            return self.actors[snapshot_of(self.seats[s].player)]
+        if it not in self.learner_policies:
+            self.learner_policies[it] = self.weights.policy(it, self.device)
+        return self.learner_policies[it]
+
+
+def _check_device(weights: Weights, seats: dict[str, Seat], device_name: str) -> None:
+    """Raises NotReplayable when a learner seat's checkpoint was written on another device kind or
+    torch version than this replay's: the forward would round differently."""
+    import torch
+
+    from shared.identity import describe_device
+
+    ident = weights.identity()
+    if ident is not None and any(s.player == "learner" for s in seats.values()):
+        here = describe_device(device_name)
+        if ident.device_kind != here or ident.torch_version != str(torch.__version__):
+            raise NotReplayable(f"the learner ran on {ident.device_kind} with torch {ident.torch_version}; this replay "
+                                f"runs on {here} with torch {torch.__version__}: its forward rounds differently")
+
+
+def _decision_times(seats: dict[str, Seat]) -> list[tuple[int, int, int]]:
+    """decision -> (iteration, cycle, position), from the first inferred seat's provenance spans."""
+    spans = next(s.record.provenance.spans for s in seats.values()
+                 if s.record is not None and s.record.provenance is not None)
+    decision_at = []
+    for sp in spans:
+        decision_at += [(sp.iteration, sp.first_cycle + j, sp.position) for j in range(sp.decisions)]
+    return decision_at
+
+
+def _compare_records(seats: dict[str, Seat], rec, info, truncated, cards, returns) -> list[str]:
+    """Each logged seat's COMPARED fields against the replayed episode's record, one line per seat that differs."""
+    from shared.envs import episode_record
+
+    problems = []
+    for i, s in enumerate(SEATS):
+        logged = seats[s].record
+        if logged is None:
+            continue
+        got = episode_record(info[s], truncated=truncated[i], battle=rec.battle, ordinal=rec.ordinal, seat=s,
+                             role=rec.role, player=seats[s].player, opponent=seats[SEATS[1 - i]].player,
+                             cards_played=cards[i], undiscounted_return=returns[i])
+        diffs = [f"{f} {getattr(logged, f)} logged, {getattr(got, f)} replayed" for f in COMPARED
+                 if getattr(logged, f) != getattr(got, f)]
+        if diffs:
+            problems.append(f"{s} ({seats[s].player}): " + "; ".join(diffs))
+    return problems
+
+
 def replay(cfg, lines, rec, root: Path, recorder, device_name: str = "cpu") -> list[str]:
     """Play the episode of ``rec`` again (module docstring) with ``recorder`` attached. Returns
     the differences (empty: verified), the first diverging decision first. Raises NotReplayable."""
     import torch
 
-    from services.learner.rectangle import POPCOUNT
-    from shared.envs import build_env, episode_record, make_scripted, seat_deal
-    from shared.nn.frame_stack import History, SeatHistory
-    from shared.identity import describe_device
-    from shared.messages import snapshot_of
+    from shared.envs import build_env, seat_deal
     from shared.preflight import run_preflight
     from shared.seeding import derive_int, stream, stream_path
 
@@ -212,52 +354,19 @@ def replay(cfg, lines, rec, root: Path, recorder, device_name: str = "cpu") -> l
     seats, weights = plan(cfg, lines, rec, root, pf)
     torch.set_num_threads(cfg.determinism.torch_threads)  # a row's rounding depends on it (measured)
     device = torch.device(device_name)
-    ident = weights.identity()
-    if ident is not None and any(s.player == "learner" for s in seats.values()):
-        here = describe_device(device_name)
-        if ident.device_kind != here or ident.torch_version != str(torch.__version__):
-            raise NotReplayable(f"the learner ran on {ident.device_kind} with torch {ident.torch_version}; this replay "
-                                f"runs on {here} with torch {torch.__version__}: its forward rounds differently")
-    spans = next(s.record.provenance.spans for s in seats.values()
-                 if s.record is not None and s.record.provenance is not None)
-    decision_at = []  # decision -> (iteration, cycle, position)
-    for sp in spans:
-        decision_at += [(sp.iteration, sp.first_cycle + j, sp.position) for j in range(sp.decisions)]
-    actors: dict[str, object] = {}
-    scripted: dict[int, object] = {}
-    choices: dict[int, dict[int, object]] = {}
-    for i, s in enumerate(SEATS):
-        seat = seats[s]
-        sid = snapshot_of(seat.player)
-        if seat.player == "learner" or sid is not None:
-            choices[i] = {c.decision: c for c in seat.record.provenance.choices}
-        if sid is not None and sid not in actors:
-            from services.checkpoint.snapshots import SnapshotStore
-            from shared.nn.policy import Policy
-            from shared.nn.snapshot import ActorOnly, actor_builder, load_frozen_actor
-
-            try:
-                actor_bytes, _ = SnapshotStore(RunDir(root).snapshots).read(sid)
-            except (OSError, ValueError) as exc:
-                raise NotReplayable(f"cannot reproduce {s} ({seat.player}): its snapshot cannot be read: {exc}")
-            actors[sid] = Policy(ActorOnly(load_frozen_actor(sid, actor_bytes, actor_builder(pf.spec, cfg.net), device)),
-                                 pf.codec, device)
-        elif seat.player != "learner":
-            scripted[i] = make_scripted(seat.player, cfg.ladder.random_legal_noop_prob)
-    learner_policies: dict[int, object] = {}
-    mask_offset = pf.codec.omask
+    _check_device(weights, seats, device_name)
+    decision_at = _decision_times(seats)
     b, k = rec.battle, rec.ordinal
     rng = stream(cfg.master_seed, "scripted/battle/{battle}/ordinal/{ordinal}", battle=b, ordinal=k)
+    players = SeatPlayers(cfg, pf, seats, weights, root, device, rng)
     seed = derive_int(cfg.master_seed, stream_path("env/battle/{battle}/ordinal/{ordinal}", battle=b, ordinal=k))
-    mask_only = [SEATS[i] for i in scripted] if cfg.rollout.mask_only_scripted else []
+    mask_only = [SEATS[i] for i in players.scripted] if cfg.rollout.mask_only_scripted else []
     env = build_env(cfg.env)
     if cfg.env.seat_decks is not None:  # the deal the rollout made: the learner's deck where it sat
         held = [i for i, name in enumerate(SEATS) if seats[name].player == "learner"]
         env.state_mutator.inner = seat_deal(cfg.env, held[0] if len(held) == 1 else -1)
     env.recorder = recorder
     problems: list[str] = []
-    stacked = pf.spec.frame_stack > 1  # each seat's history from the episode's start (shared/nn/frame_stack.py)
-    histories = {i: SeatHistory(pf.spec.frame_stack, pf.codec.row_bytes) for i in (0, 1)} if stacked else {}
     try:
         obs, _ = env.reset(seed=seed, options={"mask_only": mask_only} if mask_only else None)
         returns, cards, info, truncated, j, tick = [0.0, 0.0], [0, 0], None, [False, False], 0, 0
@@ -269,45 +378,9 @@ def replay(cfg, lines, rec, root: Path, recorder, device_name: str = "cpu") -> l
             it, cycle, position = decision_at[j]
             chosen = {}
             for i, s in enumerate(SEATS):
-                o = obs[s]
-                if i in scripted:
-                    bot = scripted[i]
-                    chosen[s] = 0 if bot is None else int(bot.act(o, o["action_mask"], rng))
-                    continue
-                row, _, _ = pf.codec.pack_many([o])
-                n_legal = int(POPCOUNT[row[:, mask_offset:]].sum())
-                history = histories[i].history() if stacked else None
-                if stacked:
-                    histories[i].push(row[0])
-                logged = choices[i].get(j)
-                if n_legal <= 1:
-                    a = 0
-                    if logged is not None:
-                        problems.append(f"decision {j} (iteration {it}, cycle {cycle}), {s} ({seats[s].player}): "
-                                        f"logged a choice of {logged.action}, the replay has only the no-op legal")
-                else:
-                    if logged is None:
-                        problems.append(f"decision {j} (iteration {it}, cycle {cycle}), {s} ({seats[s].player}): "
-                                        f"{n_legal} actions legal in the replay, the record has the no-op forced")
-                        break
-                    slot = 2 * position + i
-                    frozen = seats[s].player != "learner"
-                    name = "act/frozen/iteration/{iteration}/cycle/{cycle}" if frozen else "act/iteration/{iteration}/cycle/{cycle}"
-                    u = stream(cfg.master_seed, name, iteration=it, cycle=cycle).random(slot + 1, dtype=np.float64)[slot]
-                    if frozen:
-                        policy = actors[snapshot_of(seats[s].player)]
-                    else:
-                        if it not in learner_policies:
-                            learner_policies[it] = weights.policy(it, device)
-                        policy = learner_policies[it]
-                    batch = np.repeat(row, logged.batch, axis=0)
-                    copies = None if history is None else History(np.repeat(history.rows, logged.batch, axis=0),
-                                                                  np.repeat(history.valid, logged.batch, axis=0))
-                    acts, _ = policy.act(batch, np.full(logged.batch, n_legal), np.full(logged.batch, u), copies)
-                    a = int(acts[logged.index])
-                    if a != logged.action:
-                        problems.append(f"decision {j} (iteration {it}, cycle {cycle}, tick {tick}), "
-                                        f"{s} ({seats[s].player}): logged action {logged.action}, replayed {a}")
+                a = players.act(i, obs[s], j, it, cycle, position, tick, problems)
+                if a is None:
+                    break
                 chosen[s] = a
             if problems:
                 break
@@ -329,16 +402,4 @@ def replay(cfg, lines, rec, root: Path, recorder, device_name: str = "cpu") -> l
         return problems
     if j != len(decision_at):
         return [f"decision {j}: the replay ended after {j} decisions, the record has {len(decision_at)}"]
-    for i, s in enumerate(SEATS):
-        logged = seats[s].record
-        if logged is None:
-            continue
-        got = episode_record(info[s], truncated=truncated[i], battle=b, ordinal=k, seat=s, role=rec.role,
-                             player=seats[s].player, opponent=seats[SEATS[1 - i]].player, cards_played=cards[i],
-                             undiscounted_return=returns[i])
-        diffs = [f"{f} {getattr(logged, f)} logged, {getattr(got, f)} replayed" for f in COMPARED
-                 if getattr(logged, f) != getattr(got, f)]
-        if diffs:
-            problems.append(f"{s} ({seats[s].player}): " + "; ".join(diffs))
-    return problems
-
+    return _compare_records(seats, rec, info, truncated, cards, returns)
