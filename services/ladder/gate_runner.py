@@ -235,6 +235,140 @@ class _Audition:
         return "stratified"
 
 
+class GateJournal:
+    """The file ``<run>/ladder/gate_in_flight.json`` (module docstring): read at start, written
+    each time jobs are planned, removed once the decision is applied. ``error`` is why the last
+    write failed (None when it did not); the runner hands out no job until a write succeeds."""
+
+    def __init__(self, path: Path, say: Callable[[str], None]):
+        self.path, self.say = path, say
+        self.error: str | None = None
+
+    def read(self) -> GateInFlight | None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            return msgspec.json.decode(data, type=GateInFlight)
+        except msgspec.DecodeError as exc:
+            # A plan, not a result: the gate is planned anew, and the file kept aside as evidence.
+            aside = self.path.with_name(self.path.name + ".unreadable")
+            os.replace(self.path, aside)
+            self.say(f"ladder: {self.path} does not decode ({exc}); moved to {aside.name}, the gate in "
+                     "flight is planned anew")
+            return None
+
+    def write(self, plan: GateInFlight) -> bool:
+        """Atomically replace the file with ``plan``; False (said once per failing spell) if the disk refuses."""
+        try:
+            replace_file(self.path, msgspec.json.encode(plan) + b"\n")
+        except OSError as exc:
+            if self.error is None:
+                self.say(f"ladder: cannot save the gate's plan to {self.path} ({exc}); no job is handed "
+                         "out until it is saved")
+            self.error = str(exc)
+            return False
+        if self.error is not None:
+            self.say(f"ladder: the gate's plan is saved to {self.path} again; jobs are handed out")
+        self.error = None
+        return True
+
+    def drop(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return
+        fsync_dir(self.path.parent)
+
+
+def journal_misfit(j: GateInFlight, pool: PoolState, config: RunConfig, seed_hash: str) -> str:
+    """Why the journal ``j`` cannot be resumed against ``pool``, ``config`` and the evaluation seed
+    set of hash ``seed_hash``; "" when it can."""
+    if j.gate != config.ladder.gate or j.job_seeds != config.evaluation.job_seeds:
+        return "the gate config (ladder.gate, evaluation.job_seeds) changed since it was planned"
+    if j.eval_seed_set_hash != seed_hash:
+        return "the evaluation seed set changed since it was planned"
+    if pool.champion != j.champion:
+        return f"the champion is now {pool.champion}, not {j.champion}"
+    if j.kind == "record":
+        if j.candidate != j.champion or j.champion in pool.anchor_record:
+            return f"champion {j.champion} has its anchor record already"
+        return ""
+    if j.candidate not in [c.id for c in pool.pending]:
+        return f"candidate {j.candidate} is no longer pending (decided)"
+    if pool.anchor_record.get(j.champion) != j.record:
+        return f"champion {j.champion}'s anchor record changed"
+    return ""
+
+
+def last_logged_bound(runs_dir: Path, run_name: str) -> float | None:
+    """Condition 1's lower bound in the newest gate record of the run that reads, or None."""
+    folder = gates_dir(runs_dir, run_name)
+    if not folder.is_dir():
+        return None
+    files = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+    for path in reversed(files):
+        try:
+            c1 = read_gate_record(path).decision.conditions[0]
+        except (OSError, ValueError, IndexError):
+            continue
+        return c1.bound
+    return None
+
+
+def keep_replays(spec: JobSpec, rep: EvalReport, wanted: int, *, config: RunConfig, runs_dir: Path,
+                 seed_set: np.ndarray, say: Callable[[str], None]) -> None:
+    """Write the report's traces to ``<run>/replays/`` with their pages and index entries
+    (shared/replays.py). Only the first ``wanted`` games of the job (``GateRunner.record_games``,
+    the games it asked for) are kept; a trace that does not decode or draw, or a disk that
+    refuses, is said and skipped: the records are already in the result log, and a game not
+    kept costs nothing else. ``seed_set`` maps a seed index to its env seed."""
+    from royalegym.replay import Trace
+
+    from shared.replays import ReplayEntry, add_entries, now_utc, replays_dir, trace_result, write_game
+
+    order = [(s, side) for s in spec.seeds for side in (0, 1)][:wanted]
+    folder = replays_dir(runs_dir, config.run_name)
+    kind = "strength" if spec.condition.startswith("record:") else "gate"
+    iteration = -1
+    try:
+        pool = PoolState.for_run(runs_dir, config.run_name, config.ladder)
+        cand = pool.admitted.get(spec.a) or next((c for c in pool.pending if c.id == spec.a), None)
+        iteration = cand.iteration if cand is not None else -1
+    except (OSError, ValueError):
+        pass
+    entries = []
+    for g in rep.replays:
+        if (g.seed, g.side) not in order:
+            say(f"ladder: job {spec.job_id}: a trace of seed {g.seed} side {g.side} was not asked for; "
+                "not kept")
+            continue
+        stem = f"job{spec.job_id}-seed{g.seed}-side{g.side}"
+        blue, red = (spec.a, spec.b) if g.side == 0 else (spec.b, spec.a)
+        try:
+            trace = msgspec.msgpack.decode(g.trace, type=Trace)
+            winner, crowns, ticks = trace_result(trace)
+            title = f"{blue} (blue) vs {red} (red), job {spec.job_id}, seed {g.seed}"
+            write_game(folder, stem, trace, title=title)
+        except (msgspec.DecodeError, ValueError, OSError) as exc:  # RenderError is a ValueError
+            say(f"ladder: job {spec.job_id}: the recorded game {stem} is not kept: {exc}")
+            continue
+        entries.append(ReplayEntry(
+            id=stem, kind=kind, blue=blue, red=red, a=spec.a, b=spec.b, job=spec.job_id, seed_index=g.seed,
+            side=g.side, env_seed=int(seed_set[g.seed]), iteration=iteration, winner=winner, crowns=crowns,
+            ticks=ticks, decisions=len(trace.steps), trace=f"replays/{stem}.msgpack",
+            html=f"replays/{stem}.html", written=now_utc()))
+    if entries:
+        try:
+            add_entries(folder, entries, config.evaluation.replays_keep)
+        except (OSError, ValueError) as exc:
+            say(f"ladder: the replay index {folder}/index.json is not updated: {exc}")
+            return
+        say(f"ladder: recorded {len(entries)} game(s) of job {spec.job_id} in {folder} "
+            f"(newest: {entries[-1].html})")
+
+
 class GateRunner:
     """The gate runner of one ladder (module docstring). ``clock`` (monotonic seconds) and
     ``wall`` (epoch seconds) are injectable for tests."""
@@ -247,15 +381,14 @@ class GateRunner:
         self.seed_set = eval_seed_set(config.master_seed, config.ladder.pool.eval_seed_count)
         self.seed_hash = seed_set_hash(self.seed_set)
         self.log = ResultLog.for_run(self.runs_dir, self.run_name)
-        self.journal_path = in_flight_path(self.runs_dir, self.run_name)
-        self.journal = self._read_journal()
-        self.journal_error: str | None = None  # the last journal write failed: why (retried; no job till then)
+        self.journal_file = GateJournal(in_flight_path(self.runs_dir, self.run_name), say)
+        self.journal = self.journal_file.read()
         planned = [j.job_id for j in self.journal.jobs] if self.journal else []
         self.next_job_id = 1 + max([r.iteration for r in self.log.read().records if r.role == EVAL_ROLE] + planned,
                                    default=-1)
         self.current: _Audition | None = None
         self.stuck: set[str] = set()
-        self.last_lower_bound: float | None = self._last_logged_bound()
+        self.last_lower_bound: float | None = last_logged_bound(self.runs_dir, self.run_name)
         self.decisions: list[GateRecord] = []
 
     # ----------------------------------------------------------------- planning
@@ -323,10 +456,11 @@ class GateRunner:
         NoJob with the retry interval."""
         ev = self.config.evaluation
         self.tick()
-        if self.journal_error is not None and self.current is not None and not self._write_journal():
+        if self.journal_file.error is not None and self.current is not None and not self._write_journal():
             # A job handed out now could be logged under a plan a restarted ladder cannot see.
             return NoJob(request_id=req.request_id, retry_after_s=ev.no_job_retry_s,
-                         reason=f"the gate's plan cannot be saved to {self.journal_path}: {self.journal_error}")
+                         reason=f"the gate's plan cannot be saved to {self.journal_file.path}: "
+                         f"{self.journal_file.error}")
         if self.current is not None:
             now = self.clock()
             for j in self.current.phase_jobs():
@@ -387,54 +521,9 @@ class GateRunner:
         return max(0, min(games, ev.replays_per_gate - before))
 
     def _keep_replays(self, spec: JobSpec, rep: EvalReport) -> None:
-        """Write the report's traces to ``<run>/replays/`` with their pages and index entries
-        (shared/replays.py). Only the games the job asked for are kept; a trace that does not
-        decode or draw, or a disk that refuses, is said and skipped: the records are already in
-        the result log, and a game not kept costs nothing else."""
-        from royalegym.replay import Trace
-
-        from shared.replays import ReplayEntry, add_entries, now_utc, replays_dir, trace_result, write_game
-
         wanted = self.record_games(spec) if self.current is not None else 0
-        order = [(s, side) for s in spec.seeds for side in (0, 1)][:wanted]
-        folder = replays_dir(self.runs_dir, self.run_name)
-        kind = "strength" if spec.condition.startswith("record:") else "gate"
-        iteration = -1
-        try:
-            pool = self._pool()
-            cand = pool.admitted.get(spec.a) or next((c for c in pool.pending if c.id == spec.a), None)
-            iteration = cand.iteration if cand is not None else -1
-        except (OSError, ValueError):
-            pass
-        entries = []
-        for g in rep.replays:
-            if (g.seed, g.side) not in order:
-                self.say(f"ladder: job {spec.job_id}: a trace of seed {g.seed} side {g.side} was not asked for; "
-                         "not kept")
-                continue
-            stem = f"job{spec.job_id}-seed{g.seed}-side{g.side}"
-            blue, red = (spec.a, spec.b) if g.side == 0 else (spec.b, spec.a)
-            try:
-                trace = msgspec.msgpack.decode(g.trace, type=Trace)
-                winner, crowns, ticks = trace_result(trace)
-                title = f"{blue} (blue) vs {red} (red), job {spec.job_id}, seed {g.seed}"
-                write_game(folder, stem, trace, title=title)
-            except (msgspec.DecodeError, ValueError, OSError) as exc:  # RenderError is a ValueError
-                self.say(f"ladder: job {spec.job_id}: the recorded game {stem} is not kept: {exc}")
-                continue
-            entries.append(ReplayEntry(
-                id=stem, kind=kind, blue=blue, red=red, a=spec.a, b=spec.b, job=spec.job_id, seed_index=g.seed,
-                side=g.side, env_seed=int(self.seed_set[g.seed]), iteration=iteration, winner=winner, crowns=crowns,
-                ticks=ticks, decisions=len(trace.steps), trace=f"replays/{stem}.msgpack",
-                html=f"replays/{stem}.html", written=now_utc()))
-        if entries:
-            try:
-                add_entries(folder, entries, self.config.evaluation.replays_keep)
-            except (OSError, ValueError) as exc:
-                self.say(f"ladder: the replay index {folder}/index.json is not updated: {exc}")
-                return
-            self.say(f"ladder: recorded {len(entries)} game(s) of job {spec.job_id} in {folder} "
-                     f"(newest: {entries[-1].html})")
+        keep_replays(spec, rep, wanted, config=self.config, runs_dir=self.runs_dir, seed_set=self.seed_set,
+                     say=self.say)
 
     # ----------------------------------------------------------------- progress
 
@@ -522,72 +611,24 @@ class GateRunner:
     # ----------------------------------------------------------------- the journal
 
     def _write_journal(self) -> bool:
-        """Journal the current plan; False (said once, ``journal_error`` set, and retried before
-        the next job is handed out) if the disk refuses."""
+        """Journal the current plan; False (said once, ``journal_file.error`` set, and retried
+        before the next job is handed out) if the disk refuses."""
         a = self.current
         self.journal = GateInFlight(
             kind=a.kind, candidate=a.candidate, champion=a.champion, started=a.started, phase=a.phase,
             record=dict(a.record), members=list(a.members), jobs=[j.spec for j in a.jobs],
             gate=self.config.ladder.gate, job_seeds=self.config.evaluation.job_seeds,
             eval_seed_set_hash=self.seed_hash)
-        try:
-            replace_file(self.journal_path, msgspec.json.encode(self.journal) + b"\n")
-        except OSError as exc:
-            if self.journal_error is None:
-                self.say(f"ladder: cannot save the gate's plan to {self.journal_path} ({exc}); no job is handed "
-                         "out until it is saved")
-            self.journal_error = str(exc)
-            return False
-        if self.journal_error is not None:
-            self.say(f"ladder: the gate's plan is saved to {self.journal_path} again; jobs are handed out")
-        self.journal_error = None
-        return True
+        return self.journal_file.write(self.journal)
 
     def _drop_journal(self) -> None:
         self.journal = None
-        try:
-            os.unlink(self.journal_path)
-        except FileNotFoundError:
-            return
-        fsync_dir(self.journal_path.parent)
-
-    def _read_journal(self) -> GateInFlight | None:
-        try:
-            data = self.journal_path.read_bytes()
-        except FileNotFoundError:
-            return None
-        try:
-            return msgspec.json.decode(data, type=GateInFlight)
-        except msgspec.DecodeError as exc:
-            # A plan, not a result: the gate is planned anew, and the file kept aside as evidence.
-            aside = self.journal_path.with_name(self.journal_path.name + ".unreadable")
-            os.replace(self.journal_path, aside)
-            self.say(f"ladder: {self.journal_path} does not decode ({exc}); moved to {aside.name}, the gate in "
-                     "flight is planned anew")
-            return None
-
-    def _journal_misfit(self, j: GateInFlight, pool: PoolState) -> str:
-        """Why the journal cannot be resumed against ``pool`` and this config; "" when it can."""
-        if j.gate != self.config.ladder.gate or j.job_seeds != self.config.evaluation.job_seeds:
-            return "the gate config (ladder.gate, evaluation.job_seeds) changed since it was planned"
-        if j.eval_seed_set_hash != self.seed_hash:
-            return "the evaluation seed set changed since it was planned"
-        if pool.champion != j.champion:
-            return f"the champion is now {pool.champion}, not {j.champion}"
-        if j.kind == "record":
-            if j.candidate != j.champion or j.champion in pool.anchor_record:
-                return f"champion {j.champion} has its anchor record already"
-            return ""
-        if j.candidate not in [c.id for c in pool.pending]:
-            return f"candidate {j.candidate} is no longer pending (decided)"
-        if pool.anchor_record.get(j.champion) != j.record:
-            return f"champion {j.champion}'s anchor record changed"
-        return ""
+        self.journal_file.drop()
 
     def _resume(self, pool: PoolState) -> None:
         """Take up the journalled gate (module docstring), or drop the journal saying why."""
         j, self.journal = self.journal, None
-        why = self._journal_misfit(j, pool)
+        why = journal_misfit(j, pool, self.config, self.seed_hash)
         if not why:
             # A job's games, batch by batch (one append per report, one wall time per batch): a
             # batch cut short by a crash is not the job's games; a later whole batch is.
@@ -615,19 +656,6 @@ class GateRunner:
                 return
         self.say(f"ladder: not resuming the {_what(j)} in flight: {why}")
         self._drop_journal()
-
-    def _last_logged_bound(self) -> float | None:
-        folder = gates_dir(self.runs_dir, self.run_name)
-        if not folder.is_dir():
-            return None
-        files = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
-        for path in reversed(files):
-            try:
-                c1 = read_gate_record(path).decision.conditions[0]
-            except (OSError, ValueError, IndexError):
-                continue
-            return c1.bound
-        return None
 
 
 def _whole_batch(spec: JobSpec, batches) -> tuple[list[EpisodeRecord] | None, str | None]:
