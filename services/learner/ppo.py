@@ -241,126 +241,187 @@ def ppo_update(
             raise ValueError(f"ppo_update: {name} must be a finite number >= 0, got {coef!r}")
     n_rows = _check_data(data)
     choice = data.n_legal > 1
-    n_choice = int(choice.sum())
     n_batches = max(1, n_rows // ppo.batch_size)
 
     # Standardise once per iteration, over the rows the actor trains on.
     advantages = standardize_advantages(data.advantages, choice)
-
-    def on_device(array, dtype):
-        return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
-
-    actions_t = on_device(data.actions, torch.int64)
-    old_log_probs_t = on_device(data.old_log_probs, torch.float32)
-    advantages_t = on_device(advantages, torch.float32)
-    returns_t = on_device(data.returns, torch.float32)
-    old_values_t = on_device(data.old_values, torch.float32)
-    log_n_legal_t = on_device(np.log(np.maximum(data.n_legal, 2)), torch.float32)
-    value_clip = ppo.clip_range if ppo.value_clipping else None
+    rows = _RowTensors.on_device(data, advantages, device)
     actor_params = [p for p in model.actor.parameters()]
     critic_params = [p for p in model.critic.parameters()]
     actor_before = [p.detach().clone() for p in actor_params]
     critic_before = [p.detach().clone() for p in critic_params]
 
-    zero = lambda: torch.zeros((), dtype=torch.float64, device=device)  # noqa: E731
-    kl_sum = [zero() for _ in range(ppo.n_epochs)]
-    clipped_sum = [zero() for _ in range(ppo.n_epochs)]
-    choice_seen = [0] * ppo.n_epochs
-    dual_sum, entropy_sum, noop_entropy_sum, sq_err_sum = zero(), zero(), zero(), zero()
-    entropy_norm_sum, value_clipped_sum = zero(), zero()
-    ratio_dev = zero()
-    update_precision: str | None = None
-    policy_losses: list[torch.Tensor] = []
-    grad_norms_actor: list[torch.Tensor] = []
-    grad_norms_critic: list[torch.Tensor] = []
-    actor_steps = critic_steps = 0
-    extension_sums: dict[str, torch.Tensor | float] = {}
-
+    steps = _UpdateSteps(model, opt_actor, opt_critic, data, rows, choice, ppo, device, ent_coef=ent_coef,
+                         ent_coef_noop=ent_coef_noop, extensions=extensions, iteration=iteration)
     for epoch in range(ppo.n_epochs):
         permutation = epoch_generator(epoch).permutation(n_rows)
         for batch in np.array_split(permutation, n_batches):
-            batch_rows = len(batch)  # every loss sum below is divided by this, never by a minibatch's size
-            opt_actor.zero_grad(set_to_none=True)
-            opt_critic.zero_grad(set_to_none=True)
-            batch_policy_loss = zero()
-            batch_has_choice = False
+            steps.train_batch(batch, epoch)
+    metrics = steps.metrics()
+    metrics["ppo/update_magnitude_actor"] = _distance(actor_params, actor_before)
+    metrics["ppo/update_magnitude_critic"] = _distance(critic_params, critic_before)
+    return _with_optional_metrics(metrics, steps, data, choice, opt_actor, opt_critic)
 
-            for start in range(0, batch_rows, ppo.minibatch_size):
-                cells = np.sort(batch[start : start + ppo.minibatch_size])
-                obs = data.fetch(cells)
-                idx = torch.as_tensor(cells, device=device)
 
-                # Critic: every row, forced ones included.
-                values = model.value(obs)
-                sq_err, value_clipped = value_error(values, returns_t[idx], old_values_t[idx], value_clip)
-                loss = ppo.vf_coef * sq_err.sum() / batch_rows
-                sq_err_sum += sq_err.detach().sum()
-                if value_clipped is not None:
-                    value_clipped_sum += value_clipped.sum()
+@dataclass
+class _RowTensors:
+    """The update's per-row arrays on the device, indexed by row number (``UpdateData`` order)."""
 
-                # Actor: choice rows only (a forced row's ratio is exactly 1 and its gradient 0).
-                rows = np.flatnonzero(choice[cells])
-                if rows.size:
-                    batch_has_choice = True
-                    rows_t = torch.as_tensor(rows, device=device)
-                    actor_obs = {key: tensor[rows_t] for key, tensor in obs.items()}
-                    chosen = idx[rows_t]
-                    logits = model.actor_logits(actor_obs)
-                    dist = MaskedCategorical(logits, actor_obs["mask"])
-                    if update_precision is None:
-                        update_precision = getattr(model, "last_precision", {}).get("actor", "fp32")
-                    log_ratio = dist.log_prob(actions_t[chosen]) - old_log_probs_t[chosen]
-                    ratio = log_ratio.exp()
-                    adv = advantages_t[chosen]
-                    objective = clipped_objective(ratio, adv, ppo.clip_range, ppo.dual_clip_c)
-                    entropy = dist.entropy()
-                    noop_entropy = dist.noop_entropy()
-                    policy_loss = -objective.sum() / batch_rows
-                    entropy_loss = -(ent_coef * entropy.sum() + ent_coef_noop * noop_entropy.sum()) / batch_rows
-                    loss = loss + policy_loss + entropy_loss
-                    if extensions:
-                        extra = _extension_loss(extensions, actor_obs, logits, dist, batch_rows, iteration, epoch,
-                                                extension_sums)
-                        if extra is not None:
-                            loss = loss + extra
+    actions: torch.Tensor  # (N,) int64
+    old_log_probs: torch.Tensor  # (N,) float32
+    advantages: torch.Tensor  # (N,) float32, standardised (standardize_advantages)
+    returns: torch.Tensor  # (N,) float32
+    old_values: torch.Tensor  # (N,) float32
+    log_n_legal: torch.Tensor  # (N,) float32, ln max(n_legal, 2): the entropy of a uniform legal choice
 
-                    with torch.no_grad():
-                        surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - ppo.clip_range, 1 + ppo.clip_range) * adv)
-                        kl_sum[epoch] += ((ratio - 1.0) - log_ratio).sum()  # Schulman's k3, >= 0
-                        clipped_sum[epoch] += ((ratio - 1.0).abs() > ppo.clip_range).sum()
-                        dual_sum += ((adv < 0) & (surrogate < ppo.dual_clip_c * adv)).sum()
-                        entropy_sum += entropy.sum()
-                        entropy_norm_sum += (entropy / log_n_legal_t[chosen]).sum()
-                        noop_entropy_sum += noop_entropy.sum()
-                        batch_policy_loss += policy_loss.detach()
-                        choice_seen[epoch] += rows.size
-                        if actor_steps == 0:  # weights still those the rollout sampled with
-                            ratio_dev = torch.maximum(ratio_dev, (ratio - 1.0).abs().max().double())
+    @classmethod
+    def on_device(cls, data: UpdateData, advantages: np.ndarray, device) -> "_RowTensors":
+        def on_device(array, dtype):
+            return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
 
-                loss.backward()  # accumulates: the batch's gradient is the sum over its minibatches
+        return cls(actions=on_device(data.actions, torch.int64),
+                   old_log_probs=on_device(data.old_log_probs, torch.float32),
+                   advantages=on_device(advantages, torch.float32),
+                   returns=on_device(data.returns, torch.float32),
+                   old_values=on_device(data.old_values, torch.float32),
+                   log_n_legal=on_device(np.log(np.maximum(data.n_legal, 2)), torch.float32))
 
-            # Clip each network's gradient norm on its own; the returned norm is pre-clip.
-            grad_norms_critic.append(torch.nn.utils.clip_grad_norm_(model.critic.parameters(), ppo.max_grad_norm))
-            opt_critic.step()
-            critic_steps += 1
-            if batch_has_choice:
-                grad_norms_actor.append(torch.nn.utils.clip_grad_norm_(model.actor.parameters(), ppo.max_grad_norm))
-                opt_actor.step()
-                actor_steps += 1
-                policy_losses.append(batch_policy_loss)
 
-    metrics: dict[str, float] = {
-        "ppo/value_loss": float(sq_err_sum) / (n_rows * ppo.n_epochs),
-        "ppo/grad_norm_critic": float(torch.stack(grad_norms_critic).double().mean()),
-        "ppo/forced_frac": 1.0 - n_choice / n_rows,
-        "ppo/choice_rows": float(n_choice),
-        "ppo/optimizer_steps": float(critic_steps),
-        "ppo/actor_optimizer_steps": float(actor_steps),
-        "ppo/update_magnitude_actor": _distance(actor_params, actor_before),
-        "ppo/update_magnitude_critic": _distance(critic_params, critic_before),
-    }
-    if value_clip is not None:
-        metrics["ppo/value_clip_fraction"] = float(value_clipped_sum) / (n_rows * ppo.n_epochs)
+class _UpdateSteps:
+    """ppo_update's optimizer steps: each batch's minibatches forwarded (critic on every row,
+    actor on the choice rows), their summed loss backpropagated, each network's gradient clipped
+    and stepped; and the metric sums kept as it goes, as float64 device scalars read once at the
+    end (``metrics``). The loss and every sum are ppo_update's docstring's, in the same order."""
+
+    def __init__(self, model, opt_actor: torch.optim.Optimizer, opt_critic: torch.optim.Optimizer,
+                 data: UpdateData, rows: _RowTensors, choice: np.ndarray, ppo: PPOConfig, device, *,
+                 ent_coef: float, ent_coef_noop: float, extensions: Sequence[LearnerExtension], iteration: int):
+        self.model, self.opt_actor, self.opt_critic, self.data, self.rows = model, opt_actor, opt_critic, data, rows
+        self.choice, self.ppo, self.device = choice, ppo, device
+        self.ent_coef, self.ent_coef_noop, self.extensions, self.iteration = ent_coef, ent_coef_noop, extensions, iteration
+        self.value_clip = ppo.clip_range if ppo.value_clipping else None
+        zero = self.zero
+        self.kl_sum = [zero() for _ in range(ppo.n_epochs)]
+        self.clipped_sum = [zero() for _ in range(ppo.n_epochs)]
+        self.choice_seen = [0] * ppo.n_epochs
+        self.dual_sum, self.entropy_sum, self.noop_entropy_sum, self.sq_err_sum = zero(), zero(), zero(), zero()
+        self.entropy_norm_sum, self.value_clipped_sum = zero(), zero()
+        self.ratio_dev = zero()
+        self.update_precision: str | None = None
+        self.policy_losses: list[torch.Tensor] = []
+        self.grad_norms_actor: list[torch.Tensor] = []
+        self.grad_norms_critic: list[torch.Tensor] = []
+        self.actor_steps = self.critic_steps = 0
+        self.extension_sums: dict[str, torch.Tensor | float] = {}
+
+    def zero(self) -> torch.Tensor:
+        return torch.zeros((), dtype=torch.float64, device=self.device)
+
+    def train_batch(self, batch: np.ndarray, epoch: int) -> None:
+        """One optimizer step per network on ``batch`` (row numbers), the actor's only when the
+        batch has a choice row."""
+        ppo, model = self.ppo, self.model
+        batch_rows = len(batch)  # every loss sum below is divided by this, never by a minibatch's size
+        self.opt_actor.zero_grad(set_to_none=True)
+        self.opt_critic.zero_grad(set_to_none=True)
+        batch_policy_loss = self.zero()
+        batch_has_choice = False
+
+        for start in range(0, batch_rows, ppo.minibatch_size):
+            cells = np.sort(batch[start : start + ppo.minibatch_size])
+            loss, has_choice = self._minibatch_loss(cells, batch_rows, epoch, batch_policy_loss)
+            batch_has_choice = batch_has_choice or has_choice
+            loss.backward()  # accumulates: the batch's gradient is the sum over its minibatches
+
+        # Clip each network's gradient norm on its own; the returned norm is pre-clip.
+        self.grad_norms_critic.append(torch.nn.utils.clip_grad_norm_(model.critic.parameters(), ppo.max_grad_norm))
+        self.opt_critic.step()
+        self.critic_steps += 1
+        if batch_has_choice:
+            self.grad_norms_actor.append(torch.nn.utils.clip_grad_norm_(model.actor.parameters(), ppo.max_grad_norm))
+            self.opt_actor.step()
+            self.actor_steps += 1
+            self.policy_losses.append(batch_policy_loss)
+
+    def _minibatch_loss(self, cells: np.ndarray, batch_rows: int, epoch: int,
+                        batch_policy_loss: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """The loss of the minibatch of sorted row numbers ``cells`` (divided by ``batch_rows``),
+        and whether it has a choice row. Adds its policy term to ``batch_policy_loss`` in place."""
+        ppo, model, t = self.ppo, self.model, self.rows
+        obs = self.data.fetch(cells)
+        idx = torch.as_tensor(cells, device=self.device)
+
+        # Critic: every row, forced ones included.
+        values = model.value(obs)
+        sq_err, value_clipped = value_error(values, t.returns[idx], t.old_values[idx], self.value_clip)
+        loss = ppo.vf_coef * sq_err.sum() / batch_rows
+        self.sq_err_sum += sq_err.detach().sum()
+        if value_clipped is not None:
+            self.value_clipped_sum += value_clipped.sum()
+
+        # Actor: choice rows only (a forced row's ratio is exactly 1 and its gradient 0).
+        rows = np.flatnonzero(self.choice[cells])
+        if not rows.size:
+            return loss, False
+        rows_t = torch.as_tensor(rows, device=self.device)
+        actor_obs = {key: tensor[rows_t] for key, tensor in obs.items()}
+        chosen = idx[rows_t]
+        logits = model.actor_logits(actor_obs)
+        dist = MaskedCategorical(logits, actor_obs["mask"])
+        if self.update_precision is None:
+            self.update_precision = getattr(model, "last_precision", {}).get("actor", "fp32")
+        log_ratio = dist.log_prob(t.actions[chosen]) - t.old_log_probs[chosen]
+        ratio = log_ratio.exp()
+        adv = t.advantages[chosen]
+        objective = clipped_objective(ratio, adv, ppo.clip_range, ppo.dual_clip_c)
+        entropy = dist.entropy()
+        noop_entropy = dist.noop_entropy()
+        policy_loss = -objective.sum() / batch_rows
+        entropy_loss = -(self.ent_coef * entropy.sum() + self.ent_coef_noop * noop_entropy.sum()) / batch_rows
+        loss = loss + policy_loss + entropy_loss
+        if self.extensions:
+            extra = _extension_loss(self.extensions, actor_obs, logits, dist, batch_rows, self.iteration, epoch,
+                                    self.extension_sums)
+            if extra is not None:
+                loss = loss + extra
+
+        with torch.no_grad():
+            surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - ppo.clip_range, 1 + ppo.clip_range) * adv)
+            self.kl_sum[epoch] += ((ratio - 1.0) - log_ratio).sum()  # Schulman's k3, >= 0
+            self.clipped_sum[epoch] += ((ratio - 1.0).abs() > ppo.clip_range).sum()
+            self.dual_sum += ((adv < 0) & (surrogate < ppo.dual_clip_c * adv)).sum()
+            self.entropy_sum += entropy.sum()
+            self.entropy_norm_sum += (entropy / t.log_n_legal[chosen]).sum()
+            self.noop_entropy_sum += noop_entropy.sum()
+            batch_policy_loss += policy_loss.detach()
+            self.choice_seen[epoch] += rows.size
+            if self.actor_steps == 0:  # weights still those the rollout sampled with
+                self.ratio_dev = torch.maximum(self.ratio_dev, (ratio - 1.0).abs().max().double())
+        return loss, True
+
+    def metrics(self) -> dict[str, float]:
+        """The metrics every update reports (ppo_update's docstring), before the update magnitudes."""
+        n_rows, n_epochs = len(self.data.actions), self.ppo.n_epochs
+        n_choice = int(self.choice.sum())
+        return {
+            "ppo/value_loss": float(self.sq_err_sum) / (n_rows * n_epochs),
+            "ppo/grad_norm_critic": float(torch.stack(self.grad_norms_critic).double().mean()),
+            "ppo/forced_frac": 1.0 - n_choice / n_rows,
+            "ppo/choice_rows": float(n_choice),
+            "ppo/optimizer_steps": float(self.critic_steps),
+            "ppo/actor_optimizer_steps": float(self.actor_steps),
+        }
+
+
+def _with_optional_metrics(metrics: dict[str, float], steps: _UpdateSteps, data: UpdateData, choice: np.ndarray,
+                           opt_actor: torch.optim.Optimizer, opt_critic: torch.optim.Optimizer) -> dict[str, float]:
+    """``metrics`` with the keys present only sometimes (ppo_update's docstring) added, in the
+    order ppo_update has always reported them: value clipping's, Adam's eps floor, the explained
+    variance, and the actor's (only when there is a choice row)."""
+    ppo, n_rows = steps.ppo, len(data.actions)
+    n_choice = int(choice.sum())
+    if steps.value_clip is not None:
+        metrics["ppo/value_clip_fraction"] = float(steps.value_clipped_sum) / (n_rows * ppo.n_epochs)
     for name, opt in (("actor", opt_actor), ("critic", opt_critic)):
         frac = adam_eps_floor_frac(opt)
         if frac is not None:
@@ -369,25 +430,26 @@ def ppo_update(
     if ev is not None:
         metrics["ppo/explained_variance"] = ev
     if n_choice:
+        choice_seen = steps.choice_seen
         for epoch in range(ppo.n_epochs):
-            metrics[f"ppo/kl_epoch{epoch}"] = float(kl_sum[epoch]) / choice_seen[epoch]
-            metrics[f"ppo/clip_fraction_epoch{epoch}"] = float(clipped_sum[epoch]) / choice_seen[epoch]
+            metrics[f"ppo/kl_epoch{epoch}"] = float(steps.kl_sum[epoch]) / choice_seen[epoch]
+            metrics[f"ppo/clip_fraction_epoch{epoch}"] = float(steps.clipped_sum[epoch]) / choice_seen[epoch]
         last = ppo.n_epochs - 1
         forwarded = sum(choice_seen)
-        actor_precision = update_precision or "fp32"  # set by every actor forward; n_choice > 0 means one ran
+        actor_precision = steps.update_precision or "fp32"  # set by every actor forward; n_choice > 0 means one ran
         metrics.update({
             "ppo/kl": metrics[f"ppo/kl_epoch{last}"],
             "ppo/clip_fraction": metrics[f"ppo/clip_fraction_epoch{last}"],
-            "ppo/dual_clip_fraction": float(dual_sum) / forwarded,
-            "ppo/entropy": float(entropy_sum) / forwarded,
-            "ppo/entropy_normalised": float(entropy_norm_sum) / forwarded,
-            "ppo/noop_entropy": float(noop_entropy_sum) / forwarded,
-            "ppo/policy_loss": float(torch.stack(policy_losses).mean()),
-            "ppo/grad_norm_actor": float(torch.stack(grad_norms_actor).double().mean()),
-            "ppo/ratio_max_abs_dev": float(ratio_dev),
+            "ppo/dual_clip_fraction": float(steps.dual_sum) / forwarded,
+            "ppo/entropy": float(steps.entropy_sum) / forwarded,
+            "ppo/entropy_normalised": float(steps.entropy_norm_sum) / forwarded,
+            "ppo/noop_entropy": float(steps.noop_entropy_sum) / forwarded,
+            "ppo/policy_loss": float(torch.stack(steps.policy_losses).mean()),
+            "ppo/grad_norm_actor": float(torch.stack(steps.grad_norms_actor).double().mean()),
+            "ppo/ratio_max_abs_dev": float(steps.ratio_dev),
             "ppo/ratio_atol": RATIO_ATOL[coarser(actor_precision, data.old_log_prob_precision or actor_precision)],
         })
-        metrics.update({key: float(total) / forwarded for key, total in extension_sums.items()})
+        metrics.update({key: float(total) / forwarded for key, total in steps.extension_sums.items()})
         ev_choice = explained_variance(data.old_values[choice], data.returns[choice])
         if ev_choice is not None:
             metrics["ppo/explained_variance_choice"] = ev_choice
