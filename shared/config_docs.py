@@ -24,12 +24,12 @@ import difflib
 import inspect
 import textwrap
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 import msgspec
 from msgspec import Struct
 
-from shared.config import PROFILES, RunConfig
+from shared.config import PROFILES, LearnerConfig, RunConfig
 from shared.identity import config_identity
 
 _CHANGED = "<changed by --explain>"
@@ -154,10 +154,12 @@ def identity_fields(path: str) -> list[str]:
     path = path.split("[]", 1)[0]
     moved: set[str] = set()
     for make in PROFILES.values():
-        cfg = make()
-        before = config_identity(cfg)
-        after = config_identity(_with(cfg, path, _CHANGED))
-        moved |= {k for k in before if before[k] != after[k]}
+        # under every learner algorithm: the dqn and alphazero sections count only under theirs
+        for algorithm in get_args(get_type_hints(LearnerConfig)["algorithm"]):
+            cfg = _with(make(), "learner.algorithm", algorithm)
+            before = config_identity(cfg)
+            after = config_identity(_with(cfg, path, _CHANGED))
+            moved |= {k for k in before if before[k] != after[k]}
     return sorted(moved)
 
 

@@ -55,6 +55,8 @@ def test_the_walk_covers_every_field_of_every_struct_once():
     ("ladder.pool.seed_snapshots[].weight", ["ladder_digest"]),
     ("env.reward_weights.elixir", ["env_spec_digest"]),
     ("run_name", []),
+    ("alphazero.candidates", ["algo_digest"]),  # only under learner.algorithm "alphazero", no profile's default
+    ("dqn.n_step", ["algo_digest"]),
 ])
 def test_identity_is_found_by_changing_the_field_alone(path, expected):
     assert config_docs.identity_fields(path) == expected
