@@ -64,7 +64,9 @@ class Collected:
 
 def collect_iteration(learner: Learner, iteration: int, env_steps: int, policy) -> Collected:
     """Boundary and collection of ``iteration``, its actions inferred by ``policy``. Raises
-    StopRequested when a stop arrives (then the rectangle is abandoned: nothing trains on it)."""
+    StopRequested when a stop arrives while it waits for the fleet (``wait_for_rollouts``); a
+    stop during the rounds ends them and returns the ``Collected``, and ``Learner.run_iteration``,
+    seeing ``learner.stopping``, raises StopRequested for it (nothing trains on the rectangle)."""
     t_iter = time.perf_counter()
     sched = evaluate_schedules(learner.parts.cfg, env_steps)
     members = learner.wait_for_rollouts()
