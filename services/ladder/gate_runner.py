@@ -61,7 +61,7 @@ from services.ladder.gate import (
 )
 from services.ladder.pfsp import draw_stratified
 from services.ladder.pool import PoolState, current_ratings
-from services.ladder.results import RecordRefused, ResultLog, check_records, result_log_path
+from services.ladder.results import RecordRefused, ResultLine, ResultLog, check_records, record_key, result_log_path
 from shared.run_dir import GATE_IN_FLIGHT, GATES, RunDir
 
 GATES_DIR = GATES
@@ -630,12 +630,7 @@ class GateRunner:
         j, self.journal = self.journal, None
         why = journal_misfit(j, pool, self.config, self.seed_hash)
         if not why:
-            # A job's games, batch by batch (one append per report, one wall time per batch): a
-            # batch cut short by a crash is not the job's games; a later whole batch is.
-            batches: dict[int, dict[str, list[EpisodeRecord]]] = {}
-            for line in self.log.read().lines:
-                if line.record.role == EVAL_ROLE:
-                    batches.setdefault(line.record.iteration, {}).setdefault(line.wall, []).append(line.record)
+            batches = job_batches(self.log.read().lines)
             a = _Audition(j.kind, j.candidate, j.champion, j.started, phase=j.phase, record=dict(j.record),
                           members=list(j.members))
             for spec in j.jobs:
@@ -656,6 +651,27 @@ class GateRunner:
                 return
         self.say(f"ladder: not resuming the {_what(j)} in flight: {why}")
         self._drop_journal()
+
+
+def job_batches(lines: list[ResultLine]) -> dict[int, dict[tuple[str, int], list[EpisodeRecord]]]:
+    """The eval records of the result log's ``lines`` as job id -> its batches, in log order: a
+    batch is one append (one report: one wall time), so a batch cut short by a crash is not the
+    job's games and a later whole batch is. Two appends in one millisecond share a wall time;
+    a record key (``record_key``: seed, side, seat) that repeats within a wall time starts the
+    next batch, since one report holds each game once."""
+    batches: dict[int, dict[tuple[str, int], list[EpisodeRecord]]] = {}
+    parts: dict[tuple[int, str], tuple[int, set]] = {}
+    for line in lines:
+        rec = line.record
+        if rec.role != EVAL_ROLE:
+            continue
+        part, keys = parts.get((rec.iteration, line.wall), (0, set()))
+        if record_key(rec) in keys:
+            part, keys = part + 1, set()
+        keys.add(record_key(rec))
+        parts[(rec.iteration, line.wall)] = (part, keys)
+        batches.setdefault(rec.iteration, {}).setdefault((line.wall, part), []).append(rec)
+    return batches
 
 
 def _whole_batch(spec: JobSpec, batches) -> tuple[list[EpisodeRecord] | None, str | None]:

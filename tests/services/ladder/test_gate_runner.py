@@ -413,3 +413,22 @@ def test_a_plan_that_cannot_be_journalled_hands_out_no_job_until_it_is(tmp_path,
     assert lines[-1].endswith("again; jobs are handed out")
     journal = msgspec.json.decode((tmp_path / "t" / "ladder" / "gate_in_flight.json").read_bytes())
     assert journal["phase"] == "anchors" and [j["job_id"] for j in journal["jobs"]] == [0, 1, 2, 3]
+
+
+def test_two_appends_in_one_millisecond_stay_two_batches():
+    """A batch cut short by a crash and the whole one resent in the same millisecond (one wall
+    time): the repeated record starts the second batch, so the whole one is found (this merged
+    them into one of 3 + 8 records and the gate was planned again, 2-5 % of runs)."""
+    from services.ladder.gate_runner import job_batches
+    from services.ladder.results import ResultLine
+
+    from types import SimpleNamespace
+
+    job = SimpleNamespace(job_id=5, a=M1, b=CHAMP, seeds=[11, 12])  # what records_for reads of a job
+    recs = records_for(job, WINS)
+    wall = "2026-12-04T01:55:00.123+00:00"
+    lines = [ResultLine(run_name="t", wall=wall, record=r) for r in recs[:3] + recs]
+    got = job_batches(lines)[5]
+    assert list(got) == [(wall, 0), (wall, 1)]
+    assert [len(b) for b in got.values()] == [3, 8]
+    assert got[(wall, 1)] == recs
