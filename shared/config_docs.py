@@ -153,9 +153,10 @@ def identity_fields(path: str) -> list[str]:
     element field is in it when the list is."""
     path = path.split("[]", 1)[0]
     moved: set[str] = set()
+    # under every learner algorithm: the dqn and alphazero sections count only under theirs
+    algorithms = get_args(get_type_hints(LearnerConfig)["algorithm"])
     for make in PROFILES.values():
-        # under every learner algorithm: the dqn and alphazero sections count only under theirs
-        for algorithm in get_args(get_type_hints(LearnerConfig)["algorithm"]):
+        for algorithm in algorithms:
             cfg = _with(make(), "learner.algorithm", algorithm)
             before = config_identity(cfg)
             after = config_identity(_with(cfg, path, _CHANGED))

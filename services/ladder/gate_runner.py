@@ -318,12 +318,13 @@ def last_logged_bound(runs_dir: Path, run_name: str) -> float | None:
 
 
 def keep_replays(spec: JobSpec, rep: EvalReport, wanted: int, *, config: RunConfig, runs_dir: Path,
-                 seed_set: np.ndarray, say: Callable[[str], None]) -> None:
+                 seed_set: np.ndarray, iteration: int, say: Callable[[str], None]) -> None:
     """Write the report's traces to ``<run>/replays/`` with their pages and index entries
     (shared/replays.py). Only the first ``wanted`` games of the job (``GateRunner.record_games``,
     the games it asked for) are kept; a trace that does not decode or draw, or a disk that
     refuses, is said and skipped: the records are already in the result log, and a game not
-    kept costs nothing else. ``seed_set`` maps a seed index to its env seed."""
+    kept costs nothing else. ``seed_set`` maps a seed index to its env seed; ``iteration`` is
+    player a's (-1 when the pool does not know it)."""
     from royalegym.replay import Trace
 
     from shared.replays import ReplayEntry, add_entries, now_utc, replays_dir, trace_result, write_game
@@ -331,13 +332,6 @@ def keep_replays(spec: JobSpec, rep: EvalReport, wanted: int, *, config: RunConf
     order = [(s, side) for s in spec.seeds for side in (0, 1)][:wanted]
     folder = replays_dir(runs_dir, config.run_name)
     kind = "strength" if spec.condition.startswith("record:") else "gate"
-    iteration = -1
-    try:
-        pool = PoolState.for_run(runs_dir, config.run_name, config.ladder)
-        cand = pool.admitted.get(spec.a) or next((c for c in pool.pending if c.id == spec.a), None)
-        iteration = cand.iteration if cand is not None else -1
-    except (OSError, ValueError):
-        pass
     entries = []
     for g in rep.replays:
         if (g.seed, g.side) not in order:
@@ -522,8 +516,15 @@ class GateRunner:
 
     def _keep_replays(self, spec: JobSpec, rep: EvalReport) -> None:
         wanted = self.record_games(spec) if self.current is not None else 0
+        iteration = -1
+        try:
+            pool = self._pool()
+            cand = pool.admitted.get(spec.a) or next((c for c in pool.pending if c.id == spec.a), None)
+            iteration = cand.iteration if cand is not None else -1
+        except (OSError, ValueError):
+            pass
         keep_replays(spec, rep, wanted, config=self.config, runs_dir=self.runs_dir, seed_set=self.seed_set,
-                     say=self.say)
+                     iteration=iteration, say=self.say)
 
     # ----------------------------------------------------------------- progress
 

@@ -260,7 +260,7 @@ def ppo_update(
     metrics = steps.metrics()
     metrics["ppo/update_magnitude_actor"] = _distance(actor_params, actor_before)
     metrics["ppo/update_magnitude_critic"] = _distance(critic_params, critic_before)
-    return _with_optional_metrics(metrics, steps, data, choice, opt_actor, opt_critic)
+    return _with_optional_metrics(metrics, steps, opt_actor, opt_critic)
 
 
 @dataclass
@@ -300,6 +300,7 @@ class _UpdateSteps:
         self.choice, self.ppo, self.device = choice, ppo, device
         self.ent_coef, self.ent_coef_noop, self.extensions, self.iteration = ent_coef, ent_coef_noop, extensions, iteration
         self.value_clip = ppo.clip_range if ppo.value_clipping else None
+        self.n_choice = int(choice.sum())
         zero = self.zero
         self.kl_sum = [zero() for _ in range(ppo.n_epochs)]
         self.clipped_sum = [zero() for _ in range(ppo.n_epochs)]
@@ -401,8 +402,7 @@ class _UpdateSteps:
 
     def metrics(self) -> dict[str, float]:
         """The metrics every update reports (ppo_update's docstring), before the update magnitudes."""
-        n_rows, n_epochs = len(self.data.actions), self.ppo.n_epochs
-        n_choice = int(self.choice.sum())
+        n_rows, n_epochs, n_choice = len(self.data.actions), self.ppo.n_epochs, self.n_choice
         return {
             "ppo/value_loss": float(self.sq_err_sum) / (n_rows * n_epochs),
             "ppo/grad_norm_critic": float(torch.stack(self.grad_norms_critic).double().mean()),
@@ -413,13 +413,13 @@ class _UpdateSteps:
         }
 
 
-def _with_optional_metrics(metrics: dict[str, float], steps: _UpdateSteps, data: UpdateData, choice: np.ndarray,
-                           opt_actor: torch.optim.Optimizer, opt_critic: torch.optim.Optimizer) -> dict[str, float]:
+def _with_optional_metrics(metrics: dict[str, float], steps: _UpdateSteps, opt_actor: torch.optim.Optimizer,
+                           opt_critic: torch.optim.Optimizer) -> dict[str, float]:
     """``metrics`` with the keys present only sometimes (ppo_update's docstring) added, in the
     order ppo_update has always reported them: value clipping's, Adam's eps floor, the explained
     variance, and the actor's (only when there is a choice row)."""
-    ppo, n_rows = steps.ppo, len(data.actions)
-    n_choice = int(choice.sum())
+    ppo, data, choice, n_choice = steps.ppo, steps.data, steps.choice, steps.n_choice
+    n_rows = len(data.actions)
     if steps.value_clip is not None:
         metrics["ppo/value_clip_fraction"] = float(steps.value_clipped_sum) / (n_rows * ppo.n_epochs)
     for name, opt in (("actor", opt_actor), ("critic", opt_critic)):
