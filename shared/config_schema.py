@@ -1006,6 +1006,13 @@ class AlphaZeroConfig(_Cfg):
     value_lambda: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     """lambda of the critic's target: 1 is the realized discounted return-to-go (bootstrapped only
     where the iteration cuts an episode or the env truncates it), below 1 TD(lambda)."""
+    leaf_value: Literal["board", "critic"] = "board"
+    """How a simulated candidate is scored. ``board``: tower HP and crowns at the leaf
+    (shared/search/lookahead.py ``board_value``), computed in the rollout. ``critic``: the
+    n-step return, the simulated path's discounted rewards plus the discount times the live
+    critic's V(leaf), valued by the learner's central inference in a mid-step request
+    (``LeafQuery``/``LeafValues``, docs/protocol.md): the critic's knowledge reaches the leaves,
+    at one more round trip per searched step."""
 
 
 class RunConfig(_Cfg):

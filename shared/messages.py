@@ -266,6 +266,22 @@ class Round(_Msg, tag="round"):
     rollout's throughput beside the battles' own decisions)."""
 
 
+class LeafQuery(_Msg, tag="leaf_query"):
+    """Under ``alphazero.leaf_value = "critic"``, in the middle of the Step (iteration, cycle,
+    shard): the search's leaves, to be valued before the rollout chooses its moves. Arrays:
+    ``leaf_rows`` (uint8 (n, row_bytes): the searching seat's packed observation at each leaf,
+    searched slots in the Step's order, each slot's candidates in the Step's order),
+    ``leaf_return`` (float64 (n,): the discounted sum of the searching seat's rewards along the
+    simulated path, candidate included) and ``leaf_discount`` (float64 (n,): gamma to the power
+    of the decisions simulated, 0 where the simulated battle ended with a winner or a draw).
+    The learner answers ``LeafValues``; the round of the step follows it."""
+
+    instance: str
+    iteration: int
+    cycle: int
+    shard: int
+
+
 class Heartbeat(_Msg, tag="heartbeat"):
     instance: str
     state: str
@@ -340,6 +356,16 @@ class Step(_Msg, tag="step"):
     ``search_slots`` (int16 (s,) local slots), ``search_candidates`` (int16 (s, k), -1 pads) and
     ``search_keys`` (float32 (s, k): each candidate's Gumbel + log prior) ask the rollout to
     search those slots first and play the search's move there instead of ``actions``."""
+
+    iteration: int
+    cycle: int
+    shard: int
+
+
+class LeafValues(_Msg, tag="leaf_values"):
+    """The answer to a ``LeafQuery`` of (iteration, cycle, shard): array ``leaf_q`` (float32
+    (n,)) each leaf's n-step return ``leaf_return / s + leaf_discount * V(leaf)``, V the live
+    critic and s the learner's reward scale (services/learner/returns.py), in the query's order."""
 
     iteration: int
     cycle: int
@@ -708,8 +734,8 @@ class EvalReport(_Msg, tag="eval_report"):
     """The traces of the games the job asked to record (``EvalJob.record_games``)."""
 
 
-ToLearner = Union[Hello, Round, Heartbeat, Failure, BattleStates, StatesSet]
-ToRollout = Union[Welcome, Refused, Plan, Step, Close, Rejoin, GetStates, SetState]
+ToLearner = Union[Hello, Round, LeafQuery, Heartbeat, Failure, BattleStates, StatesSet]
+ToRollout = Union[Welcome, Refused, Plan, Step, LeafValues, Close, Rejoin, GetStates, SetState]
 ToLadder = Union[PlanRequest, ReportEpisodes, AdmitCandidate, LadderStatusRequest, EvalJobRequest, EvalReport,
                  MeasureStrength]
 FromLadder = Union[PlanReply, Ack, Error, Admitted, LadderStatus, EvalJob, NoJob]
@@ -731,6 +757,9 @@ ARRAYS: dict[type, dict[str, tuple[str, int]]] = {
     Step: {"actions": ("int16", 1),
            # the learner's candidates for the rollout's search (Welcome.search; services/rollout/search.py)
            "search_slots": ("int16", 1), "search_candidates": ("int16", 2), "search_keys": ("float32", 2)},
+    # the search's leaves and their values (alphazero.leaf_value "critic"; services/rollout/search.py)
+    LeafQuery: {"leaf_rows": ("uint8", 2), "leaf_return": ("float64", 1), "leaf_discount": ("float64", 1)},
+    LeafValues: {"leaf_q": ("float32", 1)},
     SaveCheckpoint: {"*": ("uint8", 1)},
     Loaded: {"*": ("uint8", 1)},
     SaveSnapshot: {"actor": ("uint8", 1)},

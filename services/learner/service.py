@@ -129,7 +129,8 @@ class Learner:
             dqn, az = self.parts.dqn, self.parts.alphazero
             policy = dqn.behaviour(self.state.iteration + 1) if dqn is not None else self.parts.policy
             if az is not None:
-                policy = az.behaviour(policy)  # the search book starts the iteration empty
+                # the search book starts the iteration empty, with the critic's reward scale for leaves
+                policy = az.behaviour(policy, self.parts.return_scaler.divisor())
             c = collect_iteration(self, self.state.iteration + 1, self.state.env_steps, policy)
         if self.stopping or c is None:
             if overlapped:

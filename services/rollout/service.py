@@ -18,7 +18,6 @@ import socket
 import time
 import traceback
 import uuid
-
 import zmq
 
 from services.rollout import battle_state
@@ -31,10 +30,10 @@ from shared.config import RolloutConfig
 from shared.envs import build_env, engine_build, make_scripted
 from shared.log_guard import RefusalLog
 from shared.messages import (
-    BattleStates, Close, Decoder, Failure, GetStates, Heartbeat, Hello, Plan, ProtocolError, Refused, Rejoin, Round,
-    SetState, StatesSet, Step, ToRollout, Welcome,
+    BattleStates, Close, Decoder, Failure, GetStates, Heartbeat, Hello, LeafQuery, Plan, ProtocolError, Refused,
+    Rejoin, Round, SetState, StatesSet, Step, ToRollout, Welcome,
 )
-
+from services.rollout.leaf_query import LeafQueries, LeafTimeout, Stopping
 
 
 def battles_mismatch(battles: int, shards: int, run: RolloutConfig) -> str | None:
@@ -49,6 +48,16 @@ def battles_mismatch(battles: int, shards: int, run: RolloutConfig) -> str | Non
             f"config says rollout.battles={run.battles}, rollout.shards={run.shards}, which its run identity "
             f"records: start this host's rollouts with FLEET_BATTLES={run.battles} FLEET_SHARDS={run.shards} "
             f"(its replica count is its own: FLEET_HOST_ROLLOUTS)")
+
+
+def welcome_refusal(msg: Welcome, engine, battles: int, shards: int) -> str | None:
+    """Why this rollout (its ``engine`` build, ``battles`` in ``shards``) cannot take ``msg``, or None."""
+    if msg.engine != engine:
+        return (f"engine build differs: this rollout runs {engine.describe()}, "
+                f"the learner runs {msg.engine.describe()}; install the learner's royalegym/royalesim")
+    if msg.wire_codec not in WIRE_CODECS:
+        return f"the learner serves wire codec {msg.wire_codec}; this rollout speaks {list(WIRE_CODECS)}"
+    return battles_mismatch(battles, shards, msg.rollout)
 
 
 class RolloutService:
@@ -75,6 +84,8 @@ class RolloutService:
         self.compressor: RowCompressor | None = None
         """Set when the learner's Welcome names wire codec 2."""
         self.last_sent = self.last_heard = time.monotonic()
+        self.leaf_queries = LeafQueries(self.sock, self.decoder, self._send, self._refused_message, self._heard)
+        """The mid-step ``LeafQuery`` (alphazero.leaf_value "critic") and its backlog."""
 
     # ------------------------------------------------------------------ plumbing
 
@@ -95,22 +106,20 @@ class RolloutService:
                          codecs=list(WIRE_CODECS), user_code=self.user_code))
         self.say(f"rollout {self.instance}: hello to {self.learner} ({self.n_battles} battles in {self.n_shards} shards)")
 
+    def _refused_message(self, exc: ProtocolError) -> None:
+        self.metrics.refused.labels(exc.reason).inc()
+        self.refusal_log(exc.reason, f"rollout {self.instance}: refused a message from the learner: {exc}")
+
+    def _heard(self) -> None:
+        self.last_heard = time.monotonic()
+
     def request_stop(self, *_):
         self.stop_requested = True
 
     # ------------------------------------------------------------------ handlers
 
     def _on_welcome(self, msg: Welcome) -> None:
-        if msg.engine != self.engine:
-            reason = (f"engine build differs: this rollout runs {self.engine.describe()}, "
-                      f"the learner runs {msg.engine.describe()}; install the learner's royalegym/royalesim")
-            self._send(Failure(instance=self.instance, kind="refused", message=reason))
-            raise SystemExit(f"rollout {self.instance}: {reason}")
-        if msg.wire_codec not in WIRE_CODECS:
-            reason = f"the learner serves wire codec {msg.wire_codec}; this rollout speaks {list(WIRE_CODECS)}"
-            self._send(Failure(instance=self.instance, kind="refused", message=reason))
-            raise SystemExit(f"rollout {self.instance}: {reason}")
-        reason = battles_mismatch(self.n_battles, self.n_shards, msg.rollout)
+        reason = welcome_refusal(msg, self.engine, self.n_battles, self.n_shards)
         if reason:
             self._send(Failure(instance=self.instance, kind="refused", message=reason))
             raise SystemExit(f"rollout {self.instance}: {reason}")
@@ -216,7 +225,12 @@ class RolloutService:
                     or (len(s) and (int(s.min()) < 0 or int(s.max()) >= shard.n_slots))):
                 raise ProtocolError("arrays", "step search arrays must be search_slots (s,) int16 within the shard, "
                                               "search_candidates and search_keys (s, k)")
-        result = shard.step(actions, search)
+        critic = search and self.welcome.search is not None and self.welcome.search.leaf_value == "critic"
+        timeout = self.welcome.rollout.round_timeout_s
+        ask = (lambda rows, ret, disc: self.leaf_queries.ask(
+            LeafQuery(instance=self.instance, iteration=msg.iteration, cycle=msg.cycle, shard=msg.shard),
+            rows, ret, disc, timeout, lambda: self.stop_requested))
+        result = shard.step(actions, search, ask if critic else None)
         self._send_round(msg.iteration, msg.cycle + 1, shard, result)
 
     def _send_round(self, iteration: int, cycle: int, shard: Shard, result) -> None:
@@ -252,6 +266,33 @@ class RolloutService:
 
     # ------------------------------------------------------------------ main loop
 
+    def _dispatch(self, msg, arrays) -> int | None:
+        """Handle one message from the learner; an exit code when the rollout is done."""
+        if isinstance(msg, Step):
+            self._on_step(msg, arrays)
+        elif isinstance(msg, Plan):
+            self._on_plan(msg)
+        elif isinstance(msg, GetStates):
+            self._on_get_states(msg)
+        elif isinstance(msg, SetState):
+            self._on_set_state(msg)
+        elif isinstance(msg, Welcome):
+            self._on_welcome(msg)
+        elif isinstance(msg, Rejoin):
+            if msg.instance and msg.instance != self.instance:
+                return None  # drawn by a heartbeat of an instance already replaced
+            self.say(f"rollout {self.instance}: learner asks to rejoin ({msg.reason})")
+            self.instance = uuid.uuid4().hex[:12]
+            self._hello()
+        elif isinstance(msg, Refused):
+            self.say(f"rollout {self.instance}: refused by the learner: {msg.reason}")
+            return 2
+        elif isinstance(msg, Close):
+            self.say(f"rollout {self.instance}: closed by the learner ({msg.reason})")
+            return 0
+        # a LeafValues here answers a query given up on (LeafTimeout): nothing waits for it
+        return None
+
     def run(self) -> int:
         self._hello()
         hb = 2.0
@@ -266,60 +307,50 @@ class RolloutService:
                 self._hello()
             elif now - self.last_sent > hb:
                 self._send(Heartbeat(instance=self.instance, state="ready" if self.shards else "waiting"))
-            t_wait = time.monotonic()
-            got = self.sock.poll(int(min(hb, 0.5) * 1000), zmq.POLLIN)
-            if self.shards:  # holding battles: the time since the last wait is idle + work
-                t_now = time.monotonic()
-                self.idle_window.add(t_now - t_wait, t_now - self.held_since)
-                self.held_since = t_now
+            if self.leaf_queries.backlog:  # what arrived while a step waited for its leaf values, in order
+                msg, arrays = self.leaf_queries.backlog.popleft()
             else:
-                self.held_since = time.monotonic()
-            if not got:
-                continue
+                t_wait = time.monotonic()
+                got = self.sock.poll(int(min(hb, 0.5) * 1000), zmq.POLLIN)
+                if self.shards:  # holding battles: the time since the last wait is idle + work
+                    t_now = time.monotonic()
+                    self.idle_window.add(t_now - t_wait, t_now - self.held_since)
+                    self.held_since = t_now
+                else:
+                    self.held_since = time.monotonic()
+                if not got:
+                    continue
+                try:
+                    _, msg, arrays = transport.recv(self.sock, self.decoder)
+                except ProtocolError as exc:
+                    self._refused_message(exc)
+                    continue
+                self._heard()
             try:
-                _, msg, arrays = transport.recv(self.sock, self.decoder)
-            except ProtocolError as exc:
-                self.metrics.refused.labels(exc.reason).inc()
-                self.refusal_log(exc.reason, f"rollout {self.instance}: refused a message from the learner: {exc}")
-                continue
-            self.last_heard = time.monotonic()
-            try:
-                if isinstance(msg, Step):
-                    self._on_step(msg, arrays)
-                elif isinstance(msg, Plan):
-                    self._on_plan(msg)
-                elif isinstance(msg, GetStates):
-                    self._on_get_states(msg)
-                elif isinstance(msg, SetState):
-                    self._on_set_state(msg)
-                elif isinstance(msg, Welcome):
-                    self._on_welcome(msg)
-                elif isinstance(msg, Rejoin):
-                    if msg.instance and msg.instance != self.instance:
-                        continue  # drawn by a heartbeat of an instance already replaced
-                    self.say(f"rollout {self.instance}: learner asks to rejoin ({msg.reason})")
-                    self.instance = uuid.uuid4().hex[:12]
-                    self._hello()
-                elif isinstance(msg, Refused):
-                    self.say(f"rollout {self.instance}: refused by the learner: {msg.reason}")
-                    return 2
-                elif isinstance(msg, Close):
-                    self.say(f"rollout {self.instance}: closed by the learner ({msg.reason})")
-                    return 0
+                code = self._dispatch(msg, arrays)
+            except Stopping as exc:
+                if exc.args:  # a Close or Refused came instead of the leaf values: handled next
+                    continue
+                break
             except ProtocolError as exc:
                 self.metrics.refused.labels(exc.reason).inc()
                 self._send(Failure(instance=self.instance, kind="protocol", message=str(exc)))
                 self.say(f"rollout {self.instance}: bad command from the learner: {exc}")
-            except AssignmentMissing as exc:
+                continue
+            except (AssignmentMissing, LeafTimeout) as exc:
                 self._send(Failure(instance=self.instance, kind="protocol", message=str(exc)))
                 self.say(f"rollout {self.instance}: {exc}; asking to rejoin")
+                self.leaf_queries.backlog.clear()
                 self.instance = uuid.uuid4().hex[:12]
                 self._hello()
+                continue
             except Exception:
                 text = traceback.format_exc()
                 self._send(Failure(instance=self.instance, kind="exception", message=text))
                 self.say(text)
                 return 1
+            if code is not None:
+                return code
         self.say(f"rollout {self.instance}: stopping")
         return 0
 

@@ -74,6 +74,21 @@ class SearchStats:
 
 
 @dataclass
+class Playouts:
+    """What ``Lookahead.simulate`` saw of each candidate (one entry each, in order): ``board``
+    (float64) ``board_value`` at the leaf minus the value now; with ``leaves``: ``returns``
+    (float64) the searching seat's rewards along the path discounted by gamma per decision,
+    ``discounts`` (float64) gamma ** decisions simulated (0 where the battle ended with a result;
+    a truncated battle bootstraps from its last observation), ``leaves`` the seat's observation
+    (a RoyaleGym obs dict) at each leaf."""
+
+    board: np.ndarray
+    returns: np.ndarray | None = None
+    discounts: np.ndarray | None = None
+    leaves: list = field(default_factory=list)
+
+
+@dataclass
 class Lookahead:
     """The second env candidates are tried in, built lazily from ``env_cfg`` (a RoyaleGym
     ``RustEngine`` takes a second or two to build: once per searching player, reused across
@@ -97,37 +112,60 @@ class Lookahead:
 
     def scores(self, env, seat: str, candidates: list[int], opponent, seed: int) -> np.ndarray:
         """(len(candidates),) float64: ``board_value`` for ``seat`` after each candidate and its
-        playout, minus the value now.
+        playout, minus the value now (``simulate``'s ``board``)."""
+        return self.simulate(env, seat, candidates, opponent, seed).board
+
+    def simulate(self, env, seat: str, candidates: list[int], opponent, seed: int, *, gamma: float | None = None,
+                 leaves: bool = False) -> "Playouts":
+        """Play each candidate and its playout in the second env; returns their ``Playouts``.
 
         ``env`` is the real battle, at a decision of ``seat`` (not over, no ``mask_only`` seat:
         ``ClashParallelEnv.snapshot`` refuses those). ``opponent`` plays the other seat in the
         simulations: an object with ``act(obs, rng) -> int`` that keeps no state between calls
         and ``scripted_seat`` (True when it reads the mask alone, so its simulated seat skips the
-        observation build). ``seed`` names the simulation streams.
+        observation build). ``seed`` names the simulation streams. ``leaves`` keeps each
+        candidate's leaf observation of ``seat`` (so the seat's observation is built all along:
+        slower) and its discounted rewards with ``gamma`` (required then), for the critic.
         """
+        if leaves and gamma is None:
+            raise ValueError("simulate(leaves=True) needs the iteration's gamma")
         t0 = time.perf_counter()
         sim = self.sim_env()
         me = SEAT_NAMES.index(seat)
         other = SEAT_NAMES[1 - me]
+        if leaves:  # the simulated rewards are the training's: every potential term on the iteration's gamma
+            from shared.rewards import set_gamma
+
+            set_gamma(sim.reward_fn, gamma)
         snap = env.snapshot()
         now = board_value(env.battle_state, me)
-        mask_only = [seat] + ([other] if getattr(opponent, "scripted_seat", False) else [])
-        out = np.empty(len(candidates), np.float64)
+        mask_only = ([] if leaves else [seat]) + ([other] if getattr(opponent, "scripted_seat", False) else [])
+        out = Playouts(np.empty(len(candidates), np.float64))
+        if leaves:
+            out.returns, out.discounts = np.zeros(len(candidates), np.float64), np.zeros(len(candidates), np.float64)
         steps = 0
         for k, action in enumerate(candidates):
             obs, _ = sim.reset(options={"snapshot": snap, "mask_only": mask_only})
             own_rng = np.random.default_rng((seed, 1))
             opp_rng = np.random.default_rng((seed, 2))
             mine = int(action)
+            ret, disc, ended = 0.0, 1.0, False
             for d in range(self.depth + 1):
                 if d:
                     mine = int(self._playout.act(obs[seat], obs[seat]["action_mask"], own_rng))
                 theirs = int(opponent.act(obs[other], opp_rng))
-                obs, _, term, trunc, _ = sim.step({seat: mine, other: theirs})
+                obs, rew, term, trunc, _ = sim.step({seat: mine, other: theirs})
                 steps += 1
+                if leaves:
+                    ret += disc * float(rew[seat])
+                    disc *= gamma
                 if term[seat] or trunc[seat]:
+                    ended = bool(term[seat])
                     break
-            out[k] = board_value(sim.battle_state, me) - now
+            out.board[k] = board_value(sim.battle_state, me) - now
+            if leaves:
+                out.returns[k], out.discounts[k] = ret, 0.0 if ended else disc
+                out.leaves.append(obs[seat])
         self.stats.decisions += 1
         self.stats.simulations += len(candidates)
         self.stats.sim_steps += steps

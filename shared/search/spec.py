@@ -69,7 +69,7 @@ def with_search(base: str, spec: SearchSpec | None) -> str:
 import msgspec  # noqa: E402  (the wire struct below; the rest of the module needs nothing)
 
 
-class RolloutSearch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+class RolloutSearch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
     """What a rollout searches at its learner seats' choice decisions (sent in ``Welcome.search``
     under ``learner.algorithm = "alphazero"``; services/rollout/search.py): at most
     ``candidates`` actions per searched decision (the learner names them in the Step), each
@@ -78,4 +78,7 @@ class RolloutSearch(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     candidates: int
     depth: int = DEFAULT_DEPTH
     c_scale: float = 0.1
+    leaf_value: str = "board"
+    """``AlphaZeroConfig.leaf_value``: "board" scores a leaf in the rollout; "critic" asks the
+    learner (``LeafQuery``) for each leaf's n-step return with its critic's V(leaf)."""
     """sigma's scale in the move rule (``shared.search.targets.gumbel_move_index``)."""

@@ -15,7 +15,7 @@ from zmq.utils.monitor import recv_monitor_message
 from shared import transport
 from shared.config import EnvConfig, RolloutConfig
 from shared.messages import (
-    BattleStates, GetStates, SetState, StatesSet,
+    BattleStates, GetStates, LeafQuery, LeafValues, SetState, StatesSet,
     LoadSnapshot, SaveSnapshot, SnapshotLoaded, SnapshotSaved,
     EvalJob, EvalJobRequest, EvalReport, NoJob,
     AdmitCandidate, Admitted, LadderStatus, LadderStatusRequest, MeasureStrength, StrengthSummary,
@@ -67,6 +67,10 @@ CASES = [
     (ToRollout, Refused(reason="engine build differs"), {}),
     (ToRollout, Plan(iteration=2, battles=[3, 4], restart_ordinals=[7, -1], assignments=ASSIGN, fresh=True, gamma=0.997), {}),
     (ToRollout, Step(iteration=2, cycle=5, shard=1), {"actions": np.array([0, 2304, 17, 0], np.int16)}),
+    (ToLearner, LeafQuery(instance="i1", iteration=2, cycle=5, shard=1),
+     {"leaf_rows": np.arange(24, dtype=np.uint8).reshape(3, 8), "leaf_return": np.array([0.5, -1.0, 0.0]),
+      "leaf_discount": np.array([0.97, 0.0, 1.0])}),
+    (ToRollout, LeafValues(iteration=2, cycle=5, shard=1), {"leaf_q": np.array([0.25, -1.5, 0.0], np.float32)}),
     (ToRollout, Close(reason="done"), {}),
     (ToRollout, Rejoin(reason="learner restarted"), {}),
     (ToRollout, GetStates(iteration=4), {}),

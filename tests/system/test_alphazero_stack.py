@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow
 
 def test_an_alphazero_run_searches_trains_on_its_targets_and_resumes_row_for_row(tmp_path):
     cfg = load_config({"profile": "tiny", "runs_dir": str(tmp_path), "env": {"max_steps": 12},
-                       "learner": {"algorithm": "alphazero"}, "alphazero": {"candidates": 4, "depth": 6},
+                       "learner": {"algorithm": "alphazero"},
+                       "alphazero": {"candidates": 4, "depth": 6, "leaf_value": "critic"},
                        "ladder": {"pool": {"candidate_every_env_steps": 100}}})
     lines = []
     problems = verify_resume(cfg, iterations=2, split=1, rollouts=1, keep_dir=str(tmp_path / "v"), say=lines.append)
@@ -37,6 +38,8 @@ def test_an_alphazero_run_searches_trains_on_its_targets_and_resumes_row_for_row
         assert r["throughput/engine_steps_per_second"] > r["throughput/env_steps_per_second"]
         assert r["az/actor_optimizer_steps"] > 0 and r["az/policy_loss"] > 0
         assert r["search/target_kl_prior"] >= 0
+        # every simulated candidate's leaf was valued by the critic, in a LeafQuery mid-step
+        assert r["search/critic_leaves"] >= r["search/decisions"] * r["search/simulations_per_decision"]
     # the pool played the snapshot: every frozen row answered by it, none by a stand-in
     assert rows[0]["health/frozen_rows"] == 0 and rows[1]["health/frozen_rows"] > 0
     assert sum(r["health/frozen_noop_rows"] + r["health/frozen_load_failures"] for r in rows) == 0

@@ -72,12 +72,41 @@ class SearchBook:
     sim_steps: int = 0
     simulations: int = 0
     env_seconds: float = 0.0
+    reward_divisor: float = 1.0
+    """What the critic's returns are scaled by this iteration (``ReturnScaler.divisor``, 1
+    without ``advantage.standardize_rewards``): a leaf's simulated rewards are divided by it."""
+    critic_leaves: int = 0
+    """Leaves valued by ``leaf_values`` this iteration (``alphazero.leaf_value`` "critic")."""
 
-    def begin(self) -> None:
+    def begin(self, reward_divisor: float = 1.0) -> None:
+        """Empty the book for an iteration whose rewards the critic sees divided by ``reward_divisor``."""
         self.targets.clear()
         self.pending.clear()
-        self.refused = self.sim_steps = self.simulations = 0
+        self.refused = self.sim_steps = self.simulations = self.critic_leaves = 0
         self.sim_seconds = self.env_seconds = 0.0
+        self.reward_divisor = float(reward_divisor)
+
+    def leaf_values(self, policy, rows: np.ndarray, returns: np.ndarray, discounts: np.ndarray,
+                    row_bytes: int) -> np.ndarray:
+        """A ``LeafQuery``'s scores: (n,) float32 ``returns / reward_divisor + discounts * V(rows)``,
+        the n-step return of each simulated candidate with the live critic at its leaf
+        (``rows`` uint8 (n, ``row_bytes``), ``returns`` and ``discounts`` float64 (n,)). One
+        forward over the query's rows in its order: its composition is the rollout's, so a
+        resumed run values the same rows the same. Raises ValueError naming the array for
+        arrays of other shapes, non-finite returns or discounts outside [0, 1]."""
+        if rows is None or returns is None or discounts is None:
+            raise ValueError("a leaf query carries leaf_rows, leaf_return and leaf_discount")
+        n = len(rows)
+        if rows.shape != (n, row_bytes) or not n:
+            raise ValueError(f"leaf_rows is {rows.shape}, expected (n > 0, {row_bytes})")
+        for name, a in (("leaf_return", returns), ("leaf_discount", discounts)):
+            if a.shape != (n,) or not np.isfinite(a).all():
+                raise ValueError(f"{name} must be ({n},) finite, got {a.shape}")
+        if (discounts < 0).any() or (discounts > 1).any():
+            raise ValueError("leaf_discount must lie in [0, 1]")
+        values = policy.values(np.ascontiguousarray(rows)).astype(np.float64)
+        self.critic_leaves += n
+        return (returns / self.reward_divisor + discounts * values).astype(np.float32)
 
     def count_round(self, body) -> None:
         """A round's search cost and stepping time, as its rollout reported them (a ``Round``)."""
@@ -138,6 +167,8 @@ class SearchBook:
         of verify-resume's comparison). ``env_steps``: the battles' own decisions collected.
         Rows still pending (a lost shard's) are counted in ``search/refused``."""
         out = {"search/sim_steps": float(self.sim_steps), "search/refused": float(self.refused + len(self.pending))}
+        if self.critic_leaves:
+            out["search/critic_leaves"] = float(self.critic_leaves)
         n = len(self.targets)
         out["search/decisions"] = float(n)
         if collect_seconds > 0:

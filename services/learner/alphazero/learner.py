@@ -70,9 +70,10 @@ class AlphaZeroLearner:
         self.book = SearchBook(c_scale=cfg.alphazero.c_scale, candidates=cfg.alphazero.candidates,
                                master_seed=cfg.master_seed)
 
-    def behaviour(self, policy):
-        """The collection's policy (the live actor); empties the book for the iteration."""
-        self.book.begin()
+    def behaviour(self, policy, reward_divisor: float = 1.0):
+        """The collection's policy (the live actor); empties the book for the iteration, whose
+        critic sees rewards divided by ``reward_divisor`` (the leaves' simulated rewards too)."""
+        self.book.begin(reward_divisor if self.cfg.advantage.standardize_rewards else 1.0)
         return policy
 
     def train(self, learner: Learner, c) -> tuple[Advantages, UpdateResult, dict]:

@@ -13,7 +13,8 @@ import torch
 from services.learner.rounds import Arrival, CollectionRun, Collector, FiledRound, HeldRound
 from services.learner.fleet import Fleet, Member
 from services.learner.rectangle import Rectangle
-from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, EngineBuild, Round, Step
+from services.learner.alphazero.book import SearchBook
+from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, EngineBuild, LeafQuery, LeafValues, Round, Step
 from shared.seeding import stream
 
 ENGINE = EngineBuild(engine_class="royalegym.rust_engine.RustEngine", calibration_digest="c", build_digest="b",
@@ -71,7 +72,7 @@ def rig():
                           round_arrays(body.cycle + 1)))
         return True
 
-    def poll(timeout_ms, on_round):
+    def poll(timeout_ms, on_round, on_leaves=None):
         n = len(inbox)
         while inbox:
             body, arrays = inbox.pop(0)
@@ -155,3 +156,35 @@ def test_a_stop_ends_the_collection_before_the_next_pass(rig):
     rig.collector.stop_requested = True
     stats = rig.collector.collect(ITERATION, rig.members, rig.slot_map, rig.rect, UniformPolicy(), SEED, 5.0)
     assert stats.rounds == 0 and rig.steps == [] and len(rig.inbox) == 1  # cycle 0 never polled
+
+
+def test_a_leaf_query_of_the_step_just_sent_is_valued_and_answered_and_any_other_is_refused(rig):
+    """alphazero.leaf_value "critic": the rollout, in the middle of the Step of cycle t, sends its
+    search's leaves; the collection values them with the live critic (return / reward divisor +
+    discount x V) and answers LeafValues at once. A query for a step not sent, or malformed, is
+    refused and not answered."""
+    book = SearchBook(c_scale=0.1, candidates=2, master_seed=0)
+    book.begin(reward_divisor=2.0)
+    rig.collector.search_book = book
+    policy = UniformPolicy()
+    policy.values = lambda rows: rows[:, 0].astype(np.float32)  # V(leaf) = its first byte
+    run = CollectionRun(rig.collector, ITERATION, rig.members, rig.slot_map, rig.rect, policy, SEED, 5.0)
+    member = rig.members[0]
+    run.file_round(Arrival(member, Round(instance="a", iteration=ITERATION, cycle=0, shard=0), round_arrays(0)),
+                   ITERATION)
+    sent = []
+    rig.collector.send = lambda identity, body, arrays=None: sent.append((identity, body, arrays)) or True
+    rows = np.zeros((2, ROW_BYTES), np.uint8)
+    rows[:, 0] = [3, 5]
+    leaves = {"leaf_rows": rows, "leaf_return": np.array([1.0, -1.0]), "leaf_discount": np.array([0.5, 0.0])}
+    run.answer_leaves(member, LeafQuery(instance="a", iteration=ITERATION, cycle=0, shard=0), leaves)
+    identity, body, arrays = sent[0]
+    assert identity == b"id-a" and isinstance(body, LeafValues)
+    assert (body.iteration, body.cycle, body.shard) == (ITERATION, 0, 0)
+    assert arrays["leaf_q"].tolist() == [2.0, -0.5]  # 1/2 + 0.5 x 3; -1/2 + 0 x 5
+    run.answer_leaves(member, LeafQuery(instance="a", iteration=ITERATION, cycle=1, shard=0), leaves)  # not sent yet
+    run.answer_leaves(member, LeafQuery(instance="a", iteration=ITERATION + 1, cycle=0, shard=0), leaves)
+    run.answer_leaves(member, LeafQuery(instance="a", iteration=ITERATION, cycle=0, shard=0),
+                      leaves | {"leaf_rows": rows[:, :5]})
+    assert len(sent) == 1 and rig.collector.refused_count == 3 and book.critic_leaves == 2
+    assert any("malformed leaf query" in line and "leaf_rows is (2, 5)" in line for line in rig.said)

@@ -132,3 +132,97 @@ def test_a_searched_step_plays_the_moves_and_its_round_carries_the_search(pf):
     assert result.search_steps == found.sim_steps and result.search_seconds > 0
     with pytest.raises(KeyError, match="search arrays"):
         RoundArrays.of({k: v for k, v in arrays.items() if k != "search_q"}, step=True)
+
+
+def _critic_shard(pf, ids, gamma):
+    cfg = load_config({"profile": "tiny"})
+    spec = RolloutSearch(candidates=4, depth=3, c_scale=0.1, leaf_value="critic")
+    shard = Shard(0, cfg.env, len(ids), pf.codec, SEED, NOOP_PROB, True,
+                  ShardSearch(spec, cfg.env, SEED, lambda o: make_scripted(o, NOOP_PROB)))
+    for b in ids:
+        for k in range(4):
+            shard.table[(b, k)] = (Assignment(b, k, "mirror", "learner", -1) if b % 2 == 0
+                                   else Assignment(b, k, "scripted", "scripted:random_legal", 1))
+    shard.set_gamma(gamma)
+    shard.start(ids, [0] * len(ids))
+    return shard
+
+
+@pytest.mark.slow
+def test_critic_leaves_ask_once_per_step_and_the_moves_follow_the_answer(pf):
+    """Under leaf_value "critic" a searched step simulates every searchable slot, asks the
+    learner ONCE for all their leaves (rows of the seat's leaf observations, the discounted
+    rewards along each path and gamma ** decisions), and chooses each move by the rule over the
+    answer. Without the learner's answer (no value_leaves) it refuses to guess."""
+    gamma = 0.9
+    shard = _critic_shard(pf, [0, 1], gamma)
+    _advance(shard, np.random.default_rng(3), 12)
+    good, req = _request(shard, np.random.default_rng(5))
+    with pytest.raises(ValueError, match="value_leaves"):
+        shard.search.run(shard.battles, req["search_slots"], req["search_candidates"], req["search_keys"])
+    calls = []
+
+    def learner(rows, returns, discounts):  # a stand-in critic: each leaf's score is its index, reversed
+        calls.append((rows.copy(), returns.copy(), discounts.copy()))
+        return np.arange(len(rows), 0, -1).astype(np.float32)
+
+    before = [battle_state.save(b, pf.engine) for b in shard.battles]
+    found = shard.search.run(shard.battles, req["search_slots"], req["search_candidates"], req["search_keys"],
+                             lambda leaves, r, d: learner(shard.codec.pack_many(leaves)[0], r, d))
+    assert [battle_state.save(b, pf.engine) for b in shard.battles] == before
+    assert len(calls) == 1
+    rows, returns, discounts = calls[0]
+    n = int((found.candidates >= 0).sum())
+    assert rows.shape == (n, pf.codec.row_bytes) and rows.dtype == np.uint8
+    # episodes here last longer than 4 decisions: every path ran candidate + depth 3 decisions
+    np.testing.assert_array_equal(discounts, np.full(n, ((1.0 * gamma) * gamma * gamma) * gamma))
+    assert np.isfinite(returns).all()
+    answer = np.arange(n, 0, -1).astype(np.float32)
+    at = 0
+    for s in range(good):
+        k = int(np.count_nonzero(found.candidates[s] >= 0))
+        np.testing.assert_array_equal(found.q[s][:k], answer[at: at + k])
+        assert found.moves[s] == found.candidates[s][gumbel_move_index(req["search_keys"][s][:k], answer[at: at + k],
+                                                                       c_scale=0.1)]
+        at += k
+
+
+@pytest.mark.slow
+def test_a_critic_leaf_carries_the_paths_discounted_rewards_replayed_by_hand(pf):
+    """The first searched slot's first candidate, replayed by hand from the saved battle with the
+    documented streams ((seed, 1) for the seat's RoyaleGym ``random`` playout, (seed, 2) for the
+    opponent's): its return is sum gamma^i r_i of the seat's rewards and its leaf row the seat's
+    observation where the path stops."""
+    from royalegym import RandomLegalOpponent
+
+    from shared.envs import build_env
+    from shared.rewards import set_gamma
+    from shared.search.lookahead import PLAYOUT_NOOP_PROB
+
+    gamma = 0.9
+    shard = _critic_shard(pf, [0, 1], gamma)
+    _advance(shard, np.random.default_rng(3), 12)
+    good, req = _request(shard, np.random.default_rng(5))
+    seen = []
+    shard.search.run(shard.battles, req["search_slots"], req["search_candidates"], req["search_keys"],
+                     lambda leaves, r, d: seen.append((shard.codec.pack_many(leaves)[0], r)) or np.zeros(len(r)))
+    slot = int(req["search_slots"][0])
+    battle, seat = shard.battles[slot // 2], slot % 2
+    me, other = ("blue", "red")[seat], ("blue", "red")[1 - seat]
+    seed = shard.search.seed(battle, seat)
+    opponent = shard.search.opponent_model(battle, seat)
+    env = build_env(load_config({"profile": "tiny"}).env)
+    set_gamma(env.reward_fn, gamma)
+    obs, _ = env.reset(options={"snapshot": battle.env.snapshot(),
+                                "mask_only": [other] if getattr(opponent, "scripted_seat", False) else []})
+    own, opp, playout = np.random.default_rng((seed, 1)), np.random.default_rng((seed, 2)), RandomLegalOpponent(PLAYOUT_NOOP_PROB)
+    total, weight, mine = 0.0, 1.0, int(req["search_candidates"][0][0])
+    for d in range(4):
+        if d:
+            mine = int(playout.act(obs[me], obs[me]["action_mask"], own))
+        obs, rew, term, trunc, _ = env.step({me: mine, other: int(opponent.act(obs[other], opp))})
+        total += weight * float(rew[me])
+        weight *= gamma
+    rows, returns = seen[0]
+    assert returns[0] == total
+    np.testing.assert_array_equal(rows[0], shard.codec.pack_many([obs[me]])[0][0])

@@ -178,3 +178,34 @@ def test_the_books_means_do_not_depend_on_the_order_rounds_arrived_in():
                         for k in keys}
         rows.append(book.row(collect_seconds=1.0, env_steps=1))
     assert rows[0]["search/target_entropy"] == rows[1]["search/target_entropy"] == 1 / 3
+
+
+def test_leaf_values_are_the_n_step_return_with_the_critic_at_the_leaf_by_hand():
+    """A LeafQuery's scores: returns / reward divisor + discount * V(leaf), worked by hand, with
+    the critic's forward over the query's rows in their order; malformed arrays are refused by name."""
+    seen = []
+
+    class Critic:
+        def values(self, rows):
+            seen.append(rows.copy())
+            return np.array([2.0, -1.0, 0.5], np.float32)
+
+    book = SearchBook(c_scale=0.1, candidates=2, master_seed=0)
+    book.begin(reward_divisor=4.0)
+    rows = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    q = book.leaf_values(Critic(), rows, np.array([1.0, -2.0, 0.0]), np.array([0.5, 0.0, 1.0]), row_bytes=4)
+    # 1/4 + 0.5*2 = 1.25; -2/4 + 0 = -0.5; 0 + 1*0.5 = 0.5
+    np.testing.assert_array_equal(q, np.array([1.25, -0.5, 0.5], np.float32))
+    assert q.dtype == np.float32 and book.critic_leaves == 3
+    np.testing.assert_array_equal(seen[0], rows)
+    assert book.row(1.0, 10)["search/critic_leaves"] == 3.0
+    for args, match in [((rows[:, :3], np.zeros(3), np.zeros(3)), r"leaf_rows is \(3, 3\), expected"),
+                        ((rows, np.array([0.0, np.nan, 0.0]), np.zeros(3)), "leaf_return must be"),
+                        ((rows, np.zeros(3), np.zeros(2)), "leaf_discount must be"),
+                        ((rows, np.zeros(3), np.array([0.0, 1.5, 0.0])), r"leaf_discount must lie in \[0, 1\]"),
+                        ((None, np.zeros(3), np.zeros(3)), "carries leaf_rows")]:
+        with pytest.raises(ValueError, match=match):
+            book.leaf_values(Critic(), *args, row_bytes=4)
+    assert book.critic_leaves == 3  # a refused query values nothing
+    book.begin()
+    assert book.reward_divisor == 1.0 and "search/critic_leaves" not in book.row(1.0, 10)

@@ -1,0 +1,100 @@
+"""The rollout's mid-step request (alphazero.leaf_value "critic"): it sends its search's leaves
+in a ``LeafQuery`` and waits for the ``LeafValues`` of the same (iteration, cycle, shard); what
+else arrives meanwhile (another shard's Step, a stale answer) waits in its backlog, in order; a
+Close ends the wait at once; no answer ends it after ``rollout.round_timeout_s`` with an error
+naming the step. Over a real ROUTER on loopback."""
+
+from __future__ import annotations
+
+import threading
+import numpy as np
+import pytest
+
+from services.rollout.leaf_query import LeafTimeout, Stopping
+from services.rollout.service import RolloutService
+from shared import transport
+from shared.messages import Close, Decoder, LeafQuery, LeafValues, Step, ToLearner
+
+ROWS = np.arange(10, dtype=np.uint8).reshape(2, 5)
+
+
+@pytest.fixture
+def pair():
+    router = transport.bind_router("tcp://127.0.0.1:*")
+    address = router.getsockopt_string(transport.zmq.LAST_ENDPOINT)
+    rollout = RolloutService(address, battles=2, shards=1, say=lambda line: None)
+    yield router, rollout
+    rollout.close()
+    router.close(linger=0)
+
+
+def _ask(rollout):
+    out = {}
+
+    def run():
+        try:
+            query = LeafQuery(instance=rollout.instance, iteration=3, cycle=4, shard=1)
+            out["q"] = rollout.leaf_queries.ask(query, ROWS, np.array([0.5, -1.0]), np.array([0.9, 0.0]), 1.0,
+                                                lambda: False)
+        except Exception as exc:  # noqa: BLE001  (handed to the test thread)
+            out["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
+def _query(router):
+    assert router.poll(5000)
+    identity, body, arrays = transport.recv(router, Decoder(ToLearner), router=True)
+    return identity, body, arrays
+
+
+def test_the_answer_of_its_own_step_ends_the_wait_and_the_rest_waits_in_order(pair):
+    router, rollout = pair
+    thread, out = _ask(rollout)
+    identity, body, arrays = _query(router)
+    assert isinstance(body, LeafQuery) and (body.iteration, body.cycle, body.shard) == (3, 4, 1)
+    np.testing.assert_array_equal(arrays["leaf_rows"], ROWS)
+    assert arrays["leaf_return"].tolist() == [0.5, -1.0] and arrays["leaf_discount"].tolist() == [0.9, 0.0]
+    other = Step(iteration=3, cycle=4, shard=0)
+    transport.send(router, other, {"actions": np.zeros(4, np.int16)}, identity=identity)
+    stale = LeafValues(iteration=3, cycle=3, shard=1)
+    transport.send(router, stale, {"leaf_q": np.zeros(2, np.float32)}, identity=identity)
+    transport.send(router, LeafValues(iteration=3, cycle=4, shard=1), {"leaf_q": np.array([1.5, -2.0], np.float32)},
+                   identity=identity)
+    thread.join(5)
+    assert "error" not in out and out["q"].tolist() == [1.5, -2.0]
+    assert [type(m) for m, _ in rollout.leaf_queries.backlog] == [Step, LeafValues]
+    assert rollout.leaf_queries.backlog[0][0] == other and rollout.leaf_queries.backlog[1][0] == stale
+
+
+def test_a_close_ends_the_wait_and_is_handled_first(pair):
+    router, rollout = pair
+    thread, out = _ask(rollout)
+    identity, _, _ = _query(router)
+    transport.send(router, Step(iteration=3, cycle=4, shard=0), {"actions": np.zeros(4, np.int16)}, identity=identity)
+    transport.send(router, Close(reason="learner stopping"), identity=identity)
+    thread.join(5)
+    assert isinstance(out["error"], Stopping) and out["error"].args
+    assert [type(m) for m, _ in rollout.leaf_queries.backlog] == [Close, Step]
+
+
+def test_no_answer_gives_up_after_the_round_timeout_naming_the_step(pair):
+    router, rollout = pair
+    thread, out = _ask(rollout)
+    _query(router)
+    thread.join(5)
+    assert isinstance(out["error"], LeafTimeout)
+    assert str(out["error"]) == ("no leaf values from the learner within 1 s (rollout.round_timeout_s) for "
+                                 "iteration 3 cycle 4 shard 1")
+
+
+def test_an_answer_of_the_wrong_length_is_a_protocol_error(pair):
+    router, rollout = pair
+    thread, out = _ask(rollout)
+    identity, _, _ = _query(router)
+    transport.send(router, LeafValues(iteration=3, cycle=4, shard=1), {"leaf_q": np.zeros(3, np.float32)},
+                   identity=identity)
+    thread.join(5)
+    assert type(out["error"]).__name__ == "ProtocolError" and "leaf_q (2,)" in str(out["error"])
