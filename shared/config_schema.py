@@ -1006,6 +1006,13 @@ class AlphaZeroConfig(_Cfg):
     value_lambda: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     """lambda of the critic's target: 1 is the realized discounted return-to-go (bootstrapped only
     where the iteration cuts an episode or the env truncates it), below 1 TD(lambda)."""
+    sim_opponent: Literal["battle", "random"] = "battle"
+    """Who plays the other seat inside the search's simulations. ``battle``: as in the real
+    battle: a scripted opponent itself (in the rollout), the learner's live actor in a mirror
+    battle and the pool snapshot in a pool battle, both by the learner's central inference in
+    a mid-step request per simulated decision (``SimActQuery``/``SimActions``, docs/protocol.md),
+    every candidate's simulation side by side. ``random``: RoyaleGym's ``random`` for a network
+    opponent (no request; a search against a passive opponent finds its exploits)."""
     leaf_value: Literal["board", "critic"] = "board"
     """How a simulated candidate is scored. ``board``: tower HP and crowns at the leaf
     (shared/search/lookahead.py ``board_value``), computed in the rollout. ``critic``: the

@@ -282,6 +282,27 @@ class LeafQuery(_Msg, tag="leaf_query"):
     shard: int
 
 
+class SimActQuery(_Msg, tag="sim_act_query"):
+    """Under ``alphazero.sim_opponent = "battle"``, in the middle of the Step (iteration, cycle,
+    shard): the moves of a network opponent inside the search's simulations, one decision of
+    every candidate's simulation at a time. ``player`` is the seat's holder in the real battle
+    (``learner`` in a mirror battle, ``snap:<id>`` for a pool snapshot), ``battle``/``ordinal``
+    the real battle's global id and episode (the learner checks the snapshot against that
+    episode's assignment), ``seq`` numbers the queries of one step from 0. Arrays
+    ``sim_rows`` (uint8 (n, row_bytes): the opponent seat's observations) and ``sim_uniforms``
+    (float64 (n,) in [0, 1): the sampling draws, from each simulation's own stream). The learner
+    answers ``SimActions``."""
+
+    instance: str
+    iteration: int
+    cycle: int
+    shard: int
+    seq: int
+    player: str
+    battle: int
+    ordinal: int
+
+
 class Heartbeat(_Msg, tag="heartbeat"):
     instance: str
     state: str
@@ -370,6 +391,17 @@ class LeafValues(_Msg, tag="leaf_values"):
     iteration: int
     cycle: int
     shard: int
+
+
+class SimActions(_Msg, tag="sim_actions"):
+    """The answer to a ``SimActQuery`` of (iteration, cycle, shard, seq): array ``sim_actions``
+    (int16 (n,)) the player's actions sampled by inverse CDF at the query's uniforms (the no-op
+    where only it is legal, or where the snapshot cannot play)."""
+
+    iteration: int
+    cycle: int
+    shard: int
+    seq: int
 
 
 class Close(_Msg, tag="close"):
@@ -734,8 +766,8 @@ class EvalReport(_Msg, tag="eval_report"):
     """The traces of the games the job asked to record (``EvalJob.record_games``)."""
 
 
-ToLearner = Union[Hello, Round, LeafQuery, Heartbeat, Failure, BattleStates, StatesSet]
-ToRollout = Union[Welcome, Refused, Plan, Step, LeafValues, Close, Rejoin, GetStates, SetState]
+ToLearner = Union[Hello, Round, LeafQuery, SimActQuery, Heartbeat, Failure, BattleStates, StatesSet]
+ToRollout = Union[Welcome, Refused, Plan, Step, LeafValues, SimActions, Close, Rejoin, GetStates, SetState]
 ToLadder = Union[PlanRequest, ReportEpisodes, AdmitCandidate, LadderStatusRequest, EvalJobRequest, EvalReport,
                  MeasureStrength]
 FromLadder = Union[PlanReply, Ack, Error, Admitted, LadderStatus, EvalJob, NoJob]
@@ -760,6 +792,8 @@ ARRAYS: dict[type, dict[str, tuple[str, int]]] = {
     # the search's leaves and their values (alphazero.leaf_value "critic"; services/rollout/search.py)
     LeafQuery: {"leaf_rows": ("uint8", 2), "leaf_return": ("float64", 1), "leaf_discount": ("float64", 1)},
     LeafValues: {"leaf_q": ("float32", 1)},
+    SimActQuery: {"sim_rows": ("uint8", 2), "sim_uniforms": ("float64", 1)},
+    SimActions: {"sim_actions": ("int16", 1)},
     SaveCheckpoint: {"*": ("uint8", 1)},
     Loaded: {"*": ("uint8", 1)},
     SaveSnapshot: {"actor": ("uint8", 1)},

@@ -156,6 +156,7 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "search/target_kl_prior": ("nats", "mean KL(target || prior) of the searched rows: how far the search moved the policy"),
     "search/changed_frac": ("fraction", "share of searched decisions whose move differs from the action the prior sampled"),
     "search/critic_leaves": ("count", "search leaves the learner's critic valued this iteration (alphazero.leaf_value \"critic\"; absent under \"board\")"),
+    "search/opponent_rows": ("count", "a network opponent's decisions in search simulations answered by the learner this iteration (alphazero.sim_opponent \"battle\"; absent when none)"),
     "search/refused": ("count", "searched slots of malformed rounds (not a learner choice row, illegal candidates): trained value-only"),
     "az/policy_loss": ("nats", "mean weighted cross-entropy of the actor against the search target per searched row, all epochs"),
     "az/kl_target": ("nats", "mean KL(target || actor) over the searched rows in the first epoch's forwards, before their step"),

@@ -31,14 +31,15 @@ import zmq
 from services.learner.admission import HelloLimits
 from services.learner.fleet import Fleet, Member, SlotMap
 from services.learner.frozen import FrozenStats
+from services.learner.mid_step import MidStepAnswers
 from services.learner.provenance import ProvenanceTracker
 from services.learner.rectangle import Rectangle
 from shared import transport
 from shared.components import user_code_refusal
 from shared.codec import WIRE_CODECS, WIRE_RAW, WIRE_ZSTD, RowDecompressor, WireError, decompress_round
 from shared.messages import (
-    GROUP_LEARNER, BattleStates, Failure, Heartbeat, Hello, LeafQuery, LeafValues, ProtocolError, Refused, Rejoin,
-    Round, StatesSet, Step, snapshot_of,
+    GROUP_LEARNER, BattleStates, Failure, Heartbeat, Hello, LeafQuery, ProtocolError, Refused, Rejoin, Round,
+    SimActQuery, StatesSet, Step, snapshot_of,
 )
 from shared.log_guard import RefusalLog, printable
 from shared.nn.frame_stack import History
@@ -129,11 +130,11 @@ class Collector:
         """Send ``body`` (and ``arrays``) to the rollout at ``identity``; False when it could not go."""
         return transport.send(self.sock, body, arrays, identity=identity)
 
-    def poll(self, timeout_ms: int, on_round, on_leaves=None) -> int:
+    def poll(self, timeout_ms: int, on_round, on_mid_step=None) -> int:
         """Handle every message that arrives within ``timeout_ms`` (then drains without
-        waiting). Rounds go to ``on_round(member, round, arrays)``, leaf queries to
-        ``on_leaves(member, query, arrays)`` (refused as unexpected without one: only a
-        collection answers them). Returns messages handled."""
+        waiting). Rounds go to ``on_round(member, round, arrays)``, a searched step's queries
+        (LeafQuery, SimActQuery) to ``on_mid_step(member, query, arrays)`` (refused as unexpected
+        without one: only a collection answers them). Returns messages handled."""
         handled = 0
         wait = timeout_ms
         while self.sock.poll(wait, zmq.POLLIN):
@@ -156,12 +157,12 @@ class Collector:
             member.last_seen = time.monotonic()
             if isinstance(msg, Round):
                 on_round(member, msg, arrays)
-            elif isinstance(msg, LeafQuery):
-                if on_leaves is None:
-                    self._refused("unexpected", f"leaf query {msg.iteration}/{msg.cycle} shard {msg.shard} from "
-                                                f"{member.label()} outside a collection")
+            elif isinstance(msg, (LeafQuery, SimActQuery)):
+                if on_mid_step is None:
+                    self._refused("unexpected", f"{type(msg).__name__} {msg.iteration}/{msg.cycle} shard {msg.shard} "
+                                                f"from {member.label()} outside a collection")
                 else:
-                    on_leaves(member, msg, arrays)
+                    on_mid_step(member, msg, arrays)
             elif isinstance(msg, Failure):
                 last = msg.message.strip().splitlines()[-1] if msg.message.strip() else ""
                 self.say(f"rollout {printable(member.label())} failed ({msg.kind}): {printable(last)}")
@@ -314,6 +315,8 @@ class CollectionRun:
         self.collector, self.iteration, self.slot_map, self.rect = collector, iteration, slot_map, rect
         self.policy, self.master_seed, self.round_timeout_s, self.frozen = policy, master_seed, round_timeout_s, frozen
         self.stats = CollectStats()
+        self.mid_step = MidStepAnswers(self)
+        """Answers a searched step's queries (services/learner/mid_step.py)."""
         self.frame_history = collector.frame_history
         self.by_instance = {m.instance: m for m in members}
         self.expected: dict[tuple[str, int], int] = {}
@@ -376,12 +379,12 @@ class CollectionRun:
         rounds, file them, answer them, lose the shards past their deadline."""
         c = self.collector
         t0 = time.perf_counter()
-        c.poll(50, self.receive, self.answer_leaves)
+        c.poll(50, self.receive, self.mid_step.on_query)
         if self.pending and c.batched and c.max_wait_s > 0:
             # SEED RL's batching: wait (boundedly) for more shards to join the forward.
             until = time.perf_counter() + c.max_wait_s
             while self.outstanding() and time.perf_counter() < until:
-                c.poll(max(0, int(1000 * (until - time.perf_counter()))), self.receive, self.answer_leaves)
+                c.poll(max(0, int(1000 * (until - time.perf_counter()))), self.receive, self.mid_step.on_query)
         self.stats.wait_seconds += time.perf_counter() - t0
         for arrival in self.pending:
             if not arrival.member.lost:
@@ -400,33 +403,6 @@ class CollectionRun:
         if sent is not None:  # the shard stepped from our Step to this round: the rollout was busy
             c.busy_seconds[member.instance] = c.busy_seconds.get(member.instance, 0.0) + time.monotonic() - sent
         self.pending.append(Arrival(member, body, arrays))
-
-    def answer_leaves(self, member: Member, body: LeafQuery, arrays: dict) -> None:
-        """``Collector.poll``'s ``on_leaves``: value a searched step's leaves with the live critic
-        (``SearchBook.leaf_values``) and answer ``LeafValues`` at once, while the rollout waits
-        in the middle of that step. A query for a step not sent (another iteration or cycle, a
-        shard not collecting, no search book) or with malformed arrays is refused and not
-        answered: the rollout gives up after ``rollout.round_timeout_s`` and the shard is lost."""
-        c, book = self.collector, self.collector.search_book
-        if member.instance not in self.by_instance:
-            return  # registered during this iteration: it has no step to search
-        key = (member.instance, body.shard)
-        if (book is None or body.iteration != self.iteration or self.expected.get(key) != body.cycle + 1
-                or body.cycle + 1 > self.rect.T):
-            c._refused("unexpected", f"leaf query {body.iteration}/{body.cycle} shard {body.shard} from "
-                                     f"{member.label()}; its step was not the last one sent")
-            return
-        t0 = time.perf_counter()
-        try:
-            q = book.leaf_values(self.policy, arrays.get("leaf_rows"), arrays.get("leaf_return"),
-                                 arrays.get("leaf_discount"), self.rect.row_bytes)
-        except ValueError as exc:
-            c._refused("arrays", f"malformed leaf query from {member.label()}: {exc}")
-            return
-        self.stats.inference_seconds += time.perf_counter() - t0
-        if not c.send(member.identity, LeafValues(iteration=body.iteration, cycle=body.cycle, shard=body.shard),
-                      {"leaf_q": q}):
-            c.say(f"could not send leaf values to {member.label()}")
 
     def outstanding(self) -> int:
         """Live shards whose next round (cycle <= T) is neither filed nor waiting."""

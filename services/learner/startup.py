@@ -177,7 +177,8 @@ def welcome(cfg: RunConfig, pf: Preflight, wire_codec: int) -> Welcome:
         from shared.search.spec import RolloutSearch
 
         a = cfg.alphazero
-        search = RolloutSearch(candidates=a.candidates, depth=a.depth, c_scale=a.c_scale, leaf_value=a.leaf_value)
+        search = RolloutSearch(candidates=a.candidates, depth=a.depth, c_scale=a.c_scale, leaf_value=a.leaf_value,
+                               sim_opponent=a.sim_opponent)
     return Welcome(env=cfg.env, master_seed=cfg.master_seed, codec=pf.table, engine=pf.engine,
                    random_legal_noop_prob=cfg.ladder.random_legal_noop_prob, rollout=cfg.rollout,
                    wire_codec=wire_codec, search=search)

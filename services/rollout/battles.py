@@ -141,20 +141,18 @@ class Shard:
         return self._result(np.zeros(n, np.float32), np.zeros(n, np.uint8), np.zeros(n, np.uint8),
                             np.full(n, -1, np.int8), [], [], [], 0.0, 0)
 
-    def step(self, actions: np.ndarray, search: dict | None = None, value_leaves=None) -> StepResult:
+    def step(self, actions: np.ndarray, search: dict | None = None, learner=None) -> StepResult:
         """Advance every battle by one decision. ``actions`` (n_slots,) int: the learner's
         action for learner-held and frozen-held slots (scripted slots' entries ignored).
         ``search``: the Step's ``search_slots``/``search_candidates``/``search_keys`` (a searched
         shard: those slots are searched first and play the search's move; the result carries
-        the search as the round's ``SEARCH`` arrays). ``value_leaves(leaf_rows (n, row_bytes)
-        uint8, returns (n,), discounts (n,)) -> (n,) scores``: the learner's critic on the
-        search's leaves (``leaf_value`` "critic"; the rollout's ``LeafQuery``)."""
+        the search as the round's ``SEARCH`` arrays). ``learner``: the step's
+        ``services.rollout.mid_step.StepLearner``, which the search asks for critic leaves and a
+        network opponent's simulated moves (``ShardSearch.run``)."""
         found = None
         if self.search is not None and search:
-            packed = None if value_leaves is None else (
-                lambda leaves, returns, discounts: value_leaves(self.codec.pack_many(leaves)[0], returns, discounts))
             found = self.search.run(self.battles, search["search_slots"], search["search_candidates"],
-                                    search["search_keys"], packed)
+                                    search["search_keys"], learner)
             actions = np.array(actions, copy=True)
             actions[found.slots.astype(np.int64)] = found.moves
         result = self._step(actions)

@@ -13,9 +13,11 @@ n-step return before any move is chosen), plays the candidate with the highest k
 sigma(q_hat) (``shared.search.targets.gumbel_move_index``) and reports the scores and moves with
 the next round; the learner turns them into the completed-Q target.
 Forced decisions (~93 %) are never searched. The other seat plays in the simulation as the
-battle's opponent does when the rollout holds that player (a scripted bot, stateless); a pool
-snapshot's or the learner's seat (inferred centrally, not here) is played by RoyaleGym's
-``random`` (docs/design.md, "Search in the rollouts and an AlphaZero learner").
+battle's opponent does: a scripted bot here (stateless); a pool snapshot or the learner's own
+seat of a mirror battle by the learner's central inference, one ``SimActQuery`` per simulated
+decision for all the slot's candidates side by side (``sim_opponent`` "battle", the default;
+"random" plays RoyaleGym's ``random`` there instead; docs/design.md, "Search in the rollouts and
+an AlphaZero learner").
 
 Exactness: the real battle is only read until it steps with the move (``env.snapshot()`` and
 its ``battle_state``); its engine, RNG streams, observation memory and episode bookkeeping are
@@ -56,6 +58,24 @@ class _MaskBot:
         return 0 if self.bot is None else int(self.bot.act(obs, obs["action_mask"], rng))
 
 
+class _RemoteOpponent:
+    """A network opponent (the learner's live actor in a mirror battle, a pool snapshot) inside the
+    simulations: its moves come from the learner's central inference (``StepLearner.act``: one
+    ``SimActQuery`` a simulated decision for every candidate's simulation side by side), sampled
+    at a uniform from each simulation's own opponent stream."""
+
+    scripted_seat = False
+    lockstep = True
+
+    def __init__(self, learner, player: str, battle: int, ordinal: int, codec):
+        self.learner, self.player, self.battle, self.ordinal, self.codec = learner, player, battle, ordinal, codec
+
+    def act_many(self, observations: list, rngs: list) -> list[int]:
+        uniforms = np.array([r.random() for r in rngs], np.float64)
+        rows = self.codec.pack_many(observations)[0]
+        return self.learner.act(self.player, self.battle, self.ordinal, rows, uniforms).tolist()
+
+
 @dataclass
 class SearchResult:
     """One shard's search for one step: ``slots`` int16 (s,) local slots searched;
@@ -77,8 +97,10 @@ class SearchResult:
 class ShardSearch:
     """The search of one rollout (one ``Lookahead``, its simulation env built on first use)."""
 
-    def __init__(self, spec: RolloutSearch, env_cfg, master_seed: int, make_scripted):
-        self.spec, self.master_seed = spec, master_seed
+    def __init__(self, spec: RolloutSearch, env_cfg, master_seed: int, make_scripted, codec=None):
+        """``codec``: the Welcome's ``shared.codec.Codec``, which packs the rows a query to the
+        learner carries (required for ``leaf_value`` "critic" and ``sim_opponent`` "battle")."""
+        self.spec, self.master_seed, self.codec = spec, master_seed, codec
         self.lookahead = Lookahead(env_cfg, spec.depth)
         self.gamma = 0.99  # set_gamma: the Plan's, before any step
         self.random_model = _MaskBot(make_scripted(RANDOM_MODEL))
@@ -89,10 +111,15 @@ class ShardSearch:
             "search/battle/{battle}/ordinal/{ordinal}/tick/{tick}/seat/{seat}",
             battle=battle.battle_id, ordinal=battle.ordinal, tick=battle.tick, seat=seat))
 
-    def opponent_model(self, battle, seat: int):
+    def opponent_model(self, battle, seat: int, learner=None):
+        """Who plays ``battle``'s other seat in the simulations: its scripted bot; the learner's
+        answer for a network opponent under ``sim_opponent`` "battle" (with a ``learner`` to
+        ask); RoyaleGym's ``random`` otherwise."""
         other = 1 - seat
         if battle.groups[other] == GROUP_SCRIPTED:
             return _MaskBot(battle.scripted[other])
+        if self.spec.sim_opponent == "battle" and learner is not None:
+            return _RemoteOpponent(learner, battle.players[other], battle.battle_id, battle.ordinal, self.codec)
         return self.random_model
 
     def _searchable(self, battles, slot: int, cand: np.ndarray) -> bool:
@@ -108,18 +135,20 @@ class ShardSearch:
         self.gamma = float(gamma)
 
     def run(self, battles, slots: np.ndarray, candidates: np.ndarray, keys: np.ndarray,
-            value_leaves=None) -> SearchResult:
+            learner=None) -> SearchResult:
         """Search ``slots`` (local, 2 i + seat, of ``battles``) as the battles stand (between two
         decisions) over the learner's ``candidates`` (s, k) (-1 pads, at the end) with their
         ``keys`` (s, k); returns the scores and each slot's move.
 
-        Under ``leaf_value`` "critic" every searchable slot is simulated first, then
-        ``value_leaves(leaf observations, returns (n,) float64, discounts (n,) float64)`` (the
-        rollout's ``LeafQuery`` to the learner) gives each leaf's score (n,) in one request, and
-        only then are the moves chosen. Raises ValueError when that callable is missing."""
+        ``learner`` (the step's ``services.rollout.mid_step.StepLearner``) answers mid-step:
+        under ``sim_opponent`` "battle" a network opponent's simulated moves (``act``), and
+        under ``leaf_value`` "critic", once every searchable slot is simulated, every leaf's
+        score in one request (``value_leaves(rows (n, row_bytes) uint8, returns (n,), discounts
+        (n,))``); only then are the moves chosen. Raises ValueError when "critic" has no
+        ``learner``."""
         critic = self.spec.leaf_value == "critic"
-        if critic and value_leaves is None:
-            raise ValueError("leaf_value 'critic' needs value_leaves (the learner's LeafQuery)")
+        if critic and learner is None:
+            raise ValueError("leaf_value 'critic' needs the learner (its LeafQuery) to value the leaves")
         t0 = time.perf_counter()
         steps0 = self.lookahead.stats.sim_steps
         k = candidates.shape[1]
@@ -132,14 +161,15 @@ class ShardSearch:
                 continue
             battle, seat = battles[slot // 2], slot % 2
             sims.append(self.lookahead.simulate(battle.env, SEATS[seat], cand.tolist(),
-                                                self.opponent_model(battle, seat), self.seed(battle, seat),
+                                                self.opponent_model(battle, seat, learner), self.seed(battle, seat),
                                                 gamma=self.gamma if critic else None, leaves=critic))
             done.append(slot)
             cands.append(row)
             picked.append(key)
         if critic and sims:
-            leaf_q = value_leaves([o for p in sims for o in p.leaves], np.concatenate([p.returns for p in sims]),
-                                  np.concatenate([p.discounts for p in sims]))
+            rows = self.codec.pack_many([o for p in sims for o in p.leaves])[0]
+            leaf_q = learner.value_leaves(rows, np.concatenate([p.returns for p in sims]),
+                                          np.concatenate([p.discounts for p in sims]))
             cuts = np.cumsum([len(p.board) for p in sims])[:-1]
             scores = [np.asarray(q, np.float32) for q in np.split(np.asarray(leaf_q, np.float32), cuts)]
         else:  # the scores as they travel (float32): the learner checks the move with the same numbers

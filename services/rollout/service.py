@@ -30,10 +30,10 @@ from shared.config import RolloutConfig
 from shared.envs import build_env, engine_build, make_scripted
 from shared.log_guard import RefusalLog
 from shared.messages import (
-    BattleStates, Close, Decoder, Failure, GetStates, Heartbeat, Hello, LeafQuery, Plan, ProtocolError, Refused,
-    Rejoin, Round, SetState, StatesSet, Step, ToRollout, Welcome,
+    BattleStates, Close, Decoder, Failure, GetStates, Heartbeat, Hello, Plan, ProtocolError, Refused, Rejoin, Round,
+    SetState, StatesSet, Step, ToRollout, Welcome,
 )
-from services.rollout.leaf_query import LeafQueries, LeafTimeout, Stopping
+from services.rollout.mid_step import LeafTimeout, MidStepQueries, StepLearner, Stopping
 
 
 def battles_mismatch(battles: int, shards: int, run: RolloutConfig) -> str | None:
@@ -84,8 +84,8 @@ class RolloutService:
         self.compressor: RowCompressor | None = None
         """Set when the learner's Welcome names wire codec 2."""
         self.last_sent = self.last_heard = time.monotonic()
-        self.leaf_queries = LeafQueries(self.sock, self.decoder, self._send, self._refused_message, self._heard)
-        """The mid-step ``LeafQuery`` (alphazero.leaf_value "critic") and its backlog."""
+        self.mid_step = MidStepQueries(self.sock, self.decoder, self._send, self._refused_message, self._heard)
+        """The searched step's queries to the learner (``LeafQuery``, ``SimActQuery``) and their backlog."""
 
     # ------------------------------------------------------------------ plumbing
 
@@ -135,7 +135,7 @@ class RolloutService:
                 from services.rollout.search import ShardSearch
 
                 search = ShardSearch(msg.search, msg.env, msg.master_seed,
-                                     lambda o: make_scripted(o, msg.random_legal_noop_prob))
+                                     lambda o: make_scripted(o, msg.random_legal_noop_prob), codec)
             self.shards = [
                 Shard(s, msg.env, per, codec, msg.master_seed, msg.random_legal_noop_prob,
                       msg.rollout.mask_only_scripted, search)
@@ -225,12 +225,10 @@ class RolloutService:
                     or (len(s) and (int(s.min()) < 0 or int(s.max()) >= shard.n_slots))):
                 raise ProtocolError("arrays", "step search arrays must be search_slots (s,) int16 within the shard, "
                                               "search_candidates and search_keys (s, k)")
-        critic = search and self.welcome.search is not None and self.welcome.search.leaf_value == "critic"
-        timeout = self.welcome.rollout.round_timeout_s
-        ask = (lambda rows, ret, disc: self.leaf_queries.ask(
-            LeafQuery(instance=self.instance, iteration=msg.iteration, cycle=msg.cycle, shard=msg.shard),
-            rows, ret, disc, timeout, lambda: self.stop_requested))
-        result = shard.step(actions, search, ask if critic else None)
+        # the learner answers the search's questions in the middle of the step (mid_step.py)
+        learner = StepLearner(self.mid_step, self.instance, msg.iteration, msg.cycle, msg.shard,
+                              self.welcome.rollout.round_timeout_s, lambda: self.stop_requested) if search else None
+        result = shard.step(actions, search, learner)
         self._send_round(msg.iteration, msg.cycle + 1, shard, result)
 
     def _send_round(self, iteration: int, cycle: int, shard: Shard, result) -> None:
@@ -307,8 +305,8 @@ class RolloutService:
                 self._hello()
             elif now - self.last_sent > hb:
                 self._send(Heartbeat(instance=self.instance, state="ready" if self.shards else "waiting"))
-            if self.leaf_queries.backlog:  # what arrived while a step waited for its leaf values, in order
-                msg, arrays = self.leaf_queries.backlog.popleft()
+            if self.mid_step.backlog:  # what arrived while a step waited for its leaf values, in order
+                msg, arrays = self.mid_step.backlog.popleft()
             else:
                 t_wait = time.monotonic()
                 got = self.sock.poll(int(min(hb, 0.5) * 1000), zmq.POLLIN)
@@ -340,7 +338,7 @@ class RolloutService:
             except (AssignmentMissing, LeafTimeout) as exc:
                 self._send(Failure(instance=self.instance, kind="protocol", message=str(exc)))
                 self.say(f"rollout {self.instance}: {exc}; asking to rejoin")
-                self.leaf_queries.backlog.clear()
+                self.mid_step.backlog.clear()
                 self.instance = uuid.uuid4().hex[:12]
                 self._hello()
                 continue

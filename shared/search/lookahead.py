@@ -97,18 +97,25 @@ class Lookahead:
     env_cfg: object  # shared.config.EnvConfig of the battle's env (the evaluation env)
     depth: int
     stats: SearchStats = field(default_factory=SearchStats)
-    _sim: object = None
+    _sims: list = field(default_factory=list)
     _playout: object = None
 
-    def sim_env(self):
-        if self._sim is None:
+    def sim_envs(self, n: int) -> list:
+        """The first ``n`` simulation envs, built on first use (a lockstep opponent needs one per
+        candidate; every other search one)."""
+        if self._playout is None:
             from royalegym import RandomLegalOpponent
 
+            self._playout = RandomLegalOpponent(PLAYOUT_NOOP_PROB)
+        while len(self._sims) < n:
             from shared.envs import build_env
 
-            self._sim = build_env(self.env_cfg)
-            self._playout = RandomLegalOpponent(PLAYOUT_NOOP_PROB)
-        return self._sim
+            self._sims.append(build_env(self.env_cfg))
+        return self._sims[:n]
+
+    def sim_env(self):
+        """The first simulation env (``sim_envs(1)[0]``)."""
+        return self.sim_envs(1)[0]
 
     def scores(self, env, seat: str, candidates: list[int], opponent, seed: int) -> np.ndarray:
         """(len(candidates),) float64: ``board_value`` for ``seat`` after each candidate and its
@@ -117,60 +124,89 @@ class Lookahead:
 
     def simulate(self, env, seat: str, candidates: list[int], opponent, seed: int, *, gamma: float | None = None,
                  leaves: bool = False) -> "Playouts":
-        """Play each candidate and its playout in the second env; returns their ``Playouts``.
+        """Play each candidate and its playout in a second env; returns their ``Playouts``.
 
         ``env`` is the real battle, at a decision of ``seat`` (not over, no ``mask_only`` seat:
         ``ClashParallelEnv.snapshot`` refuses those). ``opponent`` plays the other seat in the
         simulations: an object with ``act(obs, rng) -> int`` that keeps no state between calls
         and ``scripted_seat`` (True when it reads the mask alone, so its simulated seat skips the
-        observation build). ``seed`` names the simulation streams. ``leaves`` keeps each
-        candidate's leaf observation of ``seat`` (so the seat's observation is built all along:
-        slower) and its discounted rewards with ``gamma`` (required then), for the critic.
+        observation build); or one with ``act_many(observations, rngs) -> actions`` and
+        ``lockstep`` True (a network opponent answered by a remote batch), whose candidates are
+        played side by side in one env each so that every decision asks once for all of them.
+        Each candidate's own streams are the same either way ((seed, 1) for the seat's playout,
+        (seed, 2) for the opponent's), so a local opponent scores the same side by side as one
+        after another. ``leaves`` keeps each candidate's leaf observation of ``seat`` (so the
+        seat's observation is built all along: slower) and its discounted rewards with
+        ``gamma`` (required then), for the critic.
         """
         if leaves and gamma is None:
             raise ValueError("simulate(leaves=True) needs the iteration's gamma")
         t0 = time.perf_counter()
-        sim = self.sim_env()
-        me = SEAT_NAMES.index(seat)
-        other = SEAT_NAMES[1 - me]
+        width = len(candidates) if getattr(opponent, "lockstep", False) else 1
+        sims = self.sim_envs(max(1, width))
         if leaves:  # the simulated rewards are the training's: every potential term on the iteration's gamma
             from shared.rewards import set_gamma
 
-            set_gamma(sim.reward_fn, gamma)
+            for sim in sims:
+                set_gamma(sim.reward_fn, gamma)
+        me = SEAT_NAMES.index(seat)
         snap = env.snapshot()
         now = board_value(env.battle_state, me)
-        mask_only = ([] if leaves else [seat]) + ([other] if getattr(opponent, "scripted_seat", False) else [])
+        mask_only = ([] if leaves else [seat]) + ([SEAT_NAMES[1 - me]] if getattr(opponent, "scripted_seat", False)
+                                                  else [])
+        act_many = getattr(opponent, "act_many", None) or (
+            lambda observations, rngs: [opponent.act(o, r) for o, r in zip(observations, rngs)])
         out = Playouts(np.empty(len(candidates), np.float64))
         if leaves:
             out.returns, out.discounts = np.zeros(len(candidates), np.float64), np.zeros(len(candidates), np.float64)
         steps = 0
-        for k, action in enumerate(candidates):
-            obs, _ = sim.reset(options={"snapshot": snap, "mask_only": mask_only})
-            own_rng = np.random.default_rng((seed, 1))
-            opp_rng = np.random.default_rng((seed, 2))
-            mine = int(action)
-            ret, disc, ended = 0.0, 1.0, False
-            for d in range(self.depth + 1):
-                if d:
-                    mine = int(self._playout.act(obs[seat], obs[seat]["action_mask"], own_rng))
-                theirs = int(opponent.act(obs[other], opp_rng))
-                obs, rew, term, trunc, _ = sim.step({seat: mine, other: theirs})
-                steps += 1
-                if leaves:
-                    ret += disc * float(rew[seat])
-                    disc *= gamma
-                if term[seat] or trunc[seat]:
-                    ended = bool(term[seat])
-                    break
-            out.board[k] = board_value(sim.battle_state, me) - now
-            if leaves:
-                out.returns[k], out.discounts[k] = ret, 0.0 if ended else disc
-                out.leaves.append(obs[seat])
+        for lo in range(0, len(candidates), len(sims)):
+            group = [int(a) for a in candidates[lo : lo + len(sims)]]
+            steps += self._play_group(sims[: len(group)], snap, me, group, act_many, seed, mask_only, gamma, out, lo)
+        out.board -= now
         self.stats.decisions += 1
         self.stats.simulations += len(candidates)
         self.stats.sim_steps += steps
         self.stats.seconds += time.perf_counter() - t0
         return out
+
+    def _play_group(self, sims, snap, me: int, group: list[int], act_many, seed: int, mask_only: list[str],
+                    gamma: float | None, out: "Playouts", lo: int) -> int:
+        """Candidates ``group`` side by side, one in each of ``sims``, from ``snap``; writes their
+        board (before subtracting the value now), and with ``out.returns`` their returns,
+        discounts and leaves, at ``lo`` onwards. Returns the engine decisions stepped."""
+        seat, other = SEAT_NAMES[me], SEAT_NAMES[1 - me]
+        n = len(group)
+        obs = [sim.reset(options={"snapshot": snap, "mask_only": mask_only})[0] for sim in sims]
+        own = [np.random.default_rng((seed, 1)) for _ in range(n)]
+        opp = [np.random.default_rng((seed, 2)) for _ in range(n)]
+        mine, ret, disc, ended = list(group), [0.0] * n, [1.0] * n, [False] * n
+        live, steps = list(range(n)), 0
+        for d in range(self.depth + 1):
+            if d:
+                for j in live:
+                    mine[j] = int(self._playout.act(obs[j][seat], obs[j][seat]["action_mask"], own[j]))
+            theirs = act_many([obs[j][other] for j in live], [opp[j] for j in live])
+            still = []
+            for j, a in zip(live, theirs):
+                obs[j], rew, term, trunc, _ = sims[j].step({seat: mine[j], other: int(a)})
+                steps += 1
+                if out.returns is not None:
+                    ret[j] += disc[j] * float(rew[seat])
+                    disc[j] *= gamma
+                if term[seat] or trunc[seat]:
+                    ended[j] = bool(term[seat])
+                else:
+                    still.append(j)
+            live = still
+            if not live:
+                break
+        for j in range(n):
+            out.board[lo + j] = board_value(sims[j].battle_state, me)
+            if out.returns is not None:
+                out.returns[lo + j], out.discounts[lo + j] = ret[j], 0.0 if ended[j] else disc[j]
+                out.leaves.append(obs[j][seat])
+        return steps
 
     def choose(self, env, seat: str, candidates: list[int], opponent, seed: int) -> int:
         """The candidate with the highest score; ties go to the earliest (the player's own pick

@@ -78,6 +78,9 @@ class RolloutSearch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omi
     candidates: int
     depth: int = DEFAULT_DEPTH
     c_scale: float = 0.1
+    sim_opponent: str = "battle"
+    """``AlphaZeroConfig.sim_opponent``: "battle" asks the learner (``SimActQuery``) for a network
+    opponent's moves in the simulations; "random" plays RoyaleGym's ``random`` there."""
     leaf_value: str = "board"
     """``AlphaZeroConfig.leaf_value``: "board" scores a leaf in the rollout; "critic" asks the
     learner (``LeafQuery``) for each leaf's n-step return with its critic's V(leaf)."""

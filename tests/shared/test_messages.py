@@ -15,7 +15,7 @@ from zmq.utils.monitor import recv_monitor_message
 from shared import transport
 from shared.config import EnvConfig, RolloutConfig
 from shared.messages import (
-    BattleStates, GetStates, LeafQuery, LeafValues, SetState, StatesSet,
+    BattleStates, GetStates, LeafQuery, LeafValues, SetState, SimActions, SimActQuery, StatesSet,
     LoadSnapshot, SaveSnapshot, SnapshotLoaded, SnapshotSaved,
     EvalJob, EvalJobRequest, EvalReport, NoJob,
     AdmitCandidate, Admitted, LadderStatus, LadderStatusRequest, MeasureStrength, StrengthSummary,
@@ -71,6 +71,10 @@ CASES = [
      {"leaf_rows": np.arange(24, dtype=np.uint8).reshape(3, 8), "leaf_return": np.array([0.5, -1.0, 0.0]),
       "leaf_discount": np.array([0.97, 0.0, 1.0])}),
     (ToRollout, LeafValues(iteration=2, cycle=5, shard=1), {"leaf_q": np.array([0.25, -1.5, 0.0], np.float32)}),
+    (ToLearner, SimActQuery(instance="i1", iteration=2, cycle=5, shard=1, seq=3, player="snap:0123456789abcdef",
+                            battle=7, ordinal=2),
+     {"sim_rows": np.arange(16, dtype=np.uint8).reshape(2, 8), "sim_uniforms": np.array([0.25, 0.75])}),
+    (ToRollout, SimActions(iteration=2, cycle=5, shard=1, seq=3), {"sim_actions": np.array([0, 17], np.int16)}),
     (ToRollout, Close(reason="done"), {}),
     (ToRollout, Rejoin(reason="learner restarted"), {}),
     (ToRollout, GetStates(iteration=4), {}),

@@ -40,6 +40,9 @@ def test_an_alphazero_run_searches_trains_on_its_targets_and_resumes_row_for_row
         assert r["search/target_kl_prior"] >= 0
         # every simulated candidate's leaf was valued by the critic, in a LeafQuery mid-step
         assert r["search/critic_leaves"] >= r["search/decisions"] * r["search/simulations_per_decision"]
+    # the network opponents (the learner in mirror battles, the pool snapshot) played in the
+    # simulations by the learner's answers (sim_opponent "battle", the default)
+    assert sum(r.get("search/opponent_rows", 0) for r in rows) > 0
     # the pool played the snapshot: every frozen row answered by it, none by a stand-in
     assert rows[0]["health/frozen_rows"] == 0 and rows[1]["health/frozen_rows"] > 0
     assert sum(r["health/frozen_noop_rows"] + r["health/frozen_load_failures"] for r in rows) == 0

@@ -77,12 +77,14 @@ class SearchBook:
     without ``advantage.standardize_rewards``): a leaf's simulated rewards are divided by it."""
     critic_leaves: int = 0
     """Leaves valued by ``leaf_values`` this iteration (``alphazero.leaf_value`` "critic")."""
+    opponent_rows: int = 0
+    """A network opponent's simulated decisions answered this iteration (``SimActQuery``)."""
 
     def begin(self, reward_divisor: float = 1.0) -> None:
         """Empty the book for an iteration whose rewards the critic sees divided by ``reward_divisor``."""
         self.targets.clear()
         self.pending.clear()
-        self.refused = self.sim_steps = self.simulations = self.critic_leaves = 0
+        self.refused = self.sim_steps = self.simulations = self.critic_leaves = self.opponent_rows = 0
         self.sim_seconds = self.env_seconds = 0.0
         self.reward_divisor = float(reward_divisor)
 
@@ -169,6 +171,8 @@ class SearchBook:
         out = {"search/sim_steps": float(self.sim_steps), "search/refused": float(self.refused + len(self.pending))}
         if self.critic_leaves:
             out["search/critic_leaves"] = float(self.critic_leaves)
+        if self.opponent_rows:
+            out["search/opponent_rows"] = float(self.opponent_rows)
         n = len(self.targets)
         out["search/decisions"] = float(n)
         if collect_seconds > 0:

@@ -177,14 +177,50 @@ def test_a_leaf_query_of_the_step_just_sent_is_valued_and_answered_and_any_other
     rows = np.zeros((2, ROW_BYTES), np.uint8)
     rows[:, 0] = [3, 5]
     leaves = {"leaf_rows": rows, "leaf_return": np.array([1.0, -1.0]), "leaf_discount": np.array([0.5, 0.0])}
-    run.answer_leaves(member, LeafQuery(instance="a", iteration=ITERATION, cycle=0, shard=0), leaves)
+    run.mid_step.on_query(member, LeafQuery(instance="a", iteration=ITERATION, cycle=0, shard=0), leaves)
     identity, body, arrays = sent[0]
     assert identity == b"id-a" and isinstance(body, LeafValues)
     assert (body.iteration, body.cycle, body.shard) == (ITERATION, 0, 0)
     assert arrays["leaf_q"].tolist() == [2.0, -0.5]  # 1/2 + 0.5 x 3; -1/2 + 0 x 5
-    run.answer_leaves(member, LeafQuery(instance="a", iteration=ITERATION, cycle=1, shard=0), leaves)  # not sent yet
-    run.answer_leaves(member, LeafQuery(instance="a", iteration=ITERATION + 1, cycle=0, shard=0), leaves)
-    run.answer_leaves(member, LeafQuery(instance="a", iteration=ITERATION, cycle=0, shard=0),
-                      leaves | {"leaf_rows": rows[:, :5]})
+    for query in (LeafQuery(instance="a", iteration=ITERATION, cycle=1, shard=0),  # its step not sent yet
+                  LeafQuery(instance="a", iteration=ITERATION + 1, cycle=0, shard=0)):
+        run.mid_step.on_query(member, query, leaves)
+    run.mid_step.on_query(member, LeafQuery(instance="a", iteration=ITERATION, cycle=0, shard=0),
+                          leaves | {"leaf_rows": rows[:, :5]})
     assert len(sent) == 1 and rig.collector.refused_count == 3 and book.critic_leaves == 2
-    assert any("malformed leaf query" in line and "leaf_rows is (2, 5)" in line for line in rig.said)
+    assert any("malformed LeafQuery" in line and "leaf_rows is (2, 5)" in line for line in rig.said)
+
+
+def test_a_sim_act_query_is_answered_by_the_episodes_opponent_and_a_stranger_player_is_refused(rig):
+    """alphazero.sim_opponent "battle": a mirror battle's simulated opponent is the live actor,
+    sampled at the query's uniforms (the uniform policy here: floor(u x legal)); a pool episode's
+    is its snapshot (no frozen actors loaded here: the no-op); a player that is not the episode's
+    opponent, or a uniform outside [0, 1), is refused by name and not answered."""
+    from shared.messages import Assignment, SimActions, SimActQuery
+
+    rig.collector.search_book = SearchBook(c_scale=0.1, candidates=2, master_seed=0)
+    rig.fleet.assignments[(0, 0)] = Assignment(0, 0, "mirror", "learner", -1)
+    rig.fleet.assignments[(1, 0)] = Assignment(1, 0, "pool", "snap:0123456789abcdef", 0)
+    run = CollectionRun(rig.collector, ITERATION, rig.members, rig.slot_map, rig.rect, UniformPolicy(), SEED, 5.0)
+    member = rig.members[0]
+    run.file_round(Arrival(member, Round(instance="a", iteration=ITERATION, cycle=0, shard=0), round_arrays(0)),
+                   ITERATION)
+    sent = []
+    rig.collector.send = lambda identity, body, arrays=None: sent.append((body, arrays)) or True
+    rows = round_arrays(0)["rows"]  # 3 legal actions each
+    good = {"sim_rows": rows, "sim_uniforms": np.array([0.1, 0.9])}
+
+    def ask(player, battle, seq, arrays):
+        run.mid_step.on_query(member, SimActQuery(instance="a", iteration=ITERATION, cycle=0, shard=0, seq=seq,
+                                                  player=player, battle=battle, ordinal=0), arrays)
+
+    ask("learner", 0, 0, good)
+    ask("snap:0123456789abcdef", 1, 1, good)
+    assert [(type(b), b.seq, a["sim_actions"].tolist()) for b, a in sent] == [(SimActions, 0, [0, 2]),
+                                                                              (SimActions, 1, [0, 0])]
+    assert sent[0][1]["sim_actions"].dtype == np.int16 and rig.collector.search_book.opponent_rows == 4
+    ask("learner", 1, 2, good)  # battle 1's episode is a pool one
+    ask("learner", 0, 3, good | {"sim_uniforms": np.array([0.1, 1.0])})
+    assert len(sent) == 2 and rig.collector.refused_count == 2
+    assert any("player 'learner' is not the opponent of battle 1 episode 0 ('snap:0123456789abcdef')" in line
+               for line in rig.said)

@@ -35,7 +35,7 @@ def pf():
 
 def _shard(pf, ids, search=True):
     cfg = load_config({"profile": "tiny"})
-    s = ShardSearch(SPEC, cfg.env, SEED, lambda o: make_scripted(o, NOOP_PROB)) if search else None
+    s = ShardSearch(SPEC, cfg.env, SEED, lambda o: make_scripted(o, NOOP_PROB), pf.codec) if search else None
     shard = Shard(0, cfg.env, len(ids), pf.codec, SEED, NOOP_PROB, True, s)
     for b in ids:
         for k in range(4):
@@ -134,11 +134,27 @@ def test_a_searched_step_plays_the_moves_and_its_round_carries_the_search(pf):
         RoundArrays.of({k: v for k, v in arrays.items() if k != "search_q"}, step=True)
 
 
-def _critic_shard(pf, ids, gamma):
+class StandInLearner:
+    """Answers a step's mid-step queries as the learner would, recording them: each leaf scored
+    by its index, reversed; a network opponent's every simulated move the no-op."""
+
+    def __init__(self):
+        self.leaves, self.acts = [], []
+
+    def value_leaves(self, rows, returns, discounts):
+        self.leaves.append((rows.copy(), returns.copy(), discounts.copy()))
+        return np.arange(len(rows), 0, -1).astype(np.float32)
+
+    def act(self, player, battle, ordinal, rows, uniforms):
+        self.acts.append((player, battle, ordinal, rows.copy(), uniforms.copy()))
+        return np.zeros(len(rows), np.int16)
+
+
+def _critic_shard(pf, ids, gamma, leaf_value="critic", sim_opponent="random"):
     cfg = load_config({"profile": "tiny"})
-    spec = RolloutSearch(candidates=4, depth=3, c_scale=0.1, leaf_value="critic")
+    spec = RolloutSearch(candidates=4, depth=3, c_scale=0.1, leaf_value=leaf_value, sim_opponent=sim_opponent)
     shard = Shard(0, cfg.env, len(ids), pf.codec, SEED, NOOP_PROB, True,
-                  ShardSearch(spec, cfg.env, SEED, lambda o: make_scripted(o, NOOP_PROB)))
+                  ShardSearch(spec, cfg.env, SEED, lambda o: make_scripted(o, NOOP_PROB), pf.codec))
     for b in ids:
         for k in range(4):
             shard.table[(b, k)] = (Assignment(b, k, "mirror", "learner", -1) if b % 2 == 0
@@ -158,20 +174,15 @@ def test_critic_leaves_ask_once_per_step_and_the_moves_follow_the_answer(pf):
     shard = _critic_shard(pf, [0, 1], gamma)
     _advance(shard, np.random.default_rng(3), 12)
     good, req = _request(shard, np.random.default_rng(5))
-    with pytest.raises(ValueError, match="value_leaves"):
+    with pytest.raises(ValueError, match="needs the learner"):
         shard.search.run(shard.battles, req["search_slots"], req["search_candidates"], req["search_keys"])
-    calls = []
-
-    def learner(rows, returns, discounts):  # a stand-in critic: each leaf's score is its index, reversed
-        calls.append((rows.copy(), returns.copy(), discounts.copy()))
-        return np.arange(len(rows), 0, -1).astype(np.float32)
-
+    learner = StandInLearner()
     before = [battle_state.save(b, pf.engine) for b in shard.battles]
     found = shard.search.run(shard.battles, req["search_slots"], req["search_candidates"], req["search_keys"],
-                             lambda leaves, r, d: learner(shard.codec.pack_many(leaves)[0], r, d))
+                             learner)
     assert [battle_state.save(b, pf.engine) for b in shard.battles] == before
-    assert len(calls) == 1
-    rows, returns, discounts = calls[0]
+    assert len(learner.leaves) == 1 and learner.acts == []  # sim_opponent "random": no opponent asked
+    rows, returns, discounts = learner.leaves[0]
     n = int((found.candidates >= 0).sum())
     assert rows.shape == (n, pf.codec.row_bytes) and rows.dtype == np.uint8
     # episodes here last longer than 4 decisions: every path ran candidate + depth 3 decisions
@@ -203,9 +214,8 @@ def test_a_critic_leaf_carries_the_paths_discounted_rewards_replayed_by_hand(pf)
     shard = _critic_shard(pf, [0, 1], gamma)
     _advance(shard, np.random.default_rng(3), 12)
     good, req = _request(shard, np.random.default_rng(5))
-    seen = []
-    shard.search.run(shard.battles, req["search_slots"], req["search_candidates"], req["search_keys"],
-                     lambda leaves, r, d: seen.append((shard.codec.pack_many(leaves)[0], r)) or np.zeros(len(r)))
+    learner = StandInLearner()
+    shard.search.run(shard.battles, req["search_slots"], req["search_candidates"], req["search_keys"], learner)
     slot = int(req["search_slots"][0])
     battle, seat = shard.battles[slot // 2], slot % 2
     me, other = ("blue", "red")[seat], ("blue", "red")[1 - seat]
@@ -223,6 +233,43 @@ def test_a_critic_leaf_carries_the_paths_discounted_rewards_replayed_by_hand(pf)
         obs, rew, term, trunc, _ = env.step({me: mine, other: int(opponent.act(obs[other], opp))})
         total += weight * float(rew[me])
         weight *= gamma
-    rows, returns = seen[0]
+    rows, returns, _ = learner.leaves[0]
     assert returns[0] == total
     np.testing.assert_array_equal(rows[0], shard.codec.pack_many([obs[me]])[0][0])
+
+
+@pytest.mark.slow
+def test_a_network_opponent_plays_in_the_simulations_by_the_learners_answers(pf):
+    """sim_opponent "battle": in a mirror battle the other seat is the learner, so every simulated
+    decision of the searched slot asks the learner once for all its candidates' simulations side
+    by side (SimActQuery), with the real battle's id and episode and each simulation's own
+    opponent stream's next uniform (common random numbers: the same for every candidate); a
+    scripted opponent is never asked for. Answered with the no-op, the scores equal those of a
+    no-op opponent played in the rollout one candidate after another."""
+    from services.rollout.search import _MaskBot
+
+    shard = _critic_shard(pf, [0, 1], 0.99, leaf_value="board", sim_opponent="battle")
+    _advance(shard, np.random.default_rng(3), 12)
+    good, req = _request(shard, np.random.default_rng(5))
+    mirror = [n for n in range(good) if int(req["search_slots"][n]) < 2]  # battle 0 is the mirror one
+    assert mirror
+    learner = StandInLearner()
+    found = shard.search.run(shard.battles, req["search_slots"], req["search_candidates"], req["search_keys"],
+                             learner)
+    n = mirror[0]
+    assert n == 0  # the first slot searched: the first queries are its
+    slot = int(req["search_slots"][n])
+    battle, seat = shard.battles[slot // 2], slot % 2
+    k = int(np.count_nonzero(req["search_candidates"][n] >= 0))
+    asked = [a for a in learner.acts if a[1] == battle.battle_id]
+    # one query a simulated decision of each of the battle's searched seats (it does not end in 4)
+    assert len(asked) == (SPEC.depth + 1) * len(mirror)
+    draws = np.random.default_rng((shard.search.seed(battle, seat), 2)).random(SPEC.depth + 1)
+    for d, (player, bid, ordinal, rows, uniforms) in enumerate(asked[:SPEC.depth + 1]):
+        assert (player, ordinal) == ("learner", battle.ordinal) and rows.shape == (k, pf.codec.row_bytes)
+        np.testing.assert_array_equal(uniforms, np.full(k, draws[d]))
+    assert all(a[1] == battle.battle_id for a in learner.acts)  # battle 1's opponent is scripted: never asked
+    cand = [int(x) for x in req["search_candidates"][n][:k]]
+    alone = shard.search.lookahead.scores(battle.env, ("blue", "red")[seat], cand, _MaskBot(None),
+                                          shard.search.seed(battle, seat))
+    np.testing.assert_array_equal(found.q[list(found.slots).index(slot)][:k], alone.astype(np.float32))

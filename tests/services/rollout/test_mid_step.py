@@ -1,5 +1,6 @@
-"""The rollout's mid-step request (alphazero.leaf_value "critic"): it sends its search's leaves
-in a ``LeafQuery`` and waits for the ``LeafValues`` of the same (iteration, cycle, shard); what
+"""The rollout's mid-step requests (alphazero.leaf_value "critic", sim_opponent "battle"): it
+sends its search's leaves in a ``LeafQuery`` and waits for the ``LeafValues`` of the same
+(iteration, cycle, shard); a ``SimActQuery`` waits for the ``SimActions`` of its seq; what
 else arrives meanwhile (another shard's Step, a stale answer) waits in its backlog, in order; a
 Close ends the wait at once; no answer ends it after ``rollout.round_timeout_s`` with an error
 naming the step. Over a real ROUTER on loopback."""
@@ -10,10 +11,10 @@ import threading
 import numpy as np
 import pytest
 
-from services.rollout.leaf_query import LeafTimeout, Stopping
+from services.rollout.mid_step import LeafTimeout, Stopping
 from services.rollout.service import RolloutService
 from shared import transport
-from shared.messages import Close, Decoder, LeafQuery, LeafValues, Step, ToLearner
+from shared.messages import Close, Decoder, LeafQuery, LeafValues, SimActions, SimActQuery, Step, ToLearner
 
 ROWS = np.arange(10, dtype=np.uint8).reshape(2, 5)
 
@@ -34,7 +35,7 @@ def _ask(rollout):
     def run():
         try:
             query = LeafQuery(instance=rollout.instance, iteration=3, cycle=4, shard=1)
-            out["q"] = rollout.leaf_queries.ask(query, ROWS, np.array([0.5, -1.0]), np.array([0.9, 0.0]), 1.0,
+            out["q"] = rollout.mid_step.ask(query, ROWS, np.array([0.5, -1.0]), np.array([0.9, 0.0]), 1.0,
                                                 lambda: False)
         except Exception as exc:  # noqa: BLE001  (handed to the test thread)
             out["error"] = exc
@@ -65,8 +66,8 @@ def test_the_answer_of_its_own_step_ends_the_wait_and_the_rest_waits_in_order(pa
                    identity=identity)
     thread.join(5)
     assert "error" not in out and out["q"].tolist() == [1.5, -2.0]
-    assert [type(m) for m, _ in rollout.leaf_queries.backlog] == [Step, LeafValues]
-    assert rollout.leaf_queries.backlog[0][0] == other and rollout.leaf_queries.backlog[1][0] == stale
+    assert [type(m) for m, _ in rollout.mid_step.backlog] == [Step, LeafValues]
+    assert rollout.mid_step.backlog[0][0] == other and rollout.mid_step.backlog[1][0] == stale
 
 
 def test_a_close_ends_the_wait_and_is_handled_first(pair):
@@ -77,7 +78,7 @@ def test_a_close_ends_the_wait_and_is_handled_first(pair):
     transport.send(router, Close(reason="learner stopping"), identity=identity)
     thread.join(5)
     assert isinstance(out["error"], Stopping) and out["error"].args
-    assert [type(m) for m, _ in rollout.leaf_queries.backlog] == [Close, Step]
+    assert [type(m) for m, _ in rollout.mid_step.backlog] == [Close, Step]
 
 
 def test_no_answer_gives_up_after_the_round_timeout_naming_the_step(pair):
@@ -86,7 +87,7 @@ def test_no_answer_gives_up_after_the_round_timeout_naming_the_step(pair):
     _query(router)
     thread.join(5)
     assert isinstance(out["error"], LeafTimeout)
-    assert str(out["error"]) == ("no leaf values from the learner within 1 s (rollout.round_timeout_s) for "
+    assert str(out["error"]) == ("no LeafValues from the learner within 1 s (rollout.round_timeout_s) for "
                                  "iteration 3 cycle 4 shard 1")
 
 
@@ -98,3 +99,22 @@ def test_an_answer_of_the_wrong_length_is_a_protocol_error(pair):
                    identity=identity)
     thread.join(5)
     assert type(out["error"]).__name__ == "ProtocolError" and "leaf_q (2,)" in str(out["error"])
+
+
+def test_a_sim_act_query_waits_for_the_answer_of_its_own_seq(pair):
+    router, rollout = pair
+    out = {}
+    query = SimActQuery(instance=rollout.instance, iteration=3, cycle=4, shard=1, seq=2, player="learner", battle=5,
+                        ordinal=7)
+    thread = threading.Thread(target=lambda: out.update(a=rollout.mid_step.act(
+        query, ROWS, np.array([0.25, 0.5]), 1.0, lambda: False)))
+    thread.start()
+    identity, body, arrays = _query(router)
+    assert body == query and arrays["sim_uniforms"].tolist() == [0.25, 0.5]
+    np.testing.assert_array_equal(arrays["sim_rows"], ROWS)
+    transport.send(router, SimActions(iteration=3, cycle=4, shard=1, seq=1), {"sim_actions": np.zeros(2, np.int16)},
+                   identity=identity)  # an earlier query's answer: not this one
+    transport.send(router, SimActions(iteration=3, cycle=4, shard=1, seq=2), {"sim_actions": np.array([0, 9], np.int16)},
+                   identity=identity)
+    thread.join(5)
+    assert out["a"].tolist() == [0, 9] and [type(m) for m, _ in rollout.mid_step.backlog] == [SimActions]

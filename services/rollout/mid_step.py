@@ -1,0 +1,132 @@
+"""The rollout's requests in the middle of a searched step, answered by the learner's central
+inference (docs/protocol.md, "A rollout's life", step 4): ``LeafQuery`` -> ``LeafValues``, the
+search's leaves valued by the critic (``alphazero.leaf_value = "critic"``), and ``SimActQuery``
+-> ``SimActions``, a network opponent's moves inside the simulations (``alphazero.sim_opponent
+= "battle"``).
+
+The rollout sends a query and waits for the answer of the same (iteration, cycle, shard[, seq])
+before it goes on. Whatever else the learner sends meanwhile (another shard's
+Step, an answer given up on) waits in ``backlog`` and is handled next, in order; a Close or
+Refused ends the wait at once (and is handled first); no answer within the round timeout raises
+``LeafTimeout``. Torch-free, like the rest of the rollout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import zmq
+
+from shared import transport
+from shared.messages import Close, LeafQuery, LeafValues, ProtocolError, Refused, SimActions, SimActQuery
+
+
+class LeafTimeout(RuntimeError):
+    """The learner did not answer a mid-step query within ``rollout.round_timeout_s``."""
+
+
+class Stopping(Exception):
+    """The wait ended without an answer: a stop was requested (no args), or a Close or Refused
+    came instead (its message as the arg, first in the backlog)."""
+
+
+class MidStepQueries:
+    """``ask`` and ``act`` over the rollout's DEALER ``sock``; ``send(body, arrays)`` sends,
+    ``refused(exc)`` counts an undecodable message, ``heard()`` notes that the learner spoke."""
+
+    def __init__(self, sock, decoder, send: Callable, refused: Callable[[ProtocolError], None],
+                 heard: Callable[[], None]):
+        self.sock, self.decoder, self.send, self.refused, self.heard = sock, decoder, send, refused, heard
+        self.backlog: deque = deque()
+        """(message, arrays) received while a step waited for an answer: handled next, in order."""
+
+    def ask(self, query: LeafQuery, rows: np.ndarray, returns: np.ndarray, discounts: np.ndarray, timeout_s: float,
+            stop_requested: Callable[[], bool]) -> np.ndarray:
+        """Send ``query`` with its arrays (``rows`` uint8 (n, row_bytes), ``returns`` and
+        ``discounts`` (n,)) and wait for its ``LeafValues``. Returns ``leaf_q`` (n,) float32.
+        Raises as ``request``."""
+        q = self.request(query, {"leaf_rows": rows, "leaf_return": np.asarray(returns, np.float64),
+                                 "leaf_discount": np.asarray(discounts, np.float64)},
+                         LeafValues, "leaf_q", len(rows), timeout_s, stop_requested)
+        if not np.isfinite(q).all():
+            raise ProtocolError("arrays", "leaf_values: leaf_q holds a value that is not finite")
+        return q
+
+    def act(self, query: SimActQuery, rows: np.ndarray, uniforms: np.ndarray, timeout_s: float,
+            stop_requested: Callable[[], bool]) -> np.ndarray:
+        """Send ``query`` with ``rows`` uint8 (n, row_bytes) and ``uniforms`` (n,) and wait for its
+        ``SimActions``. Returns ``sim_actions`` (n,) int16. Raises as ``request``."""
+        return self.request(query, {"sim_rows": rows, "sim_uniforms": np.asarray(uniforms, np.float64)},
+                            SimActions, "sim_actions", len(rows), timeout_s, stop_requested)
+
+    def request(self, query, arrays: dict, answer: type, name: str, n: int, timeout_s: float,
+                stop_requested: Callable[[], bool]) -> np.ndarray:
+        """Send ``query`` + ``arrays``; wait for the ``answer`` message of the same iteration,
+        cycle, shard (and seq, where it has one) and return its array ``name`` of shape (n,).
+        Raises ``LeafTimeout`` after ``timeout_s``, ProtocolError for an answer of another
+        shape, ``Stopping`` on a stop request or a Close/Refused."""
+        key = _key(query)
+        self.send(query, arrays)
+        deadline = time.monotonic() + timeout_s
+        while not stop_requested():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LeafTimeout(f"no {answer.__name__} from the learner within {timeout_s:.0f} s "
+                                  f"(rollout.round_timeout_s) for iteration {query.iteration} cycle {query.cycle} "
+                                  f"shard {query.shard}")
+            if not self.sock.poll(max(1, int(min(left, 0.2) * 1000)), zmq.POLLIN):
+                continue
+            try:
+                _, msg, got = transport.recv(self.sock, self.decoder)
+            except ProtocolError as exc:
+                self.refused(exc)
+                continue
+            self.heard()
+            if isinstance(msg, answer) and _key(msg) == key:
+                out = got.get(name)
+                if out is None or out.shape != (n,):
+                    raise ProtocolError("arrays", f"{answer.__name__} for {n} rows must carry {name} ({n},), got "
+                                                  f"{None if out is None else out.shape}")
+                return out
+            if isinstance(msg, (Close, Refused)):  # the learner is done with this rollout: no answer will come
+                self.backlog.appendleft((msg, got))
+                raise Stopping(msg)
+            self.backlog.append((msg, got))
+        raise Stopping
+
+
+def _key(msg) -> tuple:
+    return msg.iteration, msg.cycle, msg.shard, getattr(msg, "seq", 0)
+
+
+@dataclass
+class StepLearner:
+    """The learner as one searched step sees it (``ShardSearch.run``): its queries carry the
+    step's (iteration, cycle, shard) and the rollout's ``instance``; ``seq`` numbers its
+    ``SimActQuery``s."""
+
+    queries: MidStepQueries
+    instance: str
+    iteration: int
+    cycle: int
+    shard: int
+    timeout_s: float
+    stop_requested: Callable[[], bool]
+    seq: int = 0
+
+    def value_leaves(self, rows: np.ndarray, returns: np.ndarray, discounts: np.ndarray) -> np.ndarray:
+        """The leaves' scores (n,) float32 from the learner's critic (``LeafQuery``)."""
+        return self.queries.ask(LeafQuery(instance=self.instance, iteration=self.iteration, cycle=self.cycle,
+                                          shard=self.shard), rows, returns, discounts, self.timeout_s,
+                                self.stop_requested)
+
+    def act(self, player: str, battle: int, ordinal: int, rows: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+        """``player``'s actions (n,) int16 at ``rows`` sampled at ``uniforms`` (``SimActQuery``)."""
+        query = SimActQuery(instance=self.instance, iteration=self.iteration, cycle=self.cycle, shard=self.shard,
+                            seq=self.seq, player=player, battle=battle, ordinal=ordinal)
+        self.seq += 1
+        return self.queries.act(query, rows, uniforms, self.timeout_s, self.stop_requested)
