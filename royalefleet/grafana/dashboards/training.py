@@ -156,6 +156,10 @@ def search() -> list[dict]:
            description="In nats; KL(target, prior) is how far the search moved the policy."),
         ts("AlphaZero losses", [(L("az/policy_loss"), "cross-entropy per searched row"), (L("az/value_loss"), "(V - z)^2")],
            unit="none"),
+        ts("The search's questions to the learner", [(L("search/opponent_rows"), "opponent moves in simulations"),
+                                                     (L("search/critic_leaves"), "leaves valued by the critic")],
+           unit="none", description="Rows the learner answered mid-step this iteration: alphazero.sim_opponent "
+                                    "\"battle\" and leaf_value \"critic\" (docs/protocol.md)."),
     ]
 
 
