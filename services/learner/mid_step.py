@@ -8,7 +8,9 @@ step 4): the rollout, between the Step of cycle t and its round, asks for
   mirror battle, the pool snapshot of the episode's assignment for a frozen one.
 
 Each is answered at once with one forward over the query's rows in the rollout's order, so a
-resumed run (the same saved battle, weights and streams) gets the same answers. A query for a
+resumed run (the same saved battle, weights and streams) gets the same answers. A query moves
+its shard's round deadline to a round timeout from now: a step that asks many questions (31 a
+searched slot against a network opponent) is at work, not lost. A query for a
 step that is not the one just sent to that shard, or with malformed arrays, is refused (counted
 by reason) and not answered: the rollout gives up after ``rollout.round_timeout_s``.
 """
@@ -40,6 +42,8 @@ class MidStepAnswers:
             c._refused("unexpected", f"{type(body).__name__} {body.iteration}/{body.cycle} shard {body.shard} from "
                                      f"{member.label()}; its step was not the last one sent")
             return
+        # the rollout is at work on that step: its round is due a round timeout after its last question
+        run.deadline[(member.instance, body.shard)] = time.monotonic() + run.round_timeout_s
         t0 = time.perf_counter()
         answer: LeafValues | SimActions
         try:

@@ -8,7 +8,7 @@ The rollout sends a query and waits for the answer of the same (iteration, cycle
 before it goes on. Whatever else the learner sends meanwhile (another shard's
 Step, an answer given up on) waits in ``backlog`` and is handled next, in order; a Close or
 Refused ends the wait at once (and is handled first); no answer within the round timeout raises
-``LeafTimeout``. Torch-free, like the rest of the rollout.
+``MidStepTimeout``. Torch-free, like the rest of the rollout.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from shared import transport
 from shared.messages import Close, LeafQuery, LeafValues, ProtocolError, Refused, SimActions, SimActQuery
 
 
-class LeafTimeout(RuntimeError):
+class MidStepTimeout(RuntimeError):
     """The learner did not answer a mid-step query within ``rollout.round_timeout_s``."""
 
 
@@ -67,7 +67,7 @@ class MidStepQueries:
                 stop_requested: Callable[[], bool]) -> np.ndarray:
         """Send ``query`` + ``arrays``; wait for the ``answer`` message of the same iteration,
         cycle, shard (and seq, where it has one) and return its array ``name`` of shape (n,).
-        Raises ``LeafTimeout`` after ``timeout_s``, ProtocolError for an answer of another
+        Raises ``MidStepTimeout`` after ``timeout_s``, ProtocolError for an answer of another
         shape, ``Stopping`` on a stop request or a Close/Refused."""
         key = _key(query)
         self.send(query, arrays)
@@ -75,7 +75,7 @@ class MidStepQueries:
         while not stop_requested():
             left = deadline - time.monotonic()
             if left <= 0:
-                raise LeafTimeout(f"no {answer.__name__} from the learner within {timeout_s:.0f} s "
+                raise MidStepTimeout(f"no {answer.__name__} from the learner within {timeout_s:.0f} s "
                                   f"(rollout.round_timeout_s) for iteration {query.iteration} cycle {query.cycle} "
                                   f"shard {query.shard}")
             if not self.sock.poll(max(1, int(min(left, 0.2) * 1000)), zmq.POLLIN):

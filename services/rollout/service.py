@@ -18,10 +18,12 @@ import socket
 import time
 import traceback
 import uuid
+
 import zmq
 
 from services.rollout import battle_state
 from services.rollout.battles import AssignmentMissing, Shard
+from services.rollout.mid_step import MidStepQueries, MidStepTimeout, StepLearner, Stopping
 from services.rollout.metrics import IdleWindow, RolloutMetrics
 from shared import transport
 from shared.codec import WIRE_CODECS, WIRE_ZSTD, Codec, RowCompressor, compress_round
@@ -33,7 +35,6 @@ from shared.messages import (
     BattleStates, Close, Decoder, Failure, GetStates, Heartbeat, Hello, Plan, ProtocolError, Refused, Rejoin, Round,
     SetState, StatesSet, Step, ToRollout, Welcome,
 )
-from services.rollout.mid_step import LeafTimeout, MidStepQueries, StepLearner, Stopping
 
 
 def battles_mismatch(battles: int, shards: int, run: RolloutConfig) -> str | None:
@@ -288,7 +289,7 @@ class RolloutService:
         elif isinstance(msg, Close):
             self.say(f"rollout {self.instance}: closed by the learner ({msg.reason})")
             return 0
-        # a LeafValues here answers a query given up on (LeafTimeout): nothing waits for it
+        # a LeafValues or SimActions here answers a query given up on (MidStepTimeout): nothing waits for it
         return None
 
     def run(self) -> int:
@@ -305,7 +306,7 @@ class RolloutService:
                 self._hello()
             elif now - self.last_sent > hb:
                 self._send(Heartbeat(instance=self.instance, state="ready" if self.shards else "waiting"))
-            if self.mid_step.backlog:  # what arrived while a step waited for its leaf values, in order
+            if self.mid_step.backlog:  # what arrived while a step waited for the learner's answer, in order
                 msg, arrays = self.mid_step.backlog.popleft()
             else:
                 t_wait = time.monotonic()
@@ -335,7 +336,7 @@ class RolloutService:
                 self._send(Failure(instance=self.instance, kind="protocol", message=str(exc)))
                 self.say(f"rollout {self.instance}: bad command from the learner: {exc}")
                 continue
-            except (AssignmentMissing, LeafTimeout) as exc:
+            except (AssignmentMissing, MidStepTimeout) as exc:
                 self._send(Failure(instance=self.instance, kind="protocol", message=str(exc)))
                 self.say(f"rollout {self.instance}: {exc}; asking to rejoin")
                 self.mid_step.backlog.clear()

@@ -4,6 +4,7 @@ recorded. The actions are checked against the named uniform stream drawn here by
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -177,7 +178,9 @@ def test_a_leaf_query_of_the_step_just_sent_is_valued_and_answered_and_any_other
     rows = np.zeros((2, ROW_BYTES), np.uint8)
     rows[:, 0] = [3, 5]
     leaves = {"leaf_rows": rows, "leaf_return": np.array([1.0, -1.0]), "leaf_discount": np.array([0.5, 0.0])}
+    run.deadline[("a", 0)] = 0.0  # long past: a question shows the shard at work, and moves it
     run.mid_step.on_query(member, LeafQuery(instance="a", iteration=ITERATION, cycle=0, shard=0), leaves)
+    assert run.deadline[("a", 0)] > time.monotonic() + 4.0  # the round timeout here is 5 s
     identity, body, arrays = sent[0]
     assert identity == b"id-a" and isinstance(body, LeafValues)
     assert (body.iteration, body.cycle, body.shard) == (ITERATION, 0, 0)

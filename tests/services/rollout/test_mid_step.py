@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from services.rollout.mid_step import LeafTimeout, Stopping
+from services.rollout.mid_step import MidStepTimeout, Stopping
 from services.rollout.service import RolloutService
 from shared import transport
 from shared.messages import Close, Decoder, LeafQuery, LeafValues, SimActions, SimActQuery, Step, ToLearner
@@ -86,7 +86,7 @@ def test_no_answer_gives_up_after_the_round_timeout_naming_the_step(pair):
     thread, out = _ask(rollout)
     _query(router)
     thread.join(5)
-    assert isinstance(out["error"], LeafTimeout)
+    assert isinstance(out["error"], MidStepTimeout)
     assert str(out["error"]) == ("no LeafValues from the learner within 1 s (rollout.round_timeout_s) for "
                                  "iteration 3 cycle 4 shard 1")
 
