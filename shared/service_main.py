@@ -8,7 +8,7 @@ and a ``start(settings, say)`` that builds the service and says what it serves, 
 to ``run_service``::
 
     def main(argv: list[str] | None = None) -> int:
-        return run_service("ladder", parse_args(argv), start)
+        return run_service("ladder", parse_settings(argv), start)
 
 Exit codes, the same for every service (the launcher and Compose read them):
 

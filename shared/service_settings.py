@@ -141,6 +141,34 @@ def build_parser(cls, *, prog: str, description: str) -> argparse.ArgumentParser
     return parser
 
 
+METRICS_PORT_HELP = "Prometheus /metrics port; 0 turns it off"
+METRICS_HOST_HELP = "address the /metrics server listens on"
+
+
+def metrics_port_option(default: int, *, parse: Callable[[str], Any] = port, default_text: str | None = None,
+                        help: str = METRICS_PORT_HELP) -> Any:
+    """Every service's ``--metrics-port`` (``ROYALEFLEET_METRICS_PORT``), ``default`` its own
+    port, parsed by ``port`` unless ``parse`` says otherwise (the learner's -1: the config's)."""
+    return option(default, env="ROYALEFLEET_METRICS_PORT", parse=parse, default_text=default_text, help=help)
+
+
+def metrics_host_option(*, help: str = METRICS_HOST_HELP) -> Any:
+    """Every service's ``--metrics-host`` (``ROYALEFLEET_METRICS_HOST``), loopback by default."""
+    return option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help=help)
+
+
+def settings_parser(cls: type[T], *, prog: str, description: str) -> Callable[..., T]:
+    """A service's ``parse_settings(argv=None, environ=None) -> cls``: ``parse_settings`` below
+    with this ``prog`` (what ``--help`` calls the command) and ``description``."""
+
+    def parse(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> T:
+        return parse_settings(cls, argv, environ, prog=prog, description=description)
+
+    parse.__doc__ = (f"The settings of {prog} from flags, else variables, else defaults; a bad value exits 2 "
+                     "naming the flag or the variable.")
+    return parse
+
+
 def parse_settings(cls: type[T], argv: list[str] | None = None, environ: Mapping[str, str] | None = None, *,
                    prog: str, description: str) -> T:
     """An instance of settings class ``cls`` from ``argv`` (default ``sys.argv[1:]``), else

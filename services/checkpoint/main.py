@@ -5,16 +5,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import prometheus_client
 
 from services.checkpoint.service import MIB, CheckpointService, Metrics
-from shared import service_settings
 from shared.service_main import Running, Say, StartRefused, run_service, serve_metrics
-from shared.service_settings import option, port, positive
+from shared.service_settings import metrics_host_option, metrics_port_option, option, positive, settings_parser
 from shared.transport import bind_router, curve_server_keys
 from shared.writer_token import TOKEN_ENV, checkpoint_token
 
@@ -30,19 +28,15 @@ class Settings:
                        help="checkpoints kept per run; older ones are pruned")
     max_message_mb: int = option(64, env="ROYALEFLEET_MAX_MESSAGE_MB", parse=positive,
                                  help="largest request accepted, in MiB (bigger ones are dropped unanswered)")
-    metrics_port: int = option(9102, env="ROYALEFLEET_METRICS_PORT", parse=port,
-                               help="port of the Prometheus /metrics page; 0 = off")
-    metrics_host: str = option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help="address the /metrics page listens on")
+    metrics_port: int = metrics_port_option(9102)
+    metrics_host: str = metrics_host_option()
 
 
-def parse_settings(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
-    """Settings from flags, else environment variables, else defaults. A bad value exits
-    with a usage error (status 2) naming the flag or the variable."""
-    return service_settings.parse_settings(
-        Settings, argv, environ, prog="python -m services.checkpoint",
-        description="royalefleet checkpoint service: writes the learner's checkpoints atomically, "
-        "verifies them on load, prunes old ones. Every setting is a flag or an environment "
-        "variable; the flag wins.")
+parse_settings = settings_parser(
+    Settings, prog="python -m services.checkpoint",
+    description="royalefleet checkpoint service: writes the learner's checkpoints atomically, "
+    "verifies them on load, prunes old ones. Every setting is a flag or an environment "
+    "variable; the flag wins.")
 
 
 def start(settings: Settings, say: Say) -> Running:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from shared.config import load_service_config
 from shared.cpu_priority import autogroup_nice, lower_cpu_priority, nice_value
 from shared.service_main import Running, Say, run_service, serve_metrics
-from shared.service_settings import option, parse_settings, port
+from shared.service_settings import metrics_host_option, metrics_port_option, option, settings_parser
 from shared.viser import address_option
 
 
@@ -27,9 +27,8 @@ class Settings:
     config: str | None = option(None, env="ROYALEFLEET_CONFIG",
                                 help="run config JSON (master seed, env, network, ladder and evaluation sections); "
                                 "without one the cpu profile's defaults are used")
-    metrics_port: int = option(9200, env="ROYALEFLEET_METRICS_PORT", parse=port,
-                               help="Prometheus /metrics port; 0 turns it off")
-    metrics_host: str = option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help="address the /metrics server listens on")
+    metrics_port: int = metrics_port_option(9200)
+    metrics_host: str = metrics_host_option()
     nice: int = option(19, env="ROYALEFLEET_NICE", parse=nice_value,
                        help="CPU priority, as a nice value 0..19: the games take only the cores the learner and "
                        "rollouts leave idle (19, the default; a busy evaluator at full priority made the cpu "
@@ -42,13 +41,11 @@ class Settings:
                         "(default off)")
 
 
-def parse_args(argv: list[str] | None = None, environ=None) -> Settings:
-    """An evaluator's settings from flags, else variables, else defaults; a bad value exits 2."""
-    return parse_settings(
-        Settings, argv, environ, prog="python -m services.evaluator",
-        description="A royalefleet evaluator: asks the ladder for evaluation jobs (the promotion gate's games "
-        "between frozen snapshots and scripted anchors), plays them as full matches on the fixed evaluation "
-        "seeds, and reports the records to the ladder's result log. Stops cleanly on SIGTERM or Ctrl-C.")
+parse_settings = settings_parser(
+    Settings, prog="python -m services.evaluator",
+    description="A royalefleet evaluator: asks the ladder for evaluation jobs (the promotion gate's games "
+    "between frozen snapshots and scripted anchors), plays them as full matches on the fixed evaluation "
+    "seeds, and reports the records to the ladder's result log. Stops cleanly on SIGTERM or Ctrl-C.")
 
 
 def start(settings: Settings, say: Say) -> Running:
@@ -72,4 +69,4 @@ def start(settings: Settings, say: Say) -> Running:
 def main(argv: list[str] | None = None) -> int:
     """Play evaluation jobs until SIGTERM or SIGINT (``shared.service_main``): 0 stopped, 2 a
     refused config, 1 a metrics port taken."""
-    return run_service("evaluator", parse_args(argv), start)
+    return run_service("evaluator", parse_settings(argv), start)

@@ -11,7 +11,7 @@ from services.ladder.pool import PoolCorrupt
 from services.ladder.service import LadderService, Metrics
 from shared.config import load_service_config
 from shared.service_main import Running, Say, StartRefused, run_service, serve_metrics
-from shared.service_settings import option, parse_settings, port
+from shared.service_settings import metrics_host_option, metrics_port_option, option, settings_parser
 
 
 @dataclass(frozen=True)
@@ -24,18 +24,15 @@ class Settings:
     config: str | None = option(None, env="ROYALEFLEET_CONFIG",
                                 help="run config JSON (master_seed, run_name and the ladder section); "
                                 "without one the cpu profile's defaults are used")
-    metrics_port: int = option(9101, env="ROYALEFLEET_METRICS_PORT", parse=port,
-                               help="Prometheus /metrics port; 0 turns it off")
-    metrics_host: str = option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help="address the /metrics server listens on")
+    metrics_port: int = metrics_port_option(9101)
+    metrics_host: str = metrics_host_option()
 
 
-def parse_args(argv: list[str] | None = None, environ=None) -> Settings:
-    """The ladder's settings from flags, else variables, else defaults; a bad value exits 2."""
-    return parse_settings(
-        Settings, argv, environ, prog="python -m services.ladder",
-        description="The royalefleet ladder: tells the learner who plays whom (mirror / pool / scripted "
-        "mixture, per-episode opponents and seats) and keeps each run's durable result log "
-        "<runs-dir>/<run_name>/ladder/results.jsonl. Stops cleanly on SIGTERM or Ctrl-C.")
+parse_settings = settings_parser(
+    Settings, prog="python -m services.ladder",
+    description="The royalefleet ladder: tells the learner who plays whom (mirror / pool / scripted "
+    "mixture, per-episode opponents and seats) and keeps each run's durable result log "
+    "<runs-dir>/<run_name>/ladder/results.jsonl. Stops cleanly on SIGTERM or Ctrl-C.")
 
 
 def start(settings: Settings, say: Say) -> Running:
@@ -59,4 +56,4 @@ def start(settings: Settings, say: Say) -> Running:
 def main(argv: list[str] | None = None) -> int:
     """Run the ladder until SIGTERM or SIGINT (``shared.service_main``): 0 stopped, 2 refused,
     1 an address or port taken."""
-    return run_service("ladder", parse_args(argv), start)
+    return run_service("ladder", parse_settings(argv), start)

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from services.learner.determinism import DeterminismError
 from services.learner.vram import DeviceMemoryError
-from shared import service_settings, transport
+from shared import transport
 from shared.config import RunConfig, load_config
 from shared.recorded_config import for_learner
 from shared.service_main import Say, StartRefused, run_service, say
-from shared.service_settings import option, port_or_config
+from shared.service_settings import metrics_host_option, metrics_port_option, option, port_or_config, settings_parser
 from shared.viser import address_option
 
 if TYPE_CHECKING:
@@ -57,9 +57,8 @@ class Settings:
                                     default_text="tcp://<services.host>:<checkpoint_port>",
                                     help="checkpoint service address")
     runs_dir: str | None = option(None, env="ROYALEFLEET_RUNS_DIR", default_text="config runs_dir", help="runs folder")
-    metrics_port: int = option(-1, env="ROYALEFLEET_METRICS_PORT", parse=port_or_config,
-                               default_text="services.learner_metrics_port", help="port of /metrics, 0 = off")
-    metrics_host: str = option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help="address /metrics listens on")
+    metrics_port: int = metrics_port_option(-1, parse=port_or_config, default_text="services.learner_metrics_port")
+    metrics_host: str = metrics_host_option()
     iterations: int = option(0, env="ROYALEFLEET_ITERATIONS",
                              help="stop once the run has reached this iteration (a total over every resume and "
                              "restart), 0 = run until stopped")
@@ -82,13 +81,10 @@ class Settings:
                                "are moved to metrics.purged.jsonl); without it such a start is refused")
 
 
-def parse_settings(argv: list[str] | None = None, environ=None) -> Settings:
-    """The learner's settings from flags, else variables, else defaults; a bad value exits 2
-    naming the flag or the variable."""
-    return service_settings.parse_settings(
-        Settings, argv, environ, prog="python -m services.learner",
-        description="The learner: central inference, GAE and PPO over rounds from the rollouts. "
-        "Every flag also reads an environment variable (shown), which is how Compose configures it.")
+parse_settings = settings_parser(
+    Settings, prog="python -m services.learner",
+    description="The learner: central inference, GAE and PPO over rounds from the rollouts. "
+    "Every flag also reads an environment variable (shown), which is how Compose configures it.")
 
 
 def start(settings: Settings, say: Say) -> Learner:

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.service import RolloutService
-from shared import service_settings
 from shared.service_main import Say, run_service
-from shared.service_settings import option, port, positive
+from shared.service_settings import metrics_host_option, metrics_port_option, option, positive, settings_parser
 
 
 @dataclass(frozen=True)
@@ -23,22 +22,23 @@ class Settings:
     learner: str = option("tcp://127.0.0.1:5555", env="ROYALEFLEET_LEARNER", help="learner address to connect to")
     battles: int = option(16, env="ROYALEFLEET_BATTLES", parse=positive, help="battles this rollout runs")
     shards: int = option(2, env="ROYALEFLEET_SHARDS", parse=positive, help="shards the battles are split into")
-    metrics_port: int = option(9110, env="ROYALEFLEET_METRICS_PORT", parse=port, help="port of /metrics, 0 = off")
-    metrics_host: str = option("127.0.0.1", env="ROYALEFLEET_METRICS_HOST", help="address /metrics listens on")
+    metrics_port: int = metrics_port_option(9110)
+    metrics_host: str = metrics_host_option()
     max_message_mb: int = option(64, env="ROYALEFLEET_MAX_MESSAGE_MB", parse=positive,
                                  help="largest message accepted, in MiB")
 
 
 PROG = "python -m services.rollout"
+_parse = settings_parser(
+    Settings, prog=PROG,
+    description="A rollout: runs RoyaleGym battles and steps them on the learner's command. "
+    "Every flag also reads an environment variable (shown), which is how Compose configures it.")
 
 
 def parse_settings(argv: list[str] | None = None, environ=None) -> Settings:
     """A rollout's settings from flags, else variables, else defaults; a bad value, or battles
     that are no multiple of shards, exits 2 naming it."""
-    a = service_settings.parse_settings(
-        Settings, argv, environ, prog=PROG,
-        description="A rollout: runs RoyaleGym battles and steps them on the learner's command. "
-        "Every flag also reads an environment variable (shown), which is how Compose configures it.")
+    a = _parse(argv, environ)
     if a.battles % a.shards:
         print(f"{PROG}: error: --battles {a.battles} must be a positive multiple of --shards {a.shards}",
               file=sys.stderr)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from services.evaluator.main import parse_args
+from services.evaluator.main import parse_settings
 from shared.cpu_priority import autogroup_nice, lower_cpu_priority, nice_value
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -114,9 +114,9 @@ def test_autogroup_nice_reads_the_kernel_line(tmp_path):
 
 
 def test_the_evaluator_runs_at_nice_19_unless_told(capsys):
-    assert parse_args([], environ={}).nice == 19
-    assert parse_args([], environ={"ROYALEFLEET_NICE": "0"}).nice == 0
-    assert parse_args(["--nice", "5"], environ={"ROYALEFLEET_NICE": "0"}).nice == 5
+    assert parse_settings([], environ={}).nice == 19
+    assert parse_settings([], environ={"ROYALEFLEET_NICE": "0"}).nice == 0
+    assert parse_settings(["--nice", "5"], environ={"ROYALEFLEET_NICE": "0"}).nice == 5
     with pytest.raises(SystemExit):
-        parse_args(["--nice", "25"], environ={})
+        parse_settings(["--nice", "25"], environ={})
     assert "argument --nice: '25': 25 is not a nice value 0..19" in capsys.readouterr().err

@@ -89,3 +89,39 @@ def test_every_main_is_a_few_lines_and_no_service_builds_its_own_argparse():
         assert len(code) <= 4, f"{main.relative_to(ROOT)}: {len(code)} lines of code; put the service in its own module"
     for path in sorted((ROOT / "services").rglob("*.py")):
         assert "argparse" not in path.read_text(), f"{path.relative_to(ROOT)}: settings go through shared.service_settings"
+
+
+def test_every_service_declares_its_metrics_options_once_through_the_shared_helpers(capsys):
+    """settings_parser and the metrics options (the service skeleton's duplicate, issue 29): the
+    parser reads --metrics-port, then ROYALEFLEET_METRICS_PORT, then the service's own default,
+    refuses a bad port naming the flag or the variable, and every service's --help shows the same
+    two lines."""
+    from dataclasses import dataclass
+
+    from shared.service_settings import (
+        METRICS_HOST_HELP, METRICS_PORT_HELP, metrics_host_option, metrics_port_option, settings_parser,
+    )
+
+    @dataclass(frozen=True)
+    class S:
+        metrics_port: int = metrics_port_option(9123)
+        metrics_host: str = metrics_host_option()
+
+    parse = settings_parser(S, prog="python -m services.example", description="an example")
+    assert parse([], environ={}) == S(9123, "127.0.0.1")
+    assert parse([], environ={"ROYALEFLEET_METRICS_PORT": "0", "ROYALEFLEET_METRICS_HOST": "0.0.0.0"}) == S(0, "0.0.0.0")
+    assert parse(["--metrics-port", "9200"], environ={"ROYALEFLEET_METRICS_PORT": "0"}).metrics_port == 9200
+    with pytest.raises(SystemExit) as exc:
+        parse(["--metrics-port", "70000"], environ={})
+    assert exc.value.code == 2 and "70000 is not a port (0..65535)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse([], environ={"ROYALEFLEET_METRICS_PORT": "abc"})
+    assert "environment variable ROYALEFLEET_METRICS_PORT='abc': not a whole number" in capsys.readouterr().err
+    import importlib
+
+    for name in ("checkpoint", "evaluator", "ladder", "learner", "rollout"):
+        main = importlib.import_module(f"services.{name}.main")
+        with pytest.raises(SystemExit):
+            main.parse_settings(["--help"], environ={})
+        shown = " ".join(capsys.readouterr().out.split())
+        assert METRICS_PORT_HELP in shown and METRICS_HOST_HELP in shown, name
