@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from services.evaluator.main import parse_args
+from services.evaluator.main import parse_settings
 from services.evaluator.service import Evaluator
 from shared.config import load_config
 from shared.messages import EvalJob
@@ -59,10 +59,10 @@ def test_the_evaluator_streams_its_games_tick_by_tick_and_plays_them_exactly_as_
 
 
 def test_off_by_default_and_a_bad_address_exits_2_naming_the_flag(capsys):
-    assert parse_args([], environ={}).viser == ""
-    assert parse_args([], environ={"ROYALEFLEET_VISER": "127.0.0.1:9870"}).viser == "127.0.0.1:9870"
+    assert parse_settings([], environ={}).viser == ""
+    assert parse_settings([], environ={"ROYALEFLEET_VISER": "127.0.0.1:9870"}).viser == "127.0.0.1:9870"
     with pytest.raises(SystemExit) as exc:
-        parse_args(["--viser", "nowhere"], environ={})
+        parse_settings(["--viser", "nowhere"], environ={})
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--viser" in err and "nowhere" in err and "expected HOST:PORT, for example 127.0.0.1:9870" in err
