@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from services.learner.metric_log import PURGED_NAME, append_row, purge_after
 from tests.stack import read_rows, run_to_exit, tiny_config
 
@@ -73,6 +75,7 @@ def test_nothing_to_purge_leaves_no_file(tmp_path):
     assert not (tmp_path / PURGED_NAME).exists()
 
 
+@pytest.mark.slow  # a whole stack, three iterations and a resume: 25-37 s, the fast suite's slowest by 4x
 def test_a_resume_from_an_older_checkpoint_purges_the_rows_past_it_and_trains_them_again(tmp_path):
     """Three iterations with a checkpoint every two (2, and 3 at the clean stop); checkpoint 3
     then corrupted, as a kill mid-write would leave it. The resume falls back to checkpoint 2,
