@@ -18,6 +18,7 @@ by reason) and not answered: the rollout gives up after ``rollout.round_timeout_
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,19 +26,23 @@ from services.learner.fleet import Member
 from services.learner.frozen import FrozenStats
 from shared.messages import LeafQuery, LeafValues, SimActions, SimActQuery
 
+if TYPE_CHECKING:
+    from services.learner.rounds import CollectionRun
+
 
 class MidStepAnswers:
     """The answers of one collection (``rounds.CollectionRun``, which hands over its parts)."""
 
-    def __init__(self, run):
+    def __init__(self, run: CollectionRun):
         self.run = run
 
-    def on_query(self, member: Member, body, arrays: dict) -> None:
+    def on_query(self, member: Member, body: LeafQuery | SimActQuery, arrays: dict) -> None:
         """``Collector.poll``'s ``on_mid_step``: answer ``body`` (a LeafQuery or SimActQuery)."""
         run, c = self.run, self.run.collector
+        book = c.search_book
         if member.instance not in run.by_instance:
             return  # registered during this iteration: it has no step to search
-        if (c.search_book is None or body.iteration != run.iteration
+        if (book is None or body.iteration != run.iteration
                 or run.expected.get((member.instance, body.shard)) != body.cycle + 1 or body.cycle + 1 > run.rect.T):
             c._refused("unexpected", f"{type(body).__name__} {body.iteration}/{body.cycle} shard {body.shard} from "
                                      f"{member.label()}; its step was not the last one sent")
@@ -48,11 +53,12 @@ class MidStepAnswers:
         answer: LeafValues | SimActions
         try:
             if isinstance(body, LeafQuery):
-                q = c.search_book.leaf_values(run.policy, arrays.get("leaf_rows"), arrays.get("leaf_return"),
+                q = book.leaf_values(run.policy, arrays.get("leaf_rows"), arrays.get("leaf_return"),
                                               arrays.get("leaf_discount"), run.rect.row_bytes)
                 answer, out = LeafValues(iteration=body.iteration, cycle=body.cycle, shard=body.shard), {"leaf_q": q}
             else:
                 actions = self.sim_actions(body, arrays.get("sim_rows"), arrays.get("sim_uniforms"))
+                book.opponent_rows += len(actions)
                 answer = SimActions(iteration=body.iteration, cycle=body.cycle, shard=body.shard, seq=body.seq)
                 out = {"sim_actions": actions}
         except ValueError as exc:
@@ -86,5 +92,4 @@ class MidStepAnswers:
         else:  # the episode's pool snapshot, as it plays the frozen seat (its no-op counted apart)
             actions, _ = c._play_frozen(run.frozen, FrozenStats(), np.full(n, body.battle), np.full(n, body.ordinal),
                                         rows, n_legal, uniforms)
-        c.search_book.opponent_rows += n
         return np.asarray(actions, np.int16)

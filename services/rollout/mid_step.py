@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from shared import transport
 from shared.messages import Close, LeafQuery, LeafValues, ProtocolError, Refused, SimActions, SimActQuery
 
 
@@ -35,12 +34,12 @@ class Stopping(Exception):
 
 
 class MidStepQueries:
-    """``ask`` and ``act`` over the rollout's DEALER ``sock``; ``send(body, arrays)`` sends,
-    ``refused(exc)`` counts an undecodable message, ``heard()`` notes that the learner spoke."""
+    """``ask`` and ``act`` over the rollout's DEALER ``sock``: ``send(body, arrays)`` sends and
+    ``recv()`` takes the next message as (message, arrays), or None for one that does not decode
+    (the rollout's own, which counts it)."""
 
-    def __init__(self, sock, decoder, send: Callable, refused: Callable[[ProtocolError], None],
-                 heard: Callable[[], None]):
-        self.sock, self.decoder, self.send, self.refused, self.heard = sock, decoder, send, refused, heard
+    def __init__(self, sock, send: Callable, recv: Callable[[], tuple | None]):
+        self.sock, self.send, self.recv = sock, send, recv
         self.backlog: deque = deque()
         """(message, arrays) received while a step waited for an answer: handled next, in order."""
 
@@ -78,14 +77,10 @@ class MidStepQueries:
                 raise MidStepTimeout(f"no {answer.__name__} from the learner within {timeout_s:.0f} s "
                                   f"(rollout.round_timeout_s) for iteration {query.iteration} cycle {query.cycle} "
                                   f"shard {query.shard}")
-            if not self.sock.poll(max(1, int(min(left, 0.2) * 1000)), zmq.POLLIN):
+            received = self.recv() if self.sock.poll(max(1, int(min(left, 0.2) * 1000)), zmq.POLLIN) else None
+            if received is None:
                 continue
-            try:
-                _, msg, got = transport.recv(self.sock, self.decoder)
-            except ProtocolError as exc:
-                self.refused(exc)
-                continue
-            self.heard()
+            msg, got = received
             if isinstance(msg, answer) and _key(msg) == key:
                 out = got.get(name)
                 if out is None or out.shape != (n,):

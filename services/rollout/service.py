@@ -85,7 +85,7 @@ class RolloutService:
         self.compressor: RowCompressor | None = None
         """Set when the learner's Welcome names wire codec 2."""
         self.last_sent = self.last_heard = time.monotonic()
-        self.mid_step = MidStepQueries(self.sock, self.decoder, self._send, self._refused_message, self._heard)
+        self.mid_step = MidStepQueries(self.sock, self._send, self._recv)
         """The searched step's queries to the learner (``LeafQuery``, ``SimActQuery``) and their backlog."""
 
     # ------------------------------------------------------------------ plumbing
@@ -107,12 +107,17 @@ class RolloutService:
                          codecs=list(WIRE_CODECS), user_code=self.user_code))
         self.say(f"rollout {self.instance}: hello to {self.learner} ({self.n_battles} battles in {self.n_shards} shards)")
 
-    def _refused_message(self, exc: ProtocolError) -> None:
-        self.metrics.refused.labels(exc.reason).inc()
-        self.refusal_log(exc.reason, f"rollout {self.instance}: refused a message from the learner: {exc}")
-
-    def _heard(self) -> None:
+    def _recv(self):
+        """The next message from the learner as (message, arrays), the learner heard; None for
+        one that does not decode (counted by reason, said at most once in 10 s per reason)."""
+        try:
+            _, msg, arrays = transport.recv(self.sock, self.decoder)
+        except ProtocolError as exc:
+            self.metrics.refused.labels(exc.reason).inc()
+            self.refusal_log(exc.reason, f"rollout {self.instance}: refused a message from the learner: {exc}")
+            return None
         self.last_heard = time.monotonic()
+        return msg, arrays
 
     def request_stop(self, *_):
         self.stop_requested = True
@@ -317,14 +322,10 @@ class RolloutService:
                     self.held_since = t_now
                 else:
                     self.held_since = time.monotonic()
-                if not got:
+                received = self._recv() if got else None
+                if received is None:
                     continue
-                try:
-                    _, msg, arrays = transport.recv(self.sock, self.decoder)
-                except ProtocolError as exc:
-                    self._refused_message(exc)
-                    continue
-                self._heard()
+                msg, arrays = received
             try:
                 code = self._dispatch(msg, arrays)
             except Stopping as exc:
