@@ -10,7 +10,9 @@ Per iteration (after the row is written to ``metrics.jsonl``, so a halting row i
 
 Exports ``royalefleet_learner_alarm_holds{alarm,severity}`` (1 while the condition holds on the
 last row, 0 otherwise, also when not evaluated) and ``royalefleet_learner_alarm_consecutive``
-(iterations in a row it has held). Fired alarms are appended to ``runs/<run>/alarms.jsonl``,
+(iterations in a row it has held) and ``royalefleet_learner_alarm_patience`` (the patience
+it fires at under this run's config, overrides included): Prometheus's rules fire on
+``consecutive >= patience``, the learner's own verdict. Fired alarms are appended to ``runs/<run>/alarms.jsonl``,
 one JSON object a line, flushed and fsynced like the metric rows. None of this needs Prometheus
 or Grafana: the learner halts on its own.
 """
@@ -82,13 +84,17 @@ class AlarmMonitor:
         self.consecutive = Gauge("royalefleet_learner_alarm_consecutive",
                                  "Consecutive iterations the alarm's condition has held (fires at its patience)",
                                  ["alarm", "severity"], registry=registry)
+        self.patience = Gauge("royalefleet_learner_alarm_patience",
+                              "Consecutive iterations the alarm fires at, under this run's config",
+                              ["alarm", "severity"], registry=registry)
         # Every enabled alarm is exported from the start (at 0), so a dashboard lists them all.
         if cfg.enabled:
             for alarm in ALARMS + self.extra:
                 if alarm.name not in cfg.disabled:
-                    severity, _ = effective(alarm, cfg)
+                    severity, patience = effective(alarm, cfg)
                     self.holds.labels(alarm.name, severity).set(0)
                     self.consecutive.labels(alarm.name, severity).set(0)
+                    self.patience.labels(alarm.name, severity).set(patience)
 
     @property
     def alarms_path(self) -> str | None:
