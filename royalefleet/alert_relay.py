@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 
-from royalefleet.grafana.common import ALERT_WEBHOOK_VAR, NOTIFY_RECEIVER, SEVERITY
+from royalefleet.alert_names import ALERT_WEBHOOK_VAR, NOTIFY_RECEIVER, SEVERITY
 
 POLL_S = 2.0
 """How often the relay reads ``alarms.jsonl`` for new lines, in seconds."""

@@ -10,7 +10,9 @@
   relay posts fired alarms (royalefleet/alert_relay.py).
 
 Exit 0 when the POST was accepted, 1 when it was not (the reason and the fix printed), 2 when
-the variable it needs is unset.
+the variable it needs is unset. Without a local install, from the Compose stack's own image:
+``docker compose run --rm --no-deps keys python -m royalefleet.cmd_alerts test --alertmanager
+http://alertmanager:9093``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import os
 import sys
 
 from royalefleet.alert_relay import TEST_ALERT, post, test_alert, webhook_payload
-from royalefleet.grafana.common import ALERT_WEBHOOK_VAR, ALERTMANAGER_VAR
+from royalefleet.alert_names import ALERT_WEBHOOK_VAR, ALERTMANAGER_VAR
 
 DEFAULT_PORT = "9093"
 
@@ -75,3 +77,15 @@ def run(args, environ=os.environ) -> int:
     print(f"Alertmanager at {base} took {TEST_ALERT}; it reaches {ALERT_WEBHOOK_VAR} within about 30 s "
           f"(group_wait). Nothing there: `docker compose logs alertmanager` names the failed delivery")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m royalefleet.cmd_alerts test ...`` (in the images: standard library only)."""
+    parser = argparse.ArgumentParser(prog="python -m royalefleet.cmd_alerts")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["alerts", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -531,7 +531,7 @@ def env_file_value(path: Path, name: str) -> str | None:
 
 def check_alert_receiver(root: Path | None = None, environ=os.environ) -> Check:
     """FAIL when ``ALERT_WEBHOOK_URL`` is unset or not an http(s) URL, naming the variable."""
-    from royalefleet.grafana.common import ALERT_WEBHOOK_VAR
+    from royalefleet.alert_names import ALERT_WEBHOOK_VAR
 
     root = root or Path(__file__).resolve().parent.parent
     url = environ.get(ALERT_WEBHOOK_VAR)

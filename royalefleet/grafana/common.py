@@ -7,6 +7,7 @@ from __future__ import annotations
 import pathlib
 import re
 
+from royalefleet.alert_names import ALERT_WEBHOOK_VAR, ALERTMANAGER_VAR, NOTIFY_RECEIVER, SEVERITY  # noqa: F401
 from shared.metric_schema import prometheus_name
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -15,35 +16,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATASOURCE_UID = "royalefleet-prometheus"
 DATASOURCE = {"type": "prometheus", "uid": DATASOURCE_UID}
 FOLDER = "royalefleet"
-ALERT_WEBHOOK_VAR = "ALERT_WEBHOOK_URL"
-"""The one setting that routes alerts to a person: a URL that takes a POST (Slack or Discord
-incoming webhook, ntfy topic, any HTTP endpoint). Alertmanager's receiver ``NOTIFY_RECEIVER``
-posts there under Compose, ``royalefleet up``'s alert relay under ``make run``
-(royalefleet/alert_relay.py); Grafana sends its own rules' alerts through Alertmanager
-(docs/alarms.md, "Where alerts show and how they reach you")."""
+
+# ALERT_WEBHOOK_VAR, ALERTMANAGER_VAR, NOTIFY_RECEIVER, SEVERITY: royalefleet/alert_names.py.
 
 ALERT_WEBHOOK_UNSET = "http://127.0.0.1:9/ALERT_WEBHOOK_URL-is-not-set"
 """compose.yaml's value when ``ALERT_WEBHOOK_URL`` is unset: nothing listens there (port 9 on
 the container's own loopback), so every delivery fails and Alertmanager's log names the
 variable to set; ``royalefleet doctor --compose`` fails on it, naming the variable."""
 
-ALERTMANAGER_VAR = "ALERTMANAGER_URL"
-"""Where Grafana's contact point ``ALERTMANAGER_RECEIVER`` sends Grafana's own alerts (compose:
-``http://alertmanager:9093``): Alertmanager is the one path to a person."""
-
 ENV_VARS = ("PROMETHEUS_URL", "LEARNER_HALT_URL", "LEARNER_HALT_TOKEN", ALERTMANAGER_VAR)
 """The only environment variables the provisioning files read; compose must set all four
 (Grafana has no default syntax: ``PROMETHEUS_URL: ${PROMETHEUS_URL:-http://prometheus:9090}``
 in the compose file gives the default)."""
 
-SEVERITY = {"halt": "critical", "warn": "warning"}
-"""The learner's severity (``shared.alarms.Severity``) -> the alert's ``severity`` label, as
-Prometheus users name them: ``critical`` halts the run, ``warning`` is told and logged."""
 
 HALT_RECEIVER = "royalefleet-learner-halt"
-NOTIFY_RECEIVER = "royalefleet-notify"
-"""Alertmanager's receiver: every alert, to ``ALERT_WEBHOOK_URL``. The alert relay of
-``royalefleet up`` names its posts the same."""
 ALERTMANAGER_RECEIVER = "royalefleet-alertmanager"
 """Grafana's contact point for its own rules: Alertmanager at ``$ALERTMANAGER_URL``, so an alert a
 person adds in Grafana reaches them by the same path, once."""

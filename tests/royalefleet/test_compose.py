@@ -349,9 +349,9 @@ def test_the_rollout_scales():
     # A rollout host's own count, apart from the learner host's FLEET_ROLLOUTS and the run's battles.
     assert remote["deploy"]["replicas"] == "${FLEET_HOST_ROLLOUTS:-1}"
     # Its metrics: a host port a replica from a range, on loopback unless the host says otherwise.
-    assert remote["ports"] == ["${FLEET_METRICS_PUBLISH:-127.0.0.1:9110-9117}:9110"]
+    assert remote["ports"] == ["${FLEET_METRICS_PUBLISH:-127.0.0.1:9110-9173}:9110"]  # 64 replicas
     (published,) = interpolate(remote["ports"], {})
-    assert published == "127.0.0.1:9110-9117:9110"
+    assert published == "127.0.0.1:9110-9173:9110"
     assert interpolate(remote["deploy"], {"FLEET_ROLLOUTS": "12"})["replicas"] == "1"
     services = compose("compose.yaml")["services"]
     assert services["learner"]["environment"]["ROYALEFLEET_MIN_ROLLOUTS"] == "${FLEET_ROLLOUTS:-1}"

@@ -30,6 +30,7 @@ CONDITIONAL = {
     "royalefleet_learner_ppo_value_clip_fraction": "only with ppo.value_clipping",
     "royalefleet_checkpoint_verify_failures_total": "counted only when a stored checkpoint fails to verify",
     "up": "Prometheus's own series",
+    "ALERTS": "Prometheus's own series (the rules that fire or are pending)",
     "royalefleet_learner_ladder_rating": "only once a pool member's evaluation games are fitted",
     "royalefleet_learner_ladder_rating_se": "only once a pool member's evaluation games are fitted",
     "royalefleet_learner_ladder_transitivity_residual": "only once a pair has ladder.rater.min_pair_games eval games",
