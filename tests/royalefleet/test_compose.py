@@ -37,7 +37,7 @@ from shared.transport import CURVE_DIR_ENV
 pytest.importorskip("check_jsonschema", reason="needs check-jsonschema (pip install check-jsonschema==0.39.0)")
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPOSE_FILES = ["compose.yaml", "compose.rollout.yaml", "compose.gpu.yaml"]
+COMPOSE_FILES = ["compose.yaml", "compose.rollout.yaml", "compose.gpu.yaml", "compose.viser.yaml"]
 ENV_FILES = sorted(p.name for p in (ROOT / "deploy" / "env").glob("*.env"))
 TRAINING = ("checkpoint", "ladder", "learner", "rollout")
 ROLLOUT_HOST_ENV = {"ROYALEFLEET_LEARNER": "tcp://learner-host.example:5555"}
@@ -295,6 +295,24 @@ def test_the_rollout_host_file_runs_the_same_rollout():
     assert interpolate(remote["ROYALEFLEET_LEARNER"], ROLLOUT_HOST_ENV) == ROLLOUT_HOST_ENV["ROYALEFLEET_LEARNER"]
 
 
+def test_the_viser_file_forwards_royalefleet_viser_to_the_learner_and_the_evaluator():
+    """compose.viser.yaml: both services read ROYALEFLEET_VISER as under `royalefleet up`, the
+    evaluator's stream on 9870 and the learner's status on 9871 (port + 1) published on loopback."""
+    from services.evaluator.main import parse_settings as evaluator_settings
+    from services.learner.main import parse_settings as learner_settings
+
+    services = compose("compose.viser.yaml")["services"]
+    assert set(services) == {"learner", "evaluator"}
+    for svc, parse in (("learner", learner_settings), ("evaluator", evaluator_settings)):
+        env = env_list(services[svc])
+        assert env == {"ROYALEFLEET_VISER": "0.0.0.0:9870"}
+        assert parse([], environ=env).viser == "0.0.0.0:9870"
+    assert services["evaluator"]["ports"] == ["127.0.0.1:9870:9870/udp"]
+    assert services["learner"]["ports"] == ["127.0.0.1:9871:9871/udp"]
+    base = compose("compose.yaml")["services"]
+    assert "ROYALEFLEET_VISER" not in env_list(base["learner"]) | env_list(base["evaluator"])  # off by default
+
+
 def test_the_env_files_match_their_machine_class():
     assert ENV_FILES == ["cpu.env", "laptop.env", "many_core.env", "workstation.env"]
     for name in ENV_FILES:
@@ -425,12 +443,15 @@ def test_the_learners_port_is_published_on_loopback_unless_a_rollout_host_needs_
 
 
 MONITORING = {"prometheus", "alertmanager", "grafana"}
+TOOLS = {"resume-checkpoint"}
+"""One-shots `docker compose run` starts by name, never `up`."""
 
 
 def test_monitoring_is_a_profile_and_training_runs_without_it():
     services = compose("compose.yaml")["services"]
-    assert {name for name, spec in services.items() if spec.get("profiles")} == MONITORING
+    assert {name for name, spec in services.items() if spec.get("profiles")} == MONITORING | TOOLS
     assert all(services[name]["profiles"] == ["monitoring"] for name in MONITORING)
+    assert all(services[name]["profiles"] == ["tools"] for name in TOOLS)
     # nothing of the training stack waits for a monitoring service
     for name, spec in services.items():
         if name not in MONITORING:
