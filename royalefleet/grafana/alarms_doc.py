@@ -8,7 +8,7 @@ from royalefleet.grafana.dashboards.fleet import FIRING_PANEL
 from royalefleet.grafana.dashboards.training import ALARM_PANEL
 from royalefleet.grafana.prometheus import ROLLOUT_HOSTS_FILES
 from royalefleet.grafana.provisioning import NOTIFY_TIMING
-from shared.alarms import ALARMS, describe
+from shared.alarms import ALARMS, ANCHOR_HOLDS, describe
 from shared.config import AlarmConfig
 from shared.service_alerts import EXPECTED_ROLLOUTS_METRIC, PROGRESS_METRIC, SERVICE_ALERTS
 
@@ -32,11 +32,16 @@ def alarms_doc() -> str:
         "|---|---|---|---|---|---|",
     ]
     for alarm in ALARMS:
+        muted = f" (not while `{alarm.muted.key}` is {alarm.muted.equals:g}: muted)" if alarm.muted else ""
         cells = [f"`{alarm.name}`", f"{alarm.severity} ({SEVERITY[alarm.severity]})", str(alarm.patience),
-                 describe(alarm, cfg),
+                 describe(alarm, cfg) + muted,
                  alarm.meaning, alarm.what_to_do]
         lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     lines += [
+        "",
+        "Muted alarms: " + ", ".join(f"`{a.name}`" for a in ALARMS if a.muted) + " are not evaluated while "
+        "a warm start's KL anchor binds (`imitation/beta_at_floor` is 0): " + ANCHOR_HOLDS.reason + ". The learner "
+        "says `alarm <name> muted: <reason>` when the mute starts and `alarm <name> evaluated again` when it ends.",
         "",
         "## Adjusting single alarms",
         "",

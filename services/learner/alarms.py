@@ -77,6 +77,7 @@ class AlarmMonitor:
         self.by_name = {**BY_NAME, **{a.name: a for a in self.extra}}
         self.state = AlarmState()
         self.recent_rows: collections.deque[dict] = collections.deque(maxlen=RECENT_ROWS)
+        self.muted: set[str] = set()  # alarms muted on the last row (Alarm.muted), said when it changes
         registry = registry if registry is not None else CollectorRegistry()
         self.holds = Gauge("royalefleet_learner_alarm_holds",
                            "1 while the alarm's condition holds on the last metric row, else 0", ["alarm", "severity"],
@@ -108,6 +109,7 @@ class AlarmMonitor:
         for r in results:
             self.holds.labels(r.name, r.severity).set(1 if r.holds else 0)
             self.consecutive.labels(r.name, r.severity).set(r.consecutive)
+        self._say_mutes(results)
         fired = [r for r in results if r.fired]
         iteration = row.get("run/iteration")
         for r in fired:
@@ -121,6 +123,15 @@ class AlarmMonitor:
                 fh.flush()
                 os.fsync(fh.fileno())
         return AlarmVerdict(fired, any(r.severity == "halt" for r in fired), results)
+
+    def _say_mutes(self, results: list[AlarmResult]) -> None:
+        """Say once when an alarm starts being muted (with its reason) and when it stops."""
+        now = {r.name: r.muted for r in results if r.muted}
+        for name in sorted(now.keys() - self.muted):
+            self.say(f"alarm {name} muted: {now[name]}")
+        for name in sorted(self.muted - now.keys()):
+            self.say(f"alarm {name} evaluated again: its mute no longer holds")
+        self.muted = set(now)
 
 
 def resume_command(run_dir: str, config_path: str) -> str:
