@@ -26,10 +26,32 @@ def alarm_expr(alarm: Alarm) -> str:
     alarm the run disables exports nothing), valued the count, its ``severity`` label renamed
     ``critical``/``warning`` (``SEVERITY``)."""
     sel = f'{{alarm="{alarm.name}"}}'
-    expr = f"{CONSECUTIVE}{sel} >= {PATIENCE}{sel}"
+    return _renamed(f"{CONSECUTIVE}{sel} >= {PATIENCE}{sel}")
+
+
+EXTENSION_ALERT = "learner_extension_alarm"
+"""The one rule for the alarms of learner extensions (shared/learner_extension.py), which the
+table does not list: the same verdict for every alarm name the table does not hold."""
+
+
+def _renamed(expr: str) -> str:
     for learner_severity, label in SEVERITY.items():
         expr = f'label_replace({expr}, "severity", "{label}", "severity", "{learner_severity}")'
     return expr
+
+
+def extension_expr(table: tuple[Alarm, ...]) -> str:
+    """``alarm_expr`` for every alarm name not in ``table``."""
+    sel = '{alarm!~"' + "|".join(a.name for a in table) + '"}'
+    return _renamed(f"{CONSECUTIVE}{sel} >= {PATIENCE}{sel}")
+
+
+def extension_annotations() -> dict:
+    return {"summary": "{{ $labels.alarm }} [{{ $labels.severity }}] (a learner extension's alarm) has held "
+                       "{{ $value }} iteration(s) in a row on {{ $labels.instance }}",
+            "description": f"An alarm a learner extension adds (docs/extending.md) fired in the learner: "
+                           f"{CONSECUTIVE} >= {PATIENCE}. Its meaning and what to do are in the learner's log "
+                           f"line `alarm [...] <name>: ...` and in runs/<run>/alarms.jsonl."}
 
 
 def alarm_summary(alarm: Alarm, value: str) -> str:

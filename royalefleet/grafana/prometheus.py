@@ -4,7 +4,8 @@ the table's alarms and the service alerts)."""
 
 from __future__ import annotations
 
-from royalefleet.grafana.alert_text import (alarm_description, alarm_expr, alarm_labels, alarm_summary,
+from royalefleet.grafana.alert_text import (EXTENSION_ALERT, alarm_description, alarm_expr, alarm_labels,
+                                            alarm_summary, extension_annotations, extension_expr,
                                             service_description, service_labels)
 from royalefleet.grafana.common import duration
 from shared.alarms import ALARMS, Alarm
@@ -57,5 +58,7 @@ def prometheus_service_rule(alert: ServiceAlert) -> dict:
 
 
 def prometheus_rules() -> dict:
-    return {"groups": [{"name": "royalefleet-alarms", "rules": [prometheus_rule(a) for a in ALARMS]},
+    extension = {"alert": EXTENSION_ALERT, "expr": extension_expr(ALARMS), "labels": {"service": "learner"},
+                 "annotations": extension_annotations()}
+    return {"groups": [{"name": "royalefleet-alarms", "rules": [prometheus_rule(a) for a in ALARMS] + [extension]},
                        {"name": "royalefleet-services", "rules": [prometheus_service_rule(a) for a in SERVICE_ALERTS]}]}

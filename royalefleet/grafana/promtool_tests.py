@@ -7,8 +7,9 @@ the tests expect."""
 
 from __future__ import annotations
 
-from royalefleet.grafana.alert_text import (CONSECUTIVE, PATIENCE, alarm_description, alarm_labels, alarm_summary,
-                                            service_description, service_labels)
+from royalefleet.grafana.alert_text import (CONSECUTIVE, EXTENSION_ALERT, PATIENCE, alarm_description, alarm_labels,
+                                            alarm_summary, extension_annotations, service_description,
+                                            service_labels)
 from royalefleet.grafana.common import SEVERITY, num
 from shared.alarms import ALARMS, RATIO_ATOL, Alarm, AlarmState, effective, evaluate, thresholds
 from shared.config import AlarmConfig
@@ -169,8 +170,32 @@ def alarm_test(alarm: Alarm) -> dict:
 
 def prometheus_tests() -> dict:
     """One test group per alarm (``alarm_test``) and the service alerts' (``service_tests``)."""
-    tests = [alarm_test(alarm) for alarm in ALARMS]
+    tests = [alarm_test(alarm) for alarm in ALARMS] + [extension_test()]
     return {"rule_files": ["../rules/alarms.yml"], "evaluation_interval": "1m", "tests": tests + service_tests()}
+
+
+def extension_test() -> dict:
+    """A learner extension's alarm (``my_extension_alarm``, patience 2, halt) fires the one
+    extension rule at its patience, as ``critical``; a table alarm's series at its patience does
+    not (its own rule does)."""
+    ext = '{job="learner",instance="learner:9100",alarm="my_extension_alarm",severity="halt"}'
+    table = f'{{job="learner",instance="learner:9100",alarm="{ALARMS[0].name}",severity="{ALARMS[0].severity}"}}'
+    summary = (extension_annotations()["summary"].replace("{{ $labels.alarm }}", "my_extension_alarm")
+               .replace("{{ $labels.severity }}", "critical").replace("{{ $value }}", "2")
+               .replace("{{ $labels.instance }}", "learner:9100"))
+    return {"name": EXTENSION_ALERT, "interval": "1m",
+            "input_series": [{"series": CONSECUTIVE + ext, "values": "0 1 2 0"},
+                             {"series": PATIENCE + ext, "values": "2x3"},
+                             {"series": CONSECUTIVE + table, "values": "1 1 1 1"},
+                             {"series": PATIENCE + table, "values": "1x3"}],
+            "alert_rule_test": [
+                {"eval_time": "1m", "alertname": EXTENSION_ALERT, "exp_alerts": []},
+                {"eval_time": "2m", "alertname": EXTENSION_ALERT, "exp_alerts": [{
+                    "exp_labels": {"service": "learner", "alarm": "my_extension_alarm", "severity": "critical",
+                                   "job": "learner", "instance": "learner:9100"},
+                    "exp_annotations": {"summary": summary,
+                                        "description": extension_annotations()["description"]}}]},
+                {"eval_time": "3m", "alertname": EXTENSION_ALERT, "exp_alerts": []}]}
 
 
 def service_tests() -> list[dict]:

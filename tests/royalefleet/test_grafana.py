@@ -135,8 +135,11 @@ def test_alert_rules_come_from_the_table_and_read_the_learners_verdict():
     patience (no ``for``: no iteration time assumed), critical/warning from the learner's
     severity, the table's words in the annotations; Grafana evaluates none of them."""
     (alarms_group, _) = gen.prometheus_rules()["groups"]
-    rules = alarms_group["rules"]
+    *rules, extension = alarms_group["rules"]
     assert [r["alert"] for r in rules] == [a.name for a in ALARMS]
+    # the learner extensions' alarms (not in the table): one rule, the same verdict
+    assert extension["alert"] == "learner_extension_alarm" and "for" not in extension
+    assert 'royalefleet_learner_alarm_consecutive{alarm!~"illegal_actions|ratio_invariant|' in extension["expr"]
     for rule, alarm in zip(rules, ALARMS):
         assert rule["expr"] == (
             'label_replace(label_replace(royalefleet_learner_alarm_consecutive{alarm="%s"} >= '
