@@ -118,3 +118,33 @@ def test_each_class_env_names_its_files_and_the_monitoring_profile(name):
     files = env["COMPOSE_FILE"].split(":")
     assert files == (["compose.yaml"] if name == "cpu" else ["compose.yaml", "compose.gpu.yaml"])
     assert all((ROOT / f).exists() for f in files)
+
+
+@pytest.mark.skipif(__import__("shutil").which("make") is None, reason="no make")
+def test_make_compose_writes_env_once_and_refuses_another_class(tmp_path):
+    """`make compose CLASS=laptop`: .env from deploy/env/laptop.env the first time, the same
+    .env kept after (the receiver line added to it survives), another class refused naming both."""
+    import shutil
+    import subprocess
+
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    shutil.copytree(ROOT / "deploy" / "env", tmp_path / "deploy" / "env")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "docker").write_text("#!/bin/sh\necho \"docker $*\" >> calls\n")
+    (tmp_path / "bin" / "docker").chmod(0o755)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+
+    def make(*args):
+        return subprocess.run(["make", "-s", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+
+    assert make("compose", "CLASS=laptop").returncode == 0
+    assert (tmp_path / ".env").read_text() == (ROOT / "deploy" / "env" / "laptop.env").read_text()
+    with open(tmp_path / ".env", "a") as fh:
+        fh.write("ALERT_WEBHOOK_URL=https://ntfy.sh/t\n")
+    assert make("compose", "CLASS=laptop").returncode == 0
+    assert (tmp_path / ".env").read_text().endswith("ALERT_WEBHOOK_URL=https://ntfy.sh/t\n")
+    assert (tmp_path / "calls").read_text() == "docker compose up -d\n" * 2
+    other = make("compose", "CLASS=cpu")
+    assert other.returncode == 2 and ".env is of class 'laptop', not cpu" in other.stderr
+    unknown = make("compose", "CLASS=laptpo")
+    assert unknown.returncode == 2 and "NAME one of: cpu laptop many_core workstation" in unknown.stderr
