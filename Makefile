@@ -1,4 +1,5 @@
 # The two commands README promises, from a fresh clone:
+#   make install builds .venv with the pinned dependencies and nothing else (no training).
 #   make run     train on real RoyaleGym battles, every service local (Ctrl-C stops cleanly;
 #                the next `make run` resumes). `make run ITERATIONS=2` stops at iteration 2 (a total).
 #   make test    the whole test suite (what CI runs: .ci/run).
@@ -11,7 +12,7 @@ ITERATIONS ?= 0
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast bench config gpu-check clean-venv
+.PHONY: install run test test-fast bench config gpu-check clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "royalefleet needs Python >= 3.12 (RoyaleGym does); found " + sys.version.split()[0] + " at $(PYTHON). Install 3.12 (pyenv install 3.12) or run: make PYTHON=/path/to/python3.12 ...")'
@@ -19,6 +20,9 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
 	@touch $@
+
+install: $(VENV)/.installed
+	@echo "$(VENV) is ready: . $(VENV)/bin/activate for the royalefleet command"
 
 run: $(VENV)/.installed
 	$(VENV)/bin/royalefleet up --iterations $(ITERATIONS) $(ARGS)

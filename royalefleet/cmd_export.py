@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from royalefleet.player_words import WordRefused, add_words_argument, take_words
 from royalefleet.run_options import add_run_options, run_config
 
 
@@ -24,8 +24,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Write PLAYER (snap:<id>, the bare id, latest or champion) of the run as a folder OUT: "
         "actor.safetensors, spec.json, the run's config.json and bot.json. Load it in your own code with "
         "royalefleet.load_bot(OUT) (README, 'Your bot in your own code').")
-    xp.add_argument("player", help="the snapshot: snap:<id>, its bare 16-hex id, latest or champion")
-    xp.add_argument("out", type=Path, help="the folder to write (must not hold a bot already)")
+    add_words_argument(xp, "[RUN] PLAYER OUT", "the run, then PLAYER (snap:<id>, its bare 16-hex id, latest or "
+                       "champion, with +search:N[:D] for a bot that searches) and OUT, the folder to write (it must "
+                       "not hold a bot already)")
     add_run_options(xp)
     xp.set_defaults(func=cmd_export)
     return xp
@@ -35,6 +36,11 @@ def cmd_export(args, out=None) -> int:
     from royalefleet.bot import BotRefused, export_bot, load_bot
 
     out = out or sys.stdout
+    try:
+        take_words(args, ("player", "out"), 2, "export", players=1)
+    except WordRefused as exc:
+        print(exc, file=sys.stderr)
+        return 2
     try:
         cfg = run_config(args, must_exist=True)
         bot = load_bot(args.player, config=cfg)

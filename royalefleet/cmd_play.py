@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from royalefleet.players import DEFAULT_OPPONENT, LATEST, LocalPlayers, load_player, resolve
+from royalefleet.player_words import WordRefused, add_words_argument, take_words
 from royalefleet.run_options import add_run_options, run_config, run_name_of
 
 VISER_DEFAULT = "127.0.0.1:9870"
@@ -41,8 +42,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Play A against B (snap:<id>, latest, champion, scripted:<name>, any of them searching with "
         "+search:N) on env seeds S, S+1, ... with each player on both seats, record every match as a RoyaleGym "
         "trace and HTML page, and print A's score.")
-    pp.add_argument("a", nargs="?", default=LATEST, help=f"player A (default {LATEST}: the run's newest snapshot)")
-    pp.add_argument("b", nargs="?", default=DEFAULT_OPPONENT, help=f"player B (default {DEFAULT_OPPONENT})")
+    add_words_argument(pp, "[RUN] [A] [B]", "the run, then players A and B (default latest and scripted:random_legal)")
     pp.add_argument("--seed", type=int, default=0, help="the first env seed (default 0)")
     pp.add_argument("--games", type=int, default=2, help="matches: ceil(N/2) seeds, A on both seats (default 2)")
     pp.add_argument("--out", type=Path, help="folder for the traces and pages (default <run>/replays/play)")
@@ -55,7 +55,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="game seconds per wall second while a viewer watches (default 1: real time; 0: as fast as "
                     "the machine plays)")
     add_run_options(pp)
-    pp.set_defaults(func=cmd_play)
+    pp.set_defaults(func=cmd_play, a=LATEST, b=DEFAULT_OPPONENT)
     return pp
 
 
@@ -125,6 +125,11 @@ def cmd_play(args, out=None) -> int:
     from shared.stats import wilson_interval
 
     out = out or sys.stdout
+    try:
+        take_words(args, ("a", "b"), 0, "play")
+    except WordRefused as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if args.games < 1:
         print(f"royalefleet play: --games {args.games}: expected at least 1", file=sys.stderr)
         return 2
