@@ -1,12 +1,15 @@
-"""``royalefleet export PLAYER OUT``: a snapshot as a folder ``royalefleet.load_bot`` reads
-without its run.
+"""``royalefleet export [RUN] PLAYER OUT``: a snapshot, searching or not, as a folder
+``royalefleet.load_bot`` reads without its run.
 
-    royalefleet export latest exported/my-bot --run-name myrun
-    royalefleet export snap:0123456789abcdef exported/my-bot --run-name myrun
+    royalefleet export myrun latest exported/my-bot
+    royalefleet export myrun snap:0123456789abcdef+search:8 exported/my-searching-bot
 
 The folder holds the snapshot's ``actor.safetensors`` and ``spec.json`` byte for byte, the run's
 ``config.json`` and ``bot.json`` (royalefleet/bot.py). The snapshot is loaded first, so a
-snapshot this machine cannot play is refused here, not in the user's script.
+snapshot this machine cannot play is refused here, not in the user's script. A player with
+``+search:N[:D]`` is exported with its budget in ``bot.json`` (``"search": {"candidates": N,
+"depth": D}``); ``load_bot`` then gives a bot that searches in the battles ``bot.make_env()``
+builds (royalefleet/bot_search.py).
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ def cmd_export(args, out=None) -> int:
     except (BotRefused, ValueError, OSError) as exc:  # RunNotFound and ConfigError are ValueErrors
         print(f"royalefleet export: {exc}", file=sys.stderr)
         return 2
-    out.write(f"exported {bot.id} (run {cfg.run_name!r}, iteration {bot.manifest.iteration}) to {folder}; "
-              f"load it with royalefleet.load_bot({str(folder)!r})\n")
+    search = bot.manifest.search
+    out.write(f"exported {bot.id} (run {cfg.run_name!r}, iteration {bot.manifest.iteration}"
+              + (f", searching {search['candidates']} candidates {search['depth']} decisions deep" if search else "")
+              + f") to {folder}; load it with royalefleet.load_bot({str(folder)!r})"
+              + ("; it searches in the battles bot.make_env() builds (or bot.watch(env))" if search else "") + "\n")
     return 0
