@@ -454,7 +454,8 @@ def add_config_command(sub) -> None:
     cf.add_argument("--explain", nargs="?", const="", metavar="FIELD",
                     help="print what FIELD means (a dotted path such as ppo.clip_range, or a section such as ppo): "
                     "its type and range, default per profile, whether it is in the run identity, and its "
-                    "documentation; with no FIELD, every field")
+                    "documentation; with no FIELD, every field, the extension sections (warm_start, imitation and any "
+                    "an installed package declares) included")
     cf.set_defaults(func=cmd_config)
 
 
