@@ -68,6 +68,8 @@ def cmd_up(args) -> int:
             _resume_needs_a_run(args)
         elif not args.new_run and _up_near_miss(args):
             return 2
+        if args.config is not None and not _bring_clones(args):
+            return 2
         cfg = start_config(args, args.command)
     except IdentityChangeRefused as exc:
         print(exc.code, file=sys.stderr)
@@ -121,6 +123,39 @@ def set_aside_later(cfg, iteration: int) -> bool:
               f"{', '.join(map(str, moved))} set aside in {folder} (kept, not deleted; its index.json lists them); "
               f"the metric rows past iteration {iteration} move to metrics.purged.jsonl as the learner resumes",
               flush=True)
+    return True
+
+
+def _bring_clones(args) -> bool:
+    """A ``--config`` whose warm start or KL anchor names a clone of another run
+    (``<run>:snap:<id>``) or an exported folder: the clone verified and copied into this run, and
+    ``args.config`` the document naming it ``snap:<id>`` (royalefleet/clone_import.py). False
+    (said) when refused; a file that does not read as JSON is left to load_config's refusal."""
+    import msgspec
+
+    from royalefleet.clone_import import CloneImportRefused, bring_clones
+    from royalefleet.run_options import run_name_of
+
+    if isinstance(args.config, dict):
+        doc = args.config
+    else:
+        try:
+            with open(args.config, "rb") as fh:
+                doc = msgspec.json.decode(fh.read())
+        except (OSError, msgspec.DecodeError):
+            return True
+    if not isinstance(doc, dict):
+        return True
+    defaults = load_config(None, profile_name="cpu")
+    runs_dir = args.runs_dir or doc.get("runs_dir") or defaults.runs_dir
+    run_name = run_name_of(args) or doc.get("run_name") or defaults.run_name
+    try:
+        brought = bring_clones(doc, runs_dir, run_name, lambda s: print(f"royalefleet {args.command}: {s}"))
+    except CloneImportRefused as exc:
+        print(f"royalefleet {args.command}: {exc}", file=sys.stderr)
+        return False
+    if brought != doc:
+        args.config = brought
     return True
 
 
