@@ -49,7 +49,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     pp.add_argument("--per-decision", action="store_true",
                     help="record one frame per decision instead of per engine tick (10x smaller)")
     pp.add_argument("--viser", nargs="?", const=VISER_DEFAULT, metavar="HOST:PORT",
-                    help=f"stream the matches to RoyaleViser (python -m royaleviser --stream HOST:PORT) at this address "
+                    help=f"stream the matches to RoyaleViser (the viser extra: {VISER_EXTRA}; then python -m royaleviser "
+                    f"--stream HOST:PORT) at this address "
                     f"(default {VISER_DEFAULT}); nothing is sent until a viewer says hello")
     pp.add_argument("--speed", type=float, default=1.0,
                     help="game seconds per wall second while a viewer watches (default 1: real time; 0: as fast as "
@@ -79,6 +80,21 @@ def seats_for_game(env, blue, red) -> tuple[Seat, Seat]:
     return Seat(seated[0]), Seat(seated[1])
 
 
+VISER_EXTRA = "pip install -e '.[viser]'"
+"""How to install RoyaleViser, the viewer (an optional extra: pyproject.toml's ``viser``)."""
+
+
+def viser_missing() -> str:
+    """``""`` when RoyaleViser is importable here, else the sentence naming the extra that
+    installs it (the stream itself needs only royalegym; the viewer may run on another machine)."""
+    import importlib.util
+
+    if importlib.util.find_spec("royaleviser") is not None:
+        return ""
+    return (f" (RoyaleViser is not installed here: {VISER_EXTRA} from the checkout, or pip install royaleviser "
+            "where the viewer runs)")
+
+
 def watch_live(env, address: str, run_name: str, speed: float, out) -> None:
     """Stream ``env``'s battles to RoyaleViser at ``address`` (host:port; RoyaleGym's
     ``ViserPublisher``: a frame per engine tick while a viewer is attached, nothing otherwise)
@@ -95,7 +111,7 @@ def watch_live(env, address: str, run_name: str, speed: float, out) -> None:
     env.viser = ViserPublisher(host, int(port), run=run_name)
     bound = env.viser.address[1]
     out.write(f"  streaming to RoyaleViser at {host}:{bound} (run {run_name!r}); watch with "
-              f"python -m royaleviser --stream {host}:{bound}\n")
+              f"python -m royaleviser --stream {host}:{bound}" + viser_missing() + "\n")
     out.flush()
     if speed <= 0:
         return
