@@ -580,6 +580,13 @@ def cmd_doctor(args, out=None) -> int:
         out.write(f"{FAIL:<4}  {'config':<8}  {exc}\n      {'':<8}  fix: correct the config (`royalefleet config` "
                   "writes a complete one)\n")
         return 2
+    if run_name_of(args):
+        from royalefleet.run_options import refuse_near_miss
+
+        refusal = refuse_near_miss(cfg.runs_dir, cfg.run_name, "doctor")
+        if refusal:  # `up` would refuse it the same way
+            print(refusal, file=sys.stderr)
+            return 2
     out.write(f"royalefleet doctor: profile {cfg.profile}, run {cfg.run_name!r} under {cfg.runs_dir}\n")
     memory = int(args.memory_gb * 2**30) if args.memory_gb is not None else None
     checks = run_checks(cfg, only=FAST if args.fast else None, compose=args.compose, memory_bytes=memory,

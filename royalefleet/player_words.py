@@ -16,6 +16,7 @@ The grammar, unambiguous because a player id has a closed form: ``eval [RUN] [A]
 
 from __future__ import annotations
 
+import argparse
 import difflib
 from pathlib import Path
 
@@ -113,9 +114,20 @@ def _check_run_word(run: str, command: str, runs_dir: str | Path | None) -> None
                           f"and no player (did you mean the player {close!r}?)")
 
 
+class WordsFormatter(argparse.HelpFormatter):
+    """argparse's formatter, showing the positional words as their grammar (``[RUN] [A] [B]``)
+    instead of argparse's ``[[RUN] [A] [B] ...]``."""
+
+    def _format_args(self, action, default_metavar):
+        if action.dest == "words":
+            return action.metavar
+        return super()._format_args(action, default_metavar)
+
+
 def add_words_argument(sp, grammar: str, meaning: str) -> None:
     """The positional words of ``sp`` (``grammar`` such as ``[RUN] [A] [B]``, shown in its usage
     line, and ``meaning`` in its help), read by ``take_words``."""
+    sp.formatter_class = WordsFormatter
     sp.add_argument("words", nargs="*", metavar=grammar,
                     help=f"{meaning}. RUN (the same as --run-name) comes first; it may be left out, and a first "
                     "word that reads as a player (latest, champion, snap:<id>, a 16-hex id, scripted:<name>, any "

@@ -124,12 +124,14 @@ def near_miss_run(runs_dir: str | Path, run_name: str) -> str | None:
     return close[0] if close else None
 
 
-def refuse_near_miss(runs_dir: str | Path, run_name: str) -> str | None:
-    """The refusal of ``up RUN`` for a new run whose name is a near-miss of an existing one
-    (exit 2 in the CLI; ``--new-run`` starts it anyway), None when the name is not one."""
+def refuse_near_miss(runs_dir: str | Path, run_name: str, command: str = "up") -> str | None:
+    """The refusal of ``up RUN`` (or ``doctor RUN``) for a new run whose name is a near-miss of
+    an existing one (exit 2 in the CLI; ``up --new-run`` starts it anyway), None when the name is
+    not one."""
     close = near_miss_run(runs_dir, run_name)
     if close is None:
         return None
-    return (f"royalefleet up: no run {run_name!r} under {runs_dir}, but there is {close!r} (did you mean "
-            f"{close!r}?): `royalefleet up {close}` continues it; to start a new run named {run_name!r} beside it, "
-            "add --new-run")
+    own = "continues it" if command == "up" else "checks it"
+    return (f"royalefleet {command}: no run {run_name!r} under {runs_dir}, but there is {close!r} (did you mean "
+            f"{close!r}?): `royalefleet {command} {close}` {own}; to start a new run named {run_name!r} beside it, "
+            f"{'add --new-run' if command == 'up' else f'use royalefleet up {run_name} --new-run'}")

@@ -108,6 +108,9 @@ def test_no_parser_has_a_second_spelling_of_the_run_option():
 
 
 def test_the_run_and_the_players_are_told_apart_by_the_players_closed_form(runs):
+    parsers = subparsers()
+    assert parsers["eval"].format_usage().rstrip().endswith("[RUN] [A] [B]")
+    assert parsers["export"].format_usage().rstrip().endswith("[RUN] PLAYER OUT")
     parse = cli.build_parser().parse_args
     from royalefleet.player_words import take_words
 
@@ -142,6 +145,7 @@ TYPOS = {
     "--profile cpuu": (["status", "default", "--profile", "cpuu"], "(did you mean 'cpu'?)"),
     "--gams": (["eval", "default", "--gams", "4"], "--gams (did you mean --games?)"),
     "up defualt": (["up", "defualt", "--no-doctor"], "(did you mean 'default'?)"),
+    "doctor defualt": (["doctor", "defualt", "--fast"], "use royalefleet up defualt --new-run"),
     "demos lst": (["demos", "lst", "default"], "(did you mean 'list'?)"),
 }
 
