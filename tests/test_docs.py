@@ -196,8 +196,8 @@ def test_readme_and_the_docs_agree_where_a_newcomer_compared_them(tmp_path):
     from royalefleet.players import resolve
     from shared.config import load_config
 
-    readme = (ROOT / "README.md").read_text()
-    doc = {p: (ROOT / "docs" / p).read_text() for p in ("throughput.md", "learning.md", "search.md", "strength.md",
+    readme = " ".join((ROOT / "README.md").read_text().split())  # prose reflowed: one space between words
+    doc = {p: " ".join((ROOT / "docs" / p).read_text().split()) for p in ("throughput.md", "learning.md", "search.md", "strength.md",
                                                         "watching.md", "kubernetes.md")}
     cfg = cpu()
     # timesteps: the profile's target (the table) and the whole rounds it gives (the prose, the docs)
@@ -205,12 +205,12 @@ def test_readme_and_the_docs_agree_where_a_newcomer_compared_them(tmp_path):
     per_round = n + role_counts(tuple(cfg.ladder.mix), n)[0]
     trained = math.ceil(cfg.ppo.timesteps_per_iteration / per_round) * per_round
     assert f"| {cfg.ppo.timesteps_per_iteration:,} |" in readme
-    assert f"({trained:,} learner timesteps: the profile's {cfg.ppo.timesteps_per_iteration:,} in\nwhole rounds of " \
+    assert f"({trained:,} learner timesteps: the profile's {cfg.ppo.timesteps_per_iteration:,} in whole rounds of " \
            f"{per_round} rows)" in readme
     assert f"{trained:,} learner timesteps" in doc["throughput.md"] and f"{trained:,} learner timesteps" in doc[
         "learning.md"]
     # a row on the wire: codec 1's measured bytes and the packed row inside them, as the docs have them
-    assert "instead of codec 1's\n15,391, a 15,375 B packed row" in readme
+    assert "instead of codec 1's 15,391, a 15,375 B packed row" in readme
     assert "| 15,391 | 15,391 |" in doc["throughput.md"] and "15,375 B a row" in doc["throughput.md"]
     # search's cost: one figure, measured
     assert "6-11x" in readme and "6-11x" in doc["search.md"] and "6-11x" in doc["learning.md"]
@@ -220,7 +220,7 @@ def test_readme_and_the_docs_agree_where_a_newcomer_compared_them(tmp_path):
     assert "one to two minutes" not in readme
     # the first snapshot: the strength measurement's period, in README and in the refusal of a young run
     every = cfg.evaluation.strength.every_iterations
-    assert f"every {every} iterations (the first at\niteration {every})" in readme
+    assert f"every {every} iterations (the first at iteration {every})" in readme
     young = load_config({"profile": "cpu", "runs_dir": str(tmp_path), "run_name": "young"})
     (tmp_path / "young").mkdir()
     with pytest.raises(ValueError, match=f"the learner writes its first at iteration {every}, "):
