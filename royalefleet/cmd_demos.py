@@ -78,11 +78,15 @@ def _slug(player: str) -> str:
     return f"snap-{sid[:8]}" if sid else player.split(":", 1)[-1]
 
 
-def _did_you_mean(player: str) -> str:
-    """`` (did you mean 'scripted:defend'?)`` for a near-miss of a player id, else ``""``."""
+def _did_you_mean(problem: str) -> str:
+    """`` (did you mean 'scripted:defend'?)`` for a problem naming an unknown player that is a
+    near-miss of a known one, else ``""``."""
+    import re
+
     from royalefleet.player_words import near_player
 
-    close = near_player(player)
+    m = re.match(r"unknown (?:teacher|opponent) '([^']*)'", problem)
+    close = near_player(m.group(1)) if m else None
     return f" (did you mean {close!r}?)" if close else ""
 
 
@@ -96,12 +100,12 @@ def check_players(teachers: list[str], opponents: list[str], known_snapshots: li
     for t in teachers:
         if t not in SCRIPTED_PLAYERS and t not in known_snapshots:
             snaps = ", ".join(known_snapshots) if known_snapshots else "none yet"
-            problems.append(f"unknown teacher {t!r}{_did_you_mean(t)}; known: {', '.join(SCRIPTED_PLAYERS)}, and this "
-                            f"run's snapshots ({snaps})")
+            problems.append(f"unknown teacher {t!r}; known: {', '.join(SCRIPTED_PLAYERS)}, and this run's "
+                            f"snapshots ({snaps})")
     for o in opponents:
         if o != MIRROR and o not in SCRIPTED_PLAYERS:
-            problems.append(f"unknown opponent {o!r}{_did_you_mean(o)}; known: {MIRROR}, {', '.join(SCRIPTED_PLAYERS)}")
-    return problems
+            problems.append(f"unknown opponent {o!r}; known: {MIRROR}, {', '.join(SCRIPTED_PLAYERS)}")
+    return [p + _did_you_mean(p) for p in problems]
 
 
 def cmd_record(args, out=None) -> int:
