@@ -12,7 +12,7 @@ ITERATIONS ?= 0
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast bench config gpu-check clean-venv
+.PHONY: run test test-fast bench config gpu-check clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "royalefleet needs Python >= 3.12 (RoyaleGym does); found " + sys.version.split()[0] + " at $(PYTHON). Install 3.12 (pyenv install 3.12) or run: make PYTHON=/path/to/python3.12 ...")'
@@ -21,6 +21,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
+.PHONY: install
 install: $(VENV)/.installed
 	@echo "$(VENV) is ready: . $(VENV)/bin/activate for the royalefleet command"
 
