@@ -549,9 +549,11 @@ def main(argv=None) -> int:
 
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
         sub.error(unknown_words(extra, sub))
+    from royalefleet.run_options import TwoRuns
+
     try:
         return args.func(args)
-    except ConfigError as exc:
+    except (ConfigError, TwoRuns) as exc:
         print(f"royalefleet {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

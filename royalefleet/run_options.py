@@ -44,12 +44,16 @@ def add_run_argument(sp) -> None:
     sp.add_argument("run", nargs="?", metavar="RUN", help=RUN_HELP)
 
 
+class TwoRuns(SystemExit):
+    """RUN and --run-name both given, naming two runs (``royalefleet.cli.main``: exit 2, said)."""
+
+
 def run_name_of(args) -> str | None:
     """The run named by the positional ``RUN`` or ``--run-name`` (None: the config's). Raises
-    SystemExit with a message when both are given and differ."""
+    TwoRuns (a SystemExit carrying the message) when both are given and differ."""
     positional, flag = getattr(args, "run", None), getattr(args, "run_name", None)
     if positional and flag and positional != flag:
-        raise SystemExit(f"error: RUN {positional!r} and --run-name {flag!r} name two runs; give one")
+        raise TwoRuns(f"RUN {positional!r} and --run-name {flag!r} name two runs; give one")
     return positional or flag
 
 
