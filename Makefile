@@ -1,4 +1,5 @@
 # The two commands README promises, from a fresh clone:
+#   make install builds .venv with the pinned dependencies and nothing else (no training).
 #   make run     train on real RoyaleGym battles, every service local (Ctrl-C stops cleanly;
 #                the next `make run` resumes). `make run ITERATIONS=2` stops at iteration 2 (a total).
 #   make test    the whole test suite (what CI runs: .ci/run).
@@ -30,6 +31,10 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
 	@touch $@
+
+.PHONY: install
+install: $(VENV)/.installed
+	@echo "$(VENV) is ready: . $(VENV)/bin/activate for the royalefleet command"
 
 run: $(VENV)/.installed
 	$(VENV)/bin/royalefleet up --iterations $(ITERATIONS) $(ARGS)

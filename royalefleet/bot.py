@@ -51,6 +51,9 @@ class BotManifest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     actor_sha256: str
     engine: dict
     """The ``shared.messages.EngineBuild`` of the run's RoyaleGym, as a JSON object."""
+    search: dict | None = None
+    """The search budget of a bot exported as ``<player>+search:N[:D]``: ``{"candidates": N,
+    "depth": D}`` (royalefleet/bot_search.py); None for a bot that plays its policy alone."""
 
 
 class Bot:
@@ -82,7 +85,8 @@ class Bot:
 def load_bot(source: str | os.PathLike, *, run: str | None = None, runs_dir: str | os.PathLike = "runs",
              config=None, device: str = "cpu") -> Bot:
     """The bot of an exported folder (``source`` a path holding ``bot.json``) or of a run's
-    snapshot (``source`` ``snap:<id>``, the bare id, ``latest`` or ``champion``, with ``run``
+    snapshot (``source`` ``snap:<id>``, the bare id, ``latest`` or ``champion``, any of them with
+    ``+search:N[:D]`` for a bot that searches (royalefleet/bot_search.py), with ``run``
     naming the run under ``runs_dir``; the run's ``config.json`` gives its config unless
     ``config``, a ``RunConfig``, is given). ``device``: where the actor runs ("cpu", "cuda").
 
@@ -119,16 +123,21 @@ def _load_from_run(player: str, cfg, device: str) -> Bot:
     from shared.messages import snapshot_of
     from shared.run_dir import RunDir
 
-    pid = resolve(player, cfg)
+    from royalefleet.bot_search import with_search
+    from shared.search.spec import split_search
+
+    base, search = split_search(resolve(player, cfg))
+    pid = base
     sid = snapshot_of(pid)
     if sid is None or "+" in sid:
-        raise ValueError(f"player {player!r}: a bot is a snapshot of the run (snap:<id>, latest or champion)")
+        raise ValueError(f"player {player!r}: a bot is a snapshot of the run (snap:<id>, latest or champion), "
+                         "searching or not (+search:N[:D])")
     actor, spec = SnapshotStore(RunDir.of(cfg.runs_dir, cfg.run_name).snapshots).read(sid)
     doc = msgspec.json.decode(spec)
     manifest = BotManifest(format=EXPORT_FORMAT, player=pid, run_name=cfg.run_name, iteration=int(doc.get("iteration", -1)),
                            env_steps=int(doc.get("env_steps", -1)), actor_sha256=hashlib.sha256(actor).hexdigest(),
                            engine={})
-    return _bot(pid, actor, spec, cfg, manifest, device)
+    return with_search(_bot(pid, actor, spec, cfg, manifest, device), search)
 
 
 def _load_export(folder: Path, device: str) -> Bot:
@@ -146,7 +155,24 @@ def _load_export(folder: Path, device: str) -> Bot:
     if digest != manifest.actor_sha256:
         raise BotRefused(f"{folder / ACTOR_FILE}: sha256 {digest[:16]}... is not the manifest's "
                          f"{manifest.actor_sha256[:16]}...: the weights were changed or damaged; export the bot again")
-    return _bot(manifest.player, actor, spec, cfg, manifest, device)
+    return _searching(_bot(manifest.player, actor, spec, cfg, manifest, device), folder)
+
+
+def _searching(bot: Bot, folder: Path) -> Bot:
+    """An exported bot with the search ``bot.json`` records (royalefleet/bot_search.py), or
+    itself. Raises BotRefused for a budget outside the search's ranges."""
+    if bot.manifest.search is None:
+        return bot
+    from royalefleet.bot_search import with_search
+    from shared.search.spec import SEARCH_MARK, split_search
+
+    budget = bot.manifest.search
+    try:
+        _, spec = split_search(f"{bot.id}{SEARCH_MARK}{int(budget['candidates'])}:{int(budget['depth'])}")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BotRefused(f"{folder / BOT_FILE}: search {budget!r}: {exc}; expected {{\"candidates\": N, "
+                         "\"depth\": D}, or export the bot again") from None
+    return with_search(bot, spec)
 
 
 def _bot(player: str, actor: bytes, spec: bytes, cfg, manifest: BotManifest, device: str) -> Bot:

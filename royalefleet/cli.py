@@ -58,9 +58,18 @@ def cmd_up(args) -> int:
     from royalefleet.launcher import Stack
     from royalefleet.start_config import IdentityChangeRefused, start_config
 
+    if args.old_battles is not None:
+        print(f"royalefleet {args.command}: --battles {args.old_battles}: the battles each rollout steps at once "
+              f"are --battles-per-rollout {args.old_battles} now (--battles is a total of battles played, as in "
+              "demos record)", file=sys.stderr)
+        return 2
     try:
         if getattr(args, "require_checkpoint", False):
             _resume_needs_a_run(args)
+        elif not args.new_run and _up_near_miss(args):
+            return 2
+        if args.config is not None and not _bring_clones(args):
+            return 2
         cfg = start_config(args, args.command)
     except IdentityChangeRefused as exc:
         print(exc.code, file=sys.stderr)
@@ -115,6 +124,51 @@ def set_aside_later(cfg, iteration: int) -> bool:
               f"the metric rows past iteration {iteration} move to metrics.purged.jsonl as the learner resumes",
               flush=True)
     return True
+
+
+def _bring_clones(args) -> bool:
+    """A ``--config`` whose warm start or KL anchor names a clone of another run
+    (``<run>:snap:<id>``) or an exported folder: the clone verified and copied into this run, and
+    ``args.config`` the document naming it ``snap:<id>`` (royalefleet/clone_import.py). False
+    (said) when refused; a file that does not read as JSON is left to load_config's refusal."""
+    import msgspec
+
+    from royalefleet.clone_import import CloneImportRefused, bring_clones
+    from royalefleet.run_options import run_name_of
+
+    if isinstance(args.config, dict):
+        doc = args.config
+    else:
+        try:
+            with open(args.config, "rb") as fh:
+                doc = msgspec.json.decode(fh.read())
+        except (OSError, msgspec.DecodeError):
+            return True
+    if not isinstance(doc, dict):
+        return True
+    defaults = load_config(None, profile_name="cpu")
+    runs_dir = args.runs_dir or doc.get("runs_dir") or defaults.runs_dir
+    run_name = run_name_of(args) or doc.get("run_name") or defaults.run_name
+    try:
+        brought = bring_clones(doc, runs_dir, run_name, lambda s: print(f"royalefleet {args.command}: {s}"))
+    except CloneImportRefused as exc:
+        print(f"royalefleet {args.command}: {exc}", file=sys.stderr)
+        return False
+    if brought != doc:
+        args.config = brought
+    return True
+
+
+def _up_near_miss(args) -> bool:
+    """``up RUN`` of a new run named like an existing one (``defualt`` beside ``default``): said
+    (``run_options.refuse_near_miss``) and True, unless ``--new-run``."""
+    from royalefleet.run_options import refuse_near_miss
+    from royalefleet.start_config import _where, flag_overrides
+
+    refusal = refuse_near_miss(*_where(args, flag_overrides(args)))
+    if refusal:
+        print(refusal, file=sys.stderr)
+    return refusal is not None
 
 
 def _resume_needs_a_run(args) -> None:
@@ -239,18 +293,18 @@ def cmd_identity(args) -> int:
 
 
 def cmd_checkpoints(args) -> int:
-    from royalefleet.run_options import run_config
+    from royalefleet.run_options import EMPTY_LISTING, run_config
     from services.checkpoint.store import CheckpointStore
 
     cfg = run_config(args, must_exist=True)
     root = str(RunDir.of(cfg.runs_dir, cfg.run_name).checkpoints)
     if not os.path.isdir(root):
         print(f"run {cfg.run_name!r} has no checkpoints under {root}")
-        return 1
+        return EMPTY_LISTING
     entries = CheckpointStore(root).list_entries()
     if not entries:
         print(f"run {cfg.run_name!r}: the index under {root} lists no checkpoint")
-        return 1
+        return EMPTY_LISTING
     print(f"{'iteration':>9}  {'name':<10} {'MB':>7}  status")
     for e in entries:
         status = "ok (every file verifies)" if e.ok else f"CORRUPT: {e.problem}"
@@ -273,8 +327,10 @@ def stack_options(sp) -> None:
                     "every start (sets timestep_limit; not in the run identity; 0: no limit)")
     sp.add_argument("--rollouts", type=int, metavar="N",
                     help="rollout processes to start (overrides local.rollouts; in the run identity)")
-    sp.add_argument("--battles", type=int, metavar="N",
-                    help="battles per rollout (overrides rollout.battles; in the run identity)")
+    sp.add_argument("--battles-per-rollout", dest="battles", type=int, metavar="N",
+                    help="battles each rollout steps at once (overrides rollout.battles; in the run identity); "
+                    "--battles is a total of battles played wherever it is taken (demos record)")
+    sp.add_argument("--battles", dest="old_battles", help=argparse.SUPPRESS)
     sp.add_argument("--algorithm", choices=("ppo", "dqn", "alphazero"),
                     help="the learner (overrides learner.algorithm; in the run identity): ppo, dqn (n-step "
                     "Double DQN from prioritized replay; docs/design.md), or alphazero (the rollouts search the "
@@ -296,7 +352,7 @@ IDENTITY_EPILOG = """\
 An existing run (runs_dir/RUN/config.json) continues with its own config: its profile, not
 this machine's default. Options that change the run identity (the numbers it produces) are
 refused on an existing run, naming each field, unless --allow-identity-drift:
-  --rollouts, --battles, --algorithm, --profile other than the run's, and a --config file's
+  --rollouts, --battles-per-rollout, --algorithm, --profile other than the run's, and a --config file's
   seed, env, obs, net, ppo, advantage, rollout battles/shards, ladder, determinism,
   services.wire_codec, learner, dqn and extension sections.
 Options that do not are accepted and shown: --iterations, --timesteps, --verbose, --no-doctor,
@@ -305,13 +361,31 @@ alarms and evaluation settings. `royalefleet config --explain FIELD` says whethe
 in the identity; docs/running.md, "What a resume checks, and the run identity", lists it."""
 
 
+def package_version() -> str:
+    """The installed royalefleet's version (pyproject.toml's, as pip recorded it), or the tree's
+    own pyproject.toml's when it runs uninstalled from a checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("royalefleet")
+    except PackageNotFoundError:
+        import tomllib
+        from pathlib import Path
+
+        with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as fh:
+            return tomllib.load(fh)["project"]["version"]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from royalefleet.cli_parser import Parser
+
+    p = Parser(
         prog="royalefleet",
-        description="Self-play PPO training for RoyaleGym agents as rollout, learner, ladder, checkpoint and evaluator "
-        "services over ZeroMQ.",
+        description="Self-play training (PPO, n-step Double DQN or AlphaZero) for RoyaleGym agents as rollout, learner, "
+        "ladder, checkpoint and evaluator services over ZeroMQ.",
         epilog="Run `royalefleet <command> --help` for a command's options. README.md explains the outputs.",
     )
+    p.add_argument("--version", action="version", version=f"royalefleet {package_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="command")
     # The order of the add_*_commands calls is the order `royalefleet --help` lists the commands in.
     add_run_commands(sub)
@@ -334,6 +408,9 @@ def add_run_commands(sub) -> None:
     add_run_argument(up)
     common(up)
     stack_options(up)
+    up.add_argument("--new-run", action="store_true",
+                    help="start RUN even when its name is a near-miss of an existing run's (without it, `up "
+                    "defualt` beside `default` is refused with exit 2 as a likely typo)")
     up.set_defaults(func=cmd_up)
 
     rs = sub.add_parser("resume", help="like up, but refuse to start when the run has no checkpoint",
@@ -347,11 +424,12 @@ def add_run_commands(sub) -> None:
                     help="resume from checkpoint N (of iteration N; `royalefleet checkpoints RUN` lists them) "
                     "instead of the newest: N must verify; the later checkpoints are moved, not deleted, to "
                     "checkpoints/set-aside-<UTC time>/ and the metric rows past N to metrics.purged.jsonl")
-    rs.set_defaults(func=cmd_up, require_checkpoint=True)
+    rs.set_defaults(func=cmd_up, require_checkpoint=True, new_run=False)
 
     vr = sub.add_parser("verify-resume", help="prove that a stopped and resumed run continues row for row",
                         description="Train K iterations straight; train j, stop, resume in a fresh learner and "
                         "finish; compare every metric row field by field (wall-clock fields excluded).")
+    add_run_argument(vr)
     common(vr)
     vr.add_argument("--iterations", type=int, default=3, metavar="K",
                     help="the iteration each scratch run stops at, a total as for up (default 3)")
@@ -403,28 +481,31 @@ def add_module_commands(sub) -> None:
 
 def add_config_command(sub) -> None:
     """`royalefleet config`: print or write a fully populated config, or explain its fields."""
-    from royalefleet.run_options import add_run_options as common
+    from royalefleet.run_options import add_run_argument, add_run_options as common
 
     cf = sub.add_parser("config", help="print or write a fully populated config",
                         description="Write the complete config of a profile (with --config: of that file on top "
                         "of its profile), every field filled in.")
+    add_run_argument(cf)
     common(cf)
     cf.add_argument("-o", "--output", help="file to write (default: standard output)")
     cf.add_argument("--explain", nargs="?", const="", metavar="FIELD",
                     help="print what FIELD means (a dotted path such as ppo.clip_range, or a section such as ppo): "
                     "its type and range, default per profile, whether it is in the run identity, and its "
-                    "documentation; with no FIELD, every field")
+                    "documentation; with no FIELD, every field, the extension sections (warm_start, imitation and any "
+                    "an installed package declares) included")
     cf.set_defaults(func=cmd_config)
 
 
 def add_bench_command(sub) -> None:
     """`royalefleet bench`: env, stack, wire, update, overlap, capacity and fleet-size measurements."""
-    from royalefleet.run_options import add_run_options as common
+    from royalefleet.run_options import add_run_argument, add_run_options as common
 
     bn = sub.add_parser("bench", help="measure env speed, stack speed, wire bytes per row and update speed",
                         description="Prints bare RoyaleGym decisions/s with random-legal play on the same battles, "
                         "the stack's collected rows/s, their ratio, the wire bytes per observation row, and the PPO "
                         "update's rows/s beside the reference's on the same batch (docs/throughput.md).")
+    add_run_argument(bn)
     common(bn)
     bn.add_argument("--seconds", type=float, default=20.0, help="seconds of bare env stepping (default 20)")
     bn.add_argument("--iterations", type=int, default=2, metavar="N",
@@ -464,10 +545,18 @@ def add_bench_command(sub) -> None:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # an unknown option: refused with the closest one of the command (exit 2)
+        from royalefleet.cli_parser import unknown_words
+
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+        sub.error(unknown_words(extra, sub))
+    from royalefleet.run_options import TwoRuns
+
     try:
         return args.func(args)
-    except ConfigError as exc:
+    except (ConfigError, TwoRuns) as exc:
         print(f"royalefleet {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

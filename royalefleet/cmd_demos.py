@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from royalefleet.run_options import add_run_argument, add_run_options, run_config
+from royalefleet.run_options import EMPTY_LISTING, add_run_argument, add_run_options, run_config
 from shared.scripted import SCRIPTED_PLAYERS
 
 DEFAULT_OPPONENTS = ("mirror", "scripted:random_legal", "scripted:first-affordable")
@@ -78,6 +78,18 @@ def _slug(player: str) -> str:
     return f"snap-{sid[:8]}" if sid else player.split(":", 1)[-1]
 
 
+def _did_you_mean(problem: str) -> str:
+    """`` (did you mean 'scripted:defend'?)`` for a problem naming an unknown player that is a
+    near-miss of a known one, else ``""``."""
+    import re
+
+    from royalefleet.player_words import near_player
+
+    m = re.match(r"unknown (?:teacher|opponent) '([^']*)'", problem)
+    close = near_player(m.group(1)) if m else None
+    return f" (did you mean {close!r}?)" if close else ""
+
+
 def check_players(teachers: list[str], opponents: list[str], known_snapshots: list[str]) -> list[str]:
     """Problems with the teachers and opponents: each names the bad id and what is known.
     A teacher is a scripted player or one of ``known_snapshots`` (``snap:<id>``); an opponent a
@@ -93,7 +105,7 @@ def check_players(teachers: list[str], opponents: list[str], known_snapshots: li
     for o in opponents:
         if o != MIRROR and o not in SCRIPTED_PLAYERS:
             problems.append(f"unknown opponent {o!r}; known: {MIRROR}, {', '.join(SCRIPTED_PLAYERS)}")
-    return problems
+    return [p + _did_you_mean(p) for p in problems]
 
 
 def cmd_record(args, out=None) -> int:
@@ -322,7 +334,7 @@ def cmd_list(args, out=None) -> int:
     if not names:
         out.write(f"run {cfg.run_name!r} has no demonstration set under {root}; record one with "
                   "`royalefleet demos record`\n")
-        return 1
+        return EMPTY_LISTING
     for n in names:
         try:
             m = read_manifest(root / n)

@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from royalefleet.run_options import add_run_options
+from royalefleet.run_options import add_run_argument, add_run_options, run_name_of
 from shared.run_dir import RunDir
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
@@ -86,6 +86,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Check versions, the engine, CUDA, memory (measured on one real minibatch), disk for the "
         "checkpoints kept, free ports, CURVE keys, the observation layout and action encoding on real battles, and "
         "with --compose the Compose files. Exit 0 all ok, 1 warnings, 2 a failure.")
+    add_run_argument(dp)
     add_run_options(dp)
     dp.add_argument("--compose", action="store_true", help="also check the Compose files with `docker compose config`")
     dp.add_argument("--memory-gb", type=float, help="memory to check against instead of this machine's available")
@@ -608,8 +609,8 @@ def cmd_doctor(args, out=None) -> int:
 
     out = out or sys.stdout
     overrides: dict = {}
-    if args.run_name:
-        overrides["run_name"] = args.run_name
+    if run_name_of(args):
+        overrides["run_name"] = run_name_of(args)
     if args.runs_dir:
         overrides["runs_dir"] = args.runs_dir
     try:
@@ -618,6 +619,13 @@ def cmd_doctor(args, out=None) -> int:
         out.write(f"{FAIL:<4}  {'config':<8}  {exc}\n      {'':<8}  fix: correct the config (`royalefleet config` "
                   "writes a complete one)\n")
         return 2
+    if run_name_of(args):
+        from royalefleet.run_options import refuse_near_miss
+
+        refusal = refuse_near_miss(cfg.runs_dir, cfg.run_name, "doctor")
+        if refusal:  # `up` would refuse it the same way
+            print(refusal, file=sys.stderr)
+            return 2
     out.write(f"royalefleet doctor: profile {cfg.profile}, run {cfg.run_name!r} under {cfg.runs_dir}\n")
     memory = int(args.memory_gb * 2**30) if args.memory_gb is not None else None
     checks = run_checks(cfg, only=FAST if args.fast else None, compose=args.compose, memory_bytes=memory,

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from royalefleet.players import DEFAULT_OPPONENT, LATEST, LocalPlayers, resolve
+from royalefleet.player_words import WordRefused, add_words_argument, take_words
 from royalefleet.run_options import add_run_options, run_config, run_name_of
 from shared.scripted import SCRIPTED_PLAYERS
 
@@ -40,15 +41,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         + ", ".join(SCRIPTED_PLAYERS) + "); any of them followed by +search:N (or +search:N:D) searches N candidate "
         "actions at each of its choice decisions in a copy of the battle, D decisions deep (default 30), and plays "
         "the best (docs/search.md).")
-    ep.add_argument("a", nargs="?", default=LATEST, help=f"player A (default {LATEST}: the run's newest snapshot)")
-    ep.add_argument("b", nargs="?", default=DEFAULT_OPPONENT, help=f"player B (default {DEFAULT_OPPONENT})")
+    add_words_argument(ep, "[RUN] [A] [B]", "the run, then players A and B (default latest and scripted:random_legal)")
     ep.add_argument("--games", type=int, default=20, help="battles to play, both sides of ceil(N/2) seeds (default 20)")
     ep.add_argument("--job", type=int, default=0, help="job id naming the action streams (default 0)")
     ep.add_argument("--record", type=int, default=0, metavar="N",
                     help="write the first N games as RoyaleGym traces and HTML pages, as play does (default 0)")
     ep.add_argument("--out", type=Path, help="folder for the recorded games (default <run>/replays/eval)")
     add_run_options(ep)
-    ep.set_defaults(func=cmd_eval)
+    ep.set_defaults(func=cmd_eval, a=LATEST, b=DEFAULT_OPPONENT)
     return ep
 
 
@@ -59,6 +59,11 @@ def cmd_eval(args, out=None) -> int:
     from shared.stats import wilson_interval
 
     out = out or sys.stdout
+    try:
+        take_words(args, ("a", "b"), 0, "eval")
+    except WordRefused as exc:
+        print(exc, file=sys.stderr)
+        return 2
     cfg = run_config(args, must_exist=run_name_of(args) is not None)  # a run named must exist
     try:
         a, b = resolve(args.a, cfg), resolve(args.b, cfg)

@@ -1,4 +1,4 @@
-"""``royalefleet gate CANDIDATE --run NAME``: re-run a logged gate decision and compare.
+"""``royalefleet gate CANDIDATE [RUN]``: re-run a logged gate decision and compare.
 
 Reads ``<runs_dir>/<run>/ladder/gates/<candidate>.json`` (services/ladder/gate_runner.py
 ``GateRecord``), plays every job it lists again in this process (same job ids, so the same

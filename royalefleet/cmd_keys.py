@@ -16,7 +16,7 @@ servers re-read that folder at each handshake, so adding or removing a host need
 Revoke a host by deleting ``clients/<host>.key`` (its open connection stays until it drops).
 
 Modes: every folder of the layout 0700 (set again at each run, so an older folder is tightened
-too), secret keys 0600, public keys 0644; a bundle written with ``--out`` is 0600.
+too), secret keys 0600, public keys 0644; a bundle written with ``--output`` is 0600.
 
 ``--bundle HOST`` writes ``hosts/HOST/`` to standard output as a .tar.gz (creating the host's
 keys if missing), which is how the keys leave a Compose volume::
@@ -227,8 +227,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="write the keys to standard output as two Kubernetes Secrets (JSON, for `kubectl apply -f -`; "
                         "docs/kubernetes.md) and nothing else there")
     p.add_argument("--namespace", default="royalefleet", help="the Secrets' namespace (default: %(default)s)")
-    p.add_argument("--out", metavar="FILE",
-                   help="with --bundle: write the .tar.gz to FILE (mode 0600) instead of standard output")
+    p.add_argument("-o", "--output", dest="out", metavar="FILE",
+                   help="with --bundle: write the .tar.gz to FILE (mode 0600) instead of standard output (--out, "
+                   "elsewhere a folder, is refused here)")
+    p.add_argument("--out", dest="old_out", help=argparse.SUPPRESS)
     p.add_argument("--metrics", action="append", type=_metrics_arg, default=[], metavar="NAME=ADDRESS:PORTS",
                    help="the central Prometheus scrapes rollout host NAME's rollouts at ADDRESS:PORT or "
                    "ADDRESS:FIRST-LAST (that host's FLEET_METRICS_PUBLISH): writes NAME.json into --targets-dir "
@@ -261,8 +263,12 @@ def run(args) -> int:
     if args.hosts < 0:
         print("royalefleet keys: --hosts must be >= 0", file=sys.stderr)
         return 2
+    if args.old_out is not None:
+        print(f"royalefleet keys: --out {args.old_out}: the archive's file is -o/--output {args.old_out} (--out names "
+              "a folder wherever it is taken)", file=sys.stderr)
+        return 2
     if args.out and not args.bundle:
-        print("royalefleet keys: --out names where --bundle NAME's archive goes; give --bundle too", file=sys.stderr)
+        print("royalefleet keys: --output names where --bundle NAME's archive goes; give --bundle too", file=sys.stderr)
         return 2
     if args.targets_dir == "-" and (len(args.metrics) != 1 or (args.bundle and not args.out) or args.k8s_secrets):
         print("royalefleet keys: --targets-dir - prints one --metrics file, and standard output is its only "

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from royalefleet.players import DEFAULT_OPPONENT, LATEST, LocalPlayers, load_player, resolve
+from royalefleet.player_words import WordRefused, add_words_argument, take_words
 from royalefleet.run_options import add_run_options, run_config, run_name_of
 
 VISER_DEFAULT = "127.0.0.1:9870"
@@ -41,21 +42,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Play A against B (snap:<id>, latest, champion, scripted:<name>, any of them searching with "
         "+search:N) on env seeds S, S+1, ... with each player on both seats, record every match as a RoyaleGym "
         "trace and HTML page, and print A's score.")
-    pp.add_argument("a", nargs="?", default=LATEST, help=f"player A (default {LATEST}: the run's newest snapshot)")
-    pp.add_argument("b", nargs="?", default=DEFAULT_OPPONENT, help=f"player B (default {DEFAULT_OPPONENT})")
+    add_words_argument(pp, "[RUN] [A] [B]", "the run, then players A and B (default latest and scripted:random_legal)")
     pp.add_argument("--seed", type=int, default=0, help="the first env seed (default 0)")
     pp.add_argument("--games", type=int, default=2, help="matches: ceil(N/2) seeds, A on both seats (default 2)")
     pp.add_argument("--out", type=Path, help="folder for the traces and pages (default <run>/replays/play)")
     pp.add_argument("--per-decision", action="store_true",
                     help="record one frame per decision instead of per engine tick (10x smaller)")
     pp.add_argument("--viser", nargs="?", const=VISER_DEFAULT, metavar="HOST:PORT",
-                    help=f"stream the matches to RoyaleViser (python -m royaleviser --stream HOST:PORT) at this address "
+                    help=f"stream the matches to RoyaleViser (the viser extra: {VISER_EXTRA}; then python -m royaleviser "
+                    f"--stream HOST:PORT) at this address "
                     f"(default {VISER_DEFAULT}); nothing is sent until a viewer says hello")
     pp.add_argument("--speed", type=float, default=1.0,
                     help="game seconds per wall second while a viewer watches (default 1: real time; 0: as fast as "
                     "the machine plays)")
     add_run_options(pp)
-    pp.set_defaults(func=cmd_play)
+    pp.set_defaults(func=cmd_play, a=LATEST, b=DEFAULT_OPPONENT)
     return pp
 
 
@@ -79,6 +80,21 @@ def seats_for_game(env, blue, red) -> tuple[Seat, Seat]:
     return Seat(seated[0]), Seat(seated[1])
 
 
+VISER_EXTRA = "pip install -e '.[viser]'"
+"""How to install RoyaleViser, the viewer (an optional extra: pyproject.toml's ``viser``)."""
+
+
+def viser_missing() -> str:
+    """``""`` when RoyaleViser is importable here, else the sentence naming the extra that
+    installs it (the stream itself needs only royalegym; the viewer may run on another machine)."""
+    import importlib.util
+
+    if importlib.util.find_spec("royaleviser") is not None:
+        return ""
+    return (f" (RoyaleViser is not installed here: {VISER_EXTRA} from the checkout, or pip install royaleviser "
+            "where the viewer runs)")
+
+
 def watch_live(env, address: str, run_name: str, speed: float, out) -> None:
     """Stream ``env``'s battles to RoyaleViser at ``address`` (host:port; RoyaleGym's
     ``ViserPublisher``: a frame per engine tick while a viewer is attached, nothing otherwise)
@@ -95,7 +111,7 @@ def watch_live(env, address: str, run_name: str, speed: float, out) -> None:
     env.viser = ViserPublisher(host, int(port), run=run_name)
     bound = env.viser.address[1]
     out.write(f"  streaming to RoyaleViser at {host}:{bound} (run {run_name!r}); watch with "
-              f"python -m royaleviser --stream {host}:{bound}\n")
+              f"python -m royaleviser --stream {host}:{bound}" + viser_missing() + "\n")
     out.flush()
     if speed <= 0:
         return
@@ -125,6 +141,11 @@ def cmd_play(args, out=None) -> int:
     from shared.stats import wilson_interval
 
     out = out or sys.stdout
+    try:
+        take_words(args, ("a", "b"), 0, "play")
+    except WordRefused as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if args.games < 1:
         print(f"royalefleet play: --games {args.games}: expected at least 1", file=sys.stderr)
         return 2

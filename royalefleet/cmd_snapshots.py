@@ -29,7 +29,7 @@ import sys
 
 import msgspec
 
-from royalefleet.run_options import add_run_argument, add_run_options, run_config
+from royalefleet.run_options import EMPTY_LISTING, add_run_argument, add_run_options, run_config
 from shared.run_dir import RunDir
 
 
@@ -139,4 +139,4 @@ def cmd_snapshots(args, out=None) -> int:
             print(msgspec.json.encode(s).decode(), file=out)
     else:
         print("\n".join(table_lines(lines, cfg.run_name, args.runs_dir)), file=out)
-    return 0
+    return 0 if lines else EMPTY_LISTING

@@ -21,7 +21,7 @@ import sys
 
 import msgspec
 
-from royalefleet.run_options import add_run_argument, add_run_options, run_config
+from royalefleet.run_options import EMPTY_LISTING, add_run_argument, add_run_options, run_config
 from shared.search.spec import split_search
 
 
@@ -84,6 +84,6 @@ def cmd_strength(args, out=None) -> int:
     if args.json:
         for m in measured:
             out.write(msgspec.json.encode(m).decode() + "\n")
-        return 0
+        return 0 if measured else EMPTY_LISTING
     out.write("\n".join(table_lines(measured, pending)) + "\n")
-    return 0
+    return 0 if measured else EMPTY_LISTING

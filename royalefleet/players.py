@@ -60,7 +60,8 @@ def resolve(player: str, cfg) -> str:
         if champion is None:
             newest = newest_snapshot(cfg)
             instead = (f"; play its newest snapshot with `latest` ({newest})" if newest
-                       else "; it has no snapshot yet either (the learner writes its first at iteration 1)")
+                       else "; it has no snapshot yet either (the learner writes its first at iteration "
+                       f"{cfg.evaluation.strength.every_iterations}, evaluation.strength.every_iterations)")
             raise ValueError(f"run {cfg.run_name!r} has no champion yet ({RunDir(root).pool} names none){instead}")
         return with_search(champion, search)
     if base == LATEST:

@@ -3,8 +3,9 @@
 One grammar (docs/running.md, "Where a run's outputs go"): a command that works on one run takes it as an optional
 positional ``RUN`` (``royalefleet status myrun``) and as ``--run-name`` (its synonym; both given
 must agree), ``--runs-dir`` for run folders elsewhere, ``--config`` and ``--profile`` with one help
-text each (``add_run_options``). Commands whose positionals are players (``eval``, ``play``) take
-the run as ``--run-name``. A run named that has no folder gets one refusal from every command
+text each (``add_run_options``). Commands whose positionals are players (``eval``, ``play``,
+``export``) take ``RUN`` as their first word, told from a player by the player's closed form
+(``royalefleet/player_words.py``). A run named that has no folder gets one refusal from every command
 (``RunNotFound``, exit 2), naming the runs that do exist."""
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from pathlib import Path
 
 from shared.config import PROFILES, ConfigError, load_config
 from shared.run_dir import RunDir
+
+EMPTY_LISTING = 1
+"""The exit code of a listing with nothing to list (``snapshots``, ``strength``, ``checkpoints``,
+``demos list`` of a run that has none yet): the listing's message is printed as usual, and a
+script tells "none yet" (1) from a listing (0) and from a refusal (2)."""
 
 CONFIG_HELP = ("a JSON config: a profile and overrides (write one with `royalefleet config`); default: the run's "
                "own runs_dir/RUN/config.json when the run exists, else the profile")
@@ -38,12 +44,16 @@ def add_run_argument(sp) -> None:
     sp.add_argument("run", nargs="?", metavar="RUN", help=RUN_HELP)
 
 
+class TwoRuns(SystemExit):
+    """RUN and --run-name both given, naming two runs (``royalefleet.cli.main``: exit 2, said)."""
+
+
 def run_name_of(args) -> str | None:
     """The run named by the positional ``RUN`` or ``--run-name`` (None: the config's). Raises
-    SystemExit with a message when both are given and differ."""
+    TwoRuns (a SystemExit carrying the message) when both are given and differ."""
     positional, flag = getattr(args, "run", None), getattr(args, "run_name", None)
     if positional and flag and positional != flag:
-        raise SystemExit(f"error: RUN {positional!r} and --run-name {flag!r} name two runs; give one")
+        raise TwoRuns(f"RUN {positional!r} and --run-name {flag!r} name two runs; give one")
     return positional or flag
 
 
@@ -101,3 +111,31 @@ def run_config(args, must_exist: bool = False):
     if must_exist:
         check_run_exists(cfg.runs_dir, cfg.run_name)
     return cfg
+
+
+def near_miss_run(runs_dir: str | Path, run_name: str) -> str | None:
+    """The existing run that ``run_name`` (a run with no folder yet) most likely misspells
+    (``defualt`` beside ``default``), or None: a folder under ``runs_dir`` other than the name
+    itself, within difflib's 0.8 similarity."""
+    root = Path(runs_dir)
+    if (root / run_name).is_dir():
+        return None
+    try:
+        there = sorted(p.name for p in root.iterdir() if p.is_dir())
+    except OSError:
+        return None
+    close = difflib.get_close_matches(run_name, there, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def refuse_near_miss(runs_dir: str | Path, run_name: str, command: str = "up") -> str | None:
+    """The refusal of ``up RUN`` (or ``doctor RUN``) for a new run whose name is a near-miss of
+    an existing one (exit 2 in the CLI; ``up --new-run`` starts it anyway), None when the name is
+    not one."""
+    close = near_miss_run(runs_dir, run_name)
+    if close is None:
+        return None
+    own = "continues it" if command == "up" else "checks it"
+    return (f"royalefleet {command}: no run {run_name!r} under {runs_dir}, but there is {close!r} (did you mean "
+            f"{close!r}?): `royalefleet {command} {close}` {own}; to start a new run named {run_name!r} beside it, "
+            f"{'add --new-run' if command == 'up' else f'use royalefleet up {run_name} --new-run'}")

@@ -16,7 +16,7 @@ from shared.config import RunConfig, load_config
 from shared.recorded_config import (identity_changes, identity_fields_moved, load_recorded, recorded_doc,
                                     recorded_path)
 
-FLAG_OF = {"local.rollouts": "--rollouts", "rollout.battles": "--battles", "learner.algorithm": "--algorithm",
+FLAG_OF = {"local.rollouts": "--rollouts", "rollout.battles": "--battles-per-rollout", "learner.algorithm": "--algorithm",
            "timestep_limit": "--timesteps", "profile": "--profile"}
 """The option that sets a config field, named beside a change it makes."""
 
@@ -27,7 +27,7 @@ class IdentityChangeRefused(SystemExit):
 
 
 def flag_overrides(args) -> dict:
-    """The config overrides the start options give (``--rollouts``, ``--battles``,
+    """The config overrides the start options give (``--rollouts``, ``--battles-per-rollout``,
     ``--algorithm``, ``--timesteps``, RUN/``--run-name``, ``--runs-dir``)."""
     from royalefleet.run_options import run_name_of
 

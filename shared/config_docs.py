@@ -98,8 +98,36 @@ def _walk(struct: type[Struct], prefix: str) -> list[FieldDoc]:
 
 
 def fields() -> list[FieldDoc]:
-    """Every field of ``RunConfig``, sections before their fields, in declaration order."""
-    return _walk(RunConfig, "")
+    """Every field of ``RunConfig``, sections before their fields, in declaration order, then
+    every installed extension section (``extension_fields``)."""
+    return _walk(RunConfig, "") + extension_fields()
+
+
+def extension_fields() -> list[FieldDoc]:
+    """The extension sections (``shared.extensions``: RoyaleFleet's ``imitation`` and
+    ``warm_start``, and any an installed package declares), each documented by its schema's
+    class docstring, then its fields; a section whose schema does not load is left out (its use
+    is refused by ``load_config``, naming why)."""
+    from shared.extensions import _schema, providers
+
+    out: list[FieldDoc] = []
+    for key, found in sorted(providers().items()):
+        try:
+            schema = _schema(found[0])
+        except Exception:  # noqa: BLE001 -- a broken package's section is refused where it is used
+            continue
+        source = inspect.getsourcefile(schema) or "?"
+        out.append(FieldDoc(key, schema, key, schema, source, 0, inspect.cleandoc(schema.__doc__ or ""), True))
+        out += _walk(schema, key + ".")
+    return out
+
+
+def _extension_key(path: str) -> str | None:
+    """The extension section ``path`` is in, None for a ``RunConfig`` field."""
+    from shared.extensions import providers
+
+    head = path.split(".", 1)[0]
+    return head if head not in RunConfig.__struct_fields__ and head in providers() else None
 
 
 # ----------------------------------------------------------------------------- read off the code
@@ -203,9 +231,18 @@ def lookup(path: str) -> list[FieldDoc]:
 def explain_one(f: FieldDoc, width: int = 100) -> str:
     """A field's entry: its path, where it is declared, type and range, default, run identity,
     and its documentation."""
-    where = f"{f.owner.__name__}.{f.name}, {_relative(f.source)}:{f.line}"
+    where = (f"{f.owner.__name__}, {_relative(f.source)}" if f.owner is f.annotation  # an extension section
+             else f"{f.owner.__name__}.{f.name}, {_relative(f.source)}:{f.line}")
     if f.section:
         head = [f"{f.path}  [section: {where}]"]
+        if _extension_key(f.path) == f.path:
+            head.append("  extension section (shared/extensions.py): absent unless the config names it; when named, "
+                        "its settings' digest and providing package are in the run identity (extension_records)")
+    elif _extension_key(f.path):
+        head = [f"{f.path}  [{where}]",
+                f"  type      {type_text(f.annotation)}",
+                f"  default   {msgspec.json.encode(getattr(f.owner(), f.name)).decode()}",
+                "  identity  yes, when its section is named (the section's digest, extension_records)"]
     else:
         ident = identity_fields(f.path)
         head = [f"{f.path}  [{where}]",
@@ -225,5 +262,10 @@ def explain(path: str | None = None) -> str:
 
 
 def _relative(source: str) -> str:
+    import os
+
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if source.startswith(tree + os.sep):
+        return source[len(tree) + 1:]
     marker = "/shared/"
     return "shared/" + source.rsplit(marker, 1)[1] if marker in source else source

@@ -15,6 +15,8 @@ import math
 import pathlib
 import re
 
+import pytest
+
 from shared.config import GateConfig, cpu
 from shared.identity import config_digests
 from shared.matchmaking import role_counts
@@ -186,3 +188,56 @@ def test_readme_is_short_and_speaks_to_a_user():
     inside = re.findall(r"\bissues? \d+|\bthe issue\b|handbook|royalelearn-facts|royalegym-notes|seed 000|§|"
                         r"\bsession \d+|this project's", text, flags=re.I)
     assert inside == []
+
+
+def test_readme_and_the_docs_agree_where_a_newcomer_compared_them(tmp_path):
+    """The contradictions a newcomer found between README, the docs and the help texts, pinned."""
+    from royalefleet.cli import build_parser
+    from royalefleet.players import resolve
+    from shared.config import load_config
+
+    readme = " ".join((ROOT / "README.md").read_text().split())  # prose reflowed: one space between words
+    doc = {p: " ".join((ROOT / "docs" / p).read_text().split()) for p in ("throughput.md", "learning.md", "search.md", "strength.md",
+                                                        "watching.md", "kubernetes.md")}
+    cfg = cpu()
+    # timesteps: the profile's target (the table) and the whole rounds it gives (the prose, the docs)
+    n = cfg.rollout.battles * cfg.local.rollouts
+    per_round = n + role_counts(tuple(cfg.ladder.mix), n)[0]
+    trained = math.ceil(cfg.ppo.timesteps_per_iteration / per_round) * per_round
+    assert f"| {cfg.ppo.timesteps_per_iteration:,} |" in readme
+    assert f"({trained:,} learner timesteps: the profile's {cfg.ppo.timesteps_per_iteration:,} in whole rounds of " \
+           f"{per_round} rows)" in readme
+    assert f"{trained:,} learner timesteps" in doc["throughput.md"] and f"{trained:,} learner timesteps" in doc[
+        "learning.md"]
+    # a row on the wire: codec 1's measured bytes and the packed row inside them, as the docs have them
+    assert "instead of codec 1's 15,391, a 15,375 B packed row" in readme
+    assert "| 15,391 | 15,391 |" in doc["throughput.md"] and "15,375 B a row" in doc["throughput.md"]
+    # search's cost: one figure, measured
+    assert "6-11x" in readme and "6-11x" in doc["search.md"] and "6-11x" in doc["learning.md"]
+    assert "twenty unsearched" not in doc["search.md"]
+    # an iteration's time: the quiet figure, not the loaded range passed off as typical
+    assert "takes 36.5 s" in readme and "quiet: 36.5 s" in doc["throughput.md"]
+    assert "one to two minutes" not in readme
+    # the first snapshot: the strength measurement's period, in README and in the refusal of a young run
+    every = cfg.evaluation.strength.every_iterations
+    assert f"every {every} iterations (the first at iteration {every})" in readme
+    young = load_config({"profile": "cpu", "runs_dir": str(tmp_path), "run_name": "young"})
+    (tmp_path / "young").mkdir()
+    with pytest.raises(ValueError, match=f"the learner writes its first at iteration {every}, "):
+        resolve("champion", young)
+    # replay refuses what it cannot reproduce; README does not promise every episode
+    assert "re-simulates any training episode exactly" not in readme and "or refuses naming why" in readme
+    # tensorboard comes with make install (the dev extra), so no doc asks for a pip install of it
+    import tomllib
+
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert any(d.startswith("tensorboard==") for d in dev)
+    assert "pip install tensorboard" not in readme and "pip install tensorboard" not in doc["strength.md"]
+    assert "pip install --quiet -e '.[dev]'" in (ROOT / "Makefile").read_text()
+    # every learner in the top-level help
+    top = build_parser().format_help()
+    assert all(word in top for word in ("PPO", "DQN", "AlphaZero"))
+    # Kubernetes: what has run and what has not, said plainly in both
+    for text in (readme, doc["kubernetes.md"]):
+        assert "podman kube play" in text and re.search(r"not (yet )?(run )?on a\s+real\s+cluster", text), text[:80]
+    assert "images must be built and pushed" in doc["kubernetes.md"] and "Secrets" in doc["kubernetes.md"]

@@ -110,3 +110,62 @@ def test_export_from_the_command_line_and_importing_royalefleet_costs_no_torch(r
     assert "holds a bot already" in capsys.readouterr().err
     code = "import sys, royalefleet; royalefleet.load_bot; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+def test_a_searched_export_records_its_budget_and_loads_searching(run, capsys):
+    from royalefleet.bot_search import SearchedBot
+    from royalefleet.cli import main
+
+    out = run["root"] / "searched-export"
+    assert main(["export", "t", "latest+search:3:4", str(out), "--runs-dir", str(run["root"])]) == 0
+    said = capsys.readouterr().out
+    assert f"exported {run['sid']}+search:3:4 (run 't', iteration 0, searching 3 candidates 4 decisions deep)" in said
+    assert msgspec.json.decode((out / BOT_FILE).read_bytes())["search"] == {"candidates": 3, "depth": 4}
+    bot = load_bot(out)
+    assert isinstance(bot, SearchedBot) and bot.id == run["sid"] + "+search:3:4"
+    assert (bot.search.candidates, bot.search.depth) == (3, 4)
+    assert not isinstance(load_bot(run["folder"]), SearchedBot)  # an export without "search" plays unsearched
+    doc = msgspec.json.decode((out / BOT_FILE).read_bytes())
+    doc["search"] = {"candidates": 99, "depth": 4}
+    (out / BOT_FILE).write_bytes(msgspec.json.encode(doc))
+    with pytest.raises(BotRefused, match=r"search \{'candidates': 99, 'depth': 4\}: player .* expected <player>\+search:N"):
+        load_bot(out)
+
+
+def test_a_searched_bot_refuses_a_battle_it_has_not_seen(run):
+    import numpy as np
+
+    from royalefleet.bot_search import BattleUnseen
+
+    bot = load_bot(run["sid"] + "+search:2:2", run="t", runs_dir=run["root"])
+    env = build_env(eval_env_config(run["cfg"].env))  # not bot.make_env(), not watched
+    obs, _ = env.reset(seed=0)
+    with pytest.raises(BattleUnseen, match="a searching bot searches in the battle it plays and has not seen this one: "
+                                         r"build its battles with bot.make_env\(\)"):
+        bot.act(obs["blue"], obs["blue"]["action_mask"], np.random.default_rng(0))
+    bot.watch(env)
+    obs, _ = env.reset(seed=0)
+    assert 0 <= bot.act(obs["blue"], obs["blue"]["action_mask"], np.random.default_rng(0)) < len(obs["blue"]["action_mask"])
+
+
+@pytest.mark.slow
+def test_a_searched_bot_in_royalegym_evaluate_scores_as_royalefleet_play_of_the_searched_player(run, capsys):
+    from royalegym import RandomLegalOpponent
+    from royalegym.evaluate import evaluate
+
+    from royalefleet.cli import main
+
+    p = run["cfg"].ladder.random_legal_noop_prob
+    player = run["sid"] + "+search:2:3"
+    out = run["root"] / "searched-for-evaluate"
+    assert main(["export", "t", player, str(out), "--runs-dir", str(run["root"])]) == 0
+    bot = load_bot(out).assume_opponent(RandomLegalOpponent(p))  # the model play's search uses: the opponent itself
+    result = evaluate(bot, RandomLegalOpponent(p), bot.make_env, games=2, seed=0)
+    assert bot.stats.decisions > 0  # it searched
+    capsys.readouterr()
+    assert main(["play", "t", player, RAND, "--games", "2", "--seed", "0", "--runs-dir", str(run["root"]),
+                 "--out", str(run["root"] / "searched-pages")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"{result.wins}-{result.losses}-{result.draws} (won-lost-drawn) over 2 games" in lines[-1]
+    ticks = [int(x.split(" ticks")[0].rsplit(" ", 1)[1]) for x in lines if " ticks: " in x]
+    assert len(ticks) == 2 and sum(ticks) / 2 == result.mean_ticks  # the same two battles, tick for tick

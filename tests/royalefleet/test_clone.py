@@ -65,6 +65,7 @@ def test_an_unknown_teacher_is_refused_with_every_known_one():
                              ["snap:fedcba9876543210"])
     assert len(problems) == 3
     assert problems[0].startswith("unknown teacher 'scripted:defnd'; known: " + ", ".join(SCRIPTED_PLAYERS))
+    assert problems[0].endswith(" (did you mean 'scripted:defend'?)")
     assert "this run's snapshots (snap:fedcba9876543210)" in problems[0]
     assert problems[1].startswith("unknown teacher 'snap:0123456789abcdef'")
     assert problems[2].startswith("unknown opponent 'snap:x'; known: mirror, scripted:noop")

@@ -51,7 +51,7 @@ def test_folders_are_0700_secrets_0600_and_an_older_folder_is_tightened(tmp_path
 
 
 def test_a_bundle_written_with_out_is_0600_and_holds_the_hosts_keys(tmp_path):
-    out = keys("--dir", "keys", "--bundle", "box3", "--out", "box3-keys.tgz", cwd=tmp_path)
+    out = keys("--dir", "keys", "--bundle", "box3", "--output", "box3-keys.tgz", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.decode().startswith("keys in ")  # the report, not the archive, on standard output
     archive = tmp_path / "box3-keys.tgz"
@@ -61,7 +61,7 @@ def test_a_bundle_written_with_out_is_0600_and_holds_the_hosts_keys(tmp_path):
         secret = tar.extractfile("client.key_secret").read()
     assert members == {"server.key": 0o644, "client.key": 0o644, "client.key_secret": 0o600}
     assert secret == (tmp_path / "keys" / "hosts" / "box3" / "client.key_secret").read_bytes()
-    refused = keys("--dir", "keys", "--out", "x.tgz", cwd=tmp_path)
+    refused = keys("--dir", "keys", "--output", "x.tgz", cwd=tmp_path)
     assert refused.returncode == 2 and b"give --bundle too" in refused.stderr
 
 

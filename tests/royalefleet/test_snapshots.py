@@ -56,7 +56,7 @@ def test_a_clone_outside_the_pool_is_called_a_clone(tmp_path, capsys):
 
 def test_a_run_without_snapshots_and_a_missing_run(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    assert main(["snapshots", "empty", "--runs-dir", str(tmp_path), "--profile", "tiny"]) == 0
+    assert main(["snapshots", "empty", "--runs-dir", str(tmp_path), "--profile", "tiny"]) == 1  # EMPTY_LISTING
     assert capsys.readouterr().out.startswith("run 'empty' has no snapshot yet")
     assert main(["snapshots", "nope", "--runs-dir", str(tmp_path), "--profile", "tiny"]) == 2
     assert capsys.readouterr().err.startswith(f"royalefleet snapshots: no run 'nope': there is no folder "

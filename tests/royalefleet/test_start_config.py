@@ -91,13 +91,13 @@ def test_a_record_written_before_wire_codec_existed_keeps_codec_1(tmp_path, stac
 def test_an_option_that_changes_the_identity_is_refused_naming_field_option_and_ways_on(tmp_path, stack, capsys):
     runs = tmp_path / "runs"
     record(runs, "r1", {"profile": "cpu"})
-    assert cli.main(["resume", "r1", "--runs-dir", str(runs), "--no-doctor", "--battles", "8",
+    assert cli.main(["resume", "r1", "--runs-dir", str(runs), "--no-doctor", "--battles-per-rollout", "8",
                      "--timesteps", "5000"]) == 2
     assert stack.started == []
     assert capsys.readouterr().err == (
         f"royalefleet resume: refusing to start run 'r1' with options that change its run identity (its own config "
         f"is {runs / 'r1' / 'config.json'}; identity fields rollout_digest):\n"
-        "  rollout.battles: 16 -> 8 (--battles)\n"
+        "  rollout.battles: 16 -> 8 (--battles-per-rollout)\n"
         "These change the numbers the run produces. Leave them out to continue the run as recorded "
         "(`royalefleet resume r1`), start a new run with another RUN, or pass --allow-identity-drift to record "
         "the drift and continue.\n")
@@ -153,7 +153,7 @@ def test_up_help_says_which_options_change_the_run_identity(capsys):
     with pytest.raises(SystemExit):
         cli.main(["up", "--help"])
     out = capsys.readouterr().out
-    assert "--rollouts, --battles, --algorithm, --profile other than the run's" in out
+    assert "--rollouts, --battles-per-rollout, --algorithm, --profile other than the run's" in out
     assert "accepted and shown: --iterations, --timesteps" in out
     # what the help claims is what identity_changes decides
     base = load_config({"profile": "cpu"})

@@ -125,20 +125,15 @@ def test_the_command_reads_the_run_and_names_a_missing_one(tmp_path, capsys):
 
 
 def test_the_run_is_named_positionally_as_on_every_read_only_command(tmp_path, capsys):
-    import pytest
-
     cfg, run = make_run(tmp_path)
     assert main(["status", "r", "--runs-dir", str(tmp_path)]) == 0
     by_position = capsys.readouterr().out
     assert main(["status", "--runs-dir", str(tmp_path), "--run-name", "r"]) == 0
     assert by_position.startswith(f"run 'r' in {run}\n") and by_position == capsys.readouterr().out
-    with pytest.raises(SystemExit) as info:
-        main(["status", "r", "--run-name", "other", "--runs-dir", str(tmp_path)])
-    assert str(info.value) == "error: RUN 'r' and --run-name 'other' name two runs; give one"
-    for command in ("strength", "report", "snapshots", "rate", "checkpoints"):
-        with pytest.raises(SystemExit) as info:
-            main([command, "r", "--run-name", "other", "--runs-dir", str(tmp_path)])
-        assert str(info.value) == "error: RUN 'r' and --run-name 'other' name two runs; give one", command
+    for command in ("status", "strength", "report", "snapshots", "rate", "checkpoints", "eval", "doctor", "config"):
+        assert main([command, "r", "--run-name", "other", "--runs-dir", str(tmp_path)]) == 2, command
+        assert capsys.readouterr().err == (f"royalefleet {command}: RUN 'r' and --run-name 'other' name two runs; "
+                                           "give one\n"), command
     for argv in (["checkpoints", "r"], ["checkpoints", "--run-name", "r"]):
         assert main([*argv, "--runs-dir", str(tmp_path), "--profile", "tiny"]) == 0
         assert capsys.readouterr().out.splitlines() == ["iteration  name            MB  status",

@@ -82,3 +82,20 @@ def test_a_bad_viser_address_is_refused_with_the_form(tmp_path, capsys):
             "--viser", "nowhere"]
     assert main(argv) == 2
     assert "royalefleet play: --viser nowhere: expected HOST:PORT, for example 127.0.0.1:9870" in capsys.readouterr().err
+
+
+def test_play_viser_names_the_extra_when_royaleviser_is_missing(monkeypatch):
+    import importlib.util
+    import tomllib
+    from pathlib import Path
+
+    from royalefleet import cmd_play
+
+    extras = tomllib.loads((Path(cmd_play.__file__).parent.parent / "pyproject.toml").read_text())
+    assert [d.split("==")[0] for d in extras["project"]["optional-dependencies"]["viser"]] == ["royaleviser"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "royaleviser" else real(name, *a))
+    assert cmd_play.viser_missing() == (" (RoyaleViser is not installed here: pip install -e '.[viser]' from the "
+                                        "checkout, or pip install royaleviser where the viewer runs)")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    assert cmd_play.viser_missing() == ""

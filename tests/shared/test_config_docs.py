@@ -36,7 +36,27 @@ def test_the_walk_covers_every_field_of_every_struct_once():
             n += 1 + (count(sub) if sub is not None else 0)
         return n
 
-    assert len(paths) == count(RunConfig)
+    extension = [f.path for f in config_docs.extension_fields()]
+    assert len(paths) == count(RunConfig) + len(extension)
+
+
+def test_explain_lists_the_extension_sections_with_their_fields_and_defaults(capsys):
+    from services.learner.extensions.warm_start import WarmStartSection
+    from shared.extensions import FIRST_PARTY
+
+    paths = [f.path for f in config_docs.fields()]
+    assert set(FIRST_PARTY) <= set(paths)
+    fields = msgspec.structs.fields(WarmStartSection)
+    assert [p for p in paths if p.startswith("warm_start.")] == [f"warm_start.{f.name}" for f in fields]
+    assert cli.main(["config", "--explain", "warm_start.hold_actor_iterations"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1:4] == ["  type      int, >= 0", "  default   0",
+                                     "  identity  yes, when its section is named (the section's digest, "
+                                     "extension_records)"]
+    assert cli.main(["config", "--explain", "imitation"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("imitation  [section: ImitationSection, services/learner/extensions/imitation.py]\n")
+    assert "imitation.reference  [" in out
 
 
 @pytest.mark.parametrize("path, expected", [

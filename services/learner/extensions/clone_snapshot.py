@@ -48,7 +48,9 @@ def load_clone(ctx: StartContext, reference: str, field: str) -> CloneSnapshot:
         diff = verify_probe(sid, cpu_actor, ctx.codec, doc["probe"])
     except FileNotFoundError:
         raise ExtensionRefused(f"{field}: no snapshot {sid} in {run.snapshots} (royalefleet clone writes one; "
-                               "royalefleet snapshots lists them)") from None
+                               "royalefleet snapshots lists them; a clone of another run is named "
+                               "<run>:snap:<id>, or by its exported folder, in the --config given to "
+                               "royalefleet up, which copies it in)") from None
     except (SnapshotCorrupt, SnapshotSpecError, SnapshotWeightsError, ProbeMismatch) as exc:
         raise ExtensionRefused(f"{field}: refusing snapshot {sid}: {exc}") from None
     critic_path = run.clones / sid / "critic.safetensors"

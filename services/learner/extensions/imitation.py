@@ -42,7 +42,9 @@ class ImitationSection(msgspec.Struct, forbid_unknown_fields=True, frozen=True, 
     adaptive: bool = True
     """False: beta stays at ``beta``."""
     beta_min: Positive = 1e-4
+    """The smallest coefficient the adaptive beta moves to."""
     beta_max: Positive = 10.0
+    """The largest coefficient the adaptive beta moves to (at least ``beta_min``)."""
 
     def __post_init__(self):
         problems = schedule_problems("kl_budget", self.kl_budget, low=1e-12)
