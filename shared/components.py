@@ -142,6 +142,34 @@ def foreign_modules(declared, environ=None) -> list[str]:
     return sorted(m for m in declared if not (str(m).split(".")[0] in known or _under(str(m), local)))
 
 
+def named_modules(env) -> list[str]:
+    """Every module an EnvConfig's components name: each ``cls`` path's module (nested parts in
+    kwargs too, e.g. a WeightedStateMutator's ``mutators``) and ``env.extra_component_modules``.
+    Sorted, without duplicates."""
+    out = set(env.extra_component_modules)
+    for spec in env_components(env).values():
+        out.update(p.rpartition(".")[0] or p for p in [spec.cls, *_cls_paths(spec.kwargs)] if isinstance(p, str))
+    return sorted(out)
+
+
+def _cls_paths(value) -> list:
+    if isinstance(value, dict):
+        return [*([value["cls"]] if "cls" in value else []), *(p for v in value.values() for p in _cls_paths(v))]
+    if isinstance(value, (list, tuple)):
+        return [p for v in value for p in _cls_paths(v)]
+    return []
+
+
+def foreign_code(env, environ=None) -> list[str]:
+    """The modules ``env`` (an EnvConfig that came from a peer, e.g. a Welcome) names that THIS
+    machine does not allow, judged by its own list only (``env.extra_component_modules`` allows
+    nothing here; a forbidden package counts as foreign). Sorted; [] when it names only allowed
+    code. Imports nothing."""
+    local = local_modules(environ)
+    return [m for m in named_modules(env)
+            if m.split(".")[0] in FORBIDDEN_PACKAGES or not (m.split(".")[0] in SHIPPED_PACKAGES or _under(m, local))]
+
+
 def check_declared(doc, source: str, trust: bool = False) -> None:
     """Refuse the config document ``doc`` (a dict, as read from ``source``'s config.json) when
     its ``env.extra_component_modules`` names a module this machine does not allow: before
