@@ -24,6 +24,12 @@ Conventions (see ../docs/protocol.md):
       client.key  client.key_secret   this host's client keypair (rollouts; the learner as a
                                       client of the ladder and the checkpoint service)
       clients/<name>.key              the allow-list: public keys of admitted clients
+
+* Plaintext stays on loopback: ``bind_router`` and ``connect_dealer`` without CURVE refuse an
+  address that is not loopback (``127.0.0.0/8``, ``::1``, ``localhost``, ``ipc://``,
+  ``inproc://``) unless this process was started with ``ROYALEFLEET_INSECURE_PLAINTEXT=1``
+  (``plaintext_refusal``); the flag is shown by ``doctor`` and by every service's metrics
+  (``royalefleet_insecure_plaintext``, ``register_plaintext_gauge``).
 """
 
 from __future__ import annotations
@@ -56,11 +62,65 @@ def _common(sock: zmq.Socket, max_bytes: int | None) -> zmq.Socket:
     return sock
 
 
+INSECURE_ENV = "ROYALEFLEET_INSECURE_PLAINTEXT"
+"""Set to 1 to let a service without CURVE bind or connect beyond loopback (an explicit,
+shown choice: doctor says it and the metrics carry ``royalefleet_insecure_plaintext 1``)."""
+
+
+def insecure_plaintext(environ=None) -> bool:
+    """Whether ``INSECURE_ENV`` is set to 1 (or true/yes) in ``environ`` (default: this process)."""
+    value = (os.environ if environ is None else environ).get(INSECURE_ENV, "")
+    return value.strip().lower() in ("1", "true", "yes")
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a ZeroMQ ``address`` stays on this host: ``ipc://``/``inproc://``, or ``tcp://``
+    to ``localhost``, 127.0.0.0/8 or ::1. A wildcard (``*``, 0.0.0.0, ::) or a name is not."""
+    import ipaddress
+
+    scheme, _, rest = address.partition("://")
+    if scheme in ("ipc", "inproc"):
+        return True
+    host = rest.rpartition(":")[0] if rest.count(":") == 1 or rest.startswith("[") else rest
+    host = host.split(";")[-1].strip("[]")  # "source;host" connect form: the far end counts
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def plaintext_refusal(address: str, curve, environ=None) -> str | None:
+    """Why a socket may not use ``address`` without CURVE (``curve`` None), or None: plaintext
+    beyond loopback without ``INSECURE_ENV``=1."""
+    if curve is not None or is_loopback(address) or insecure_plaintext(environ):
+        return None
+    return (f"{address} is not a loopback address and CURVE is off ({CURVE_DIR_ENV} unset): anyone on the network "
+            f"could read and send this service's messages. Turn CURVE on (`royalefleet keys`, then {CURVE_DIR_ENV}"
+            f"=<keys folder>; Compose does by default), use 127.0.0.1, or accept plaintext explicitly with "
+            f"{INSECURE_ENV}=1")
+
+
+def register_plaintext_gauge(registry) -> None:
+    """Add ``royalefleet_insecure_plaintext`` (1 when this process runs with ``INSECURE_ENV``=1,
+    else 0) to the Prometheus ``registry``."""
+    from prometheus_client import Gauge
+
+    gauge = Gauge("royalefleet_insecure_plaintext", f"1 when this service was started with {INSECURE_ENV}=1 "
+                  "(plaintext allowed beyond loopback without CURVE)", registry=registry)
+    gauge.set_function(lambda: float(insecure_plaintext()))
+
+
 def bind_router(address: str, *, max_bytes: int | None = None, ctx: zmq.Context | None = None,
                 curve: CurveServer | None = None) -> zmq.Socket:
     """A ROUTER bound to ``address`` (``tcp://host:port``). ROUTER_MANDATORY makes a send to
     a peer that has gone an error we count instead of a silent drop. With ``curve`` only the
-    allow-listed clients can connect (``curve_server``)."""
+    allow-listed clients can connect (``curve_server``). Raises OSError (``plaintext_refusal``)
+    for a non-loopback address without CURVE, unless ``ROYALEFLEET_INSECURE_PLAINTEXT=1``."""
+    refusal = plaintext_refusal(address, curve)
+    if refusal:
+        raise OSError(f"will not bind {refusal}")
     sock = _common((ctx or context()).socket(zmq.ROUTER), max_bytes)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.SNDHWM, 10_000)
@@ -82,7 +142,12 @@ def bind_router(address: str, *, max_bytes: int | None = None, ctx: zmq.Context 
 def connect_dealer(address: str, *, max_bytes: int | None = None, ctx: zmq.Context | None = None,
                    curve: CurveClient | None = None) -> zmq.Socket:
     """A DEALER connected to ``address``; it reconnects by itself if the server restarts.
-    With ``curve`` it authenticates to a CURVE server (``curve_client``)."""
+    With ``curve`` it authenticates to a CURVE server (``curve_client``). Raises OSError
+    (``plaintext_refusal``) for a non-loopback address without CURVE, unless
+    ``ROYALEFLEET_INSECURE_PLAINTEXT=1``."""
+    refusal = plaintext_refusal(address, curve)
+    if refusal:
+        raise OSError(f"will not connect to {refusal}")
     sock = _common((ctx or context()).socket(zmq.DEALER), max_bytes)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
