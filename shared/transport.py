@@ -425,11 +425,21 @@ class _AllowList:
         self.reload()
 
     def _scan(self) -> tuple:
+        """(name, mtime, size) of each key file; one removed between the listing and its stat
+        (a host retired mid-handshake) is left out, not raised."""
         try:
-            entries = [e for e in os.scandir(self.folder) if e.name.endswith(".key") and e.is_file()]
+            entries = [e for e in os.scandir(self.folder) if e.name.endswith(".key")]
         except OSError:
             return ()
-        return tuple(sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in entries))
+        out = []
+        for e in entries:
+            try:
+                if e.is_file():
+                    st = e.stat()
+                    out.append((e.name, st.st_mtime_ns, st.st_size))
+            except OSError:
+                continue
+        return tuple(sorted(out))
 
     def reload(self) -> None:
         import zmq.auth
@@ -454,6 +464,18 @@ class _AllowList:
         return len(self._keys)
 
     def callback(self, domain: str, key: bytes) -> bool:
+        """Whether ``key`` is admitted. Never raises: pyzmq calls it on the authenticator's
+        loop, which an exception would end, after which no client could connect until a
+        restart; anything that goes wrong refuses this handshake and is said."""
+        try:
+            return self._admit(key)
+        except Exception as exc:  # noqa: BLE001 - the ZAP loop must survive whatever the folder does
+            self.refused += 1
+            self.say(f"transport: CURVE refused a handshake: reading the allow-list {self.folder} failed "
+                     f"({type(exc).__name__}: {exc}); the next handshake reads it again")
+            return False
+
+    def _admit(self, key: bytes) -> bool:
         self.reload()
         if key in self._keys:
             return True
