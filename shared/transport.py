@@ -7,7 +7,7 @@ Conventions (see ../docs/protocol.md):
   connect from the learner would reach only one of them.
 * Every socket has a short LINGER, so closing a socket with a message queued for a peer that
   is gone never blocks a shutdown (``docker compose stop`` sends SIGTERM and waits 10 s).
-* Every receiving socket has MAXMSGSIZE: ZeroMQ drops the connection of a peer that sends a
+* Every socket has MAXMSGSIZE (``max_bytes``, else ``DEFAULT_MAX_BYTES``): ZeroMQ drops the connection of a peer that sends a
   bigger frame, before Python sees a byte. ``recv`` bounds the whole message (all its frames
   together) by the same number and refuses the rest as ``oversized``, counted by the caller.
 * Sends never block: a full queue or an absent peer is reported (``False``) and counted.
@@ -55,10 +55,14 @@ def context() -> zmq.Context:
     return zmq.Context.instance()
 
 
+DEFAULT_MAX_BYTES = 64 << 20
+"""MAXMSGSIZE of a socket made without ``max_bytes``: ``services.max_message_mb``'s default.
+No socket receives without a limit (issue 38: the learner's ladder client had none)."""
+
+
 def _common(sock: zmq.Socket, max_bytes: int | None) -> zmq.Socket:
     sock.setsockopt(zmq.LINGER, LINGER_MS)
-    if max_bytes:
-        sock.setsockopt(zmq.MAXMSGSIZE, int(max_bytes))
+    sock.setsockopt(zmq.MAXMSGSIZE, int(max_bytes or DEFAULT_MAX_BYTES))
     return sock
 
 
