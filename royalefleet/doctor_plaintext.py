@@ -15,13 +15,14 @@ from shared import transport
 
 def plaintext_problem(host: str, environ=None) -> tuple[str, str] | None:
     """(level, text) for CURVE off on ``host`` (the config's ``services.host``), or None when it
-    stays on loopback: "FAIL" when the services would refuse to bind it, "WARN" when
-    ``ROYALEFLEET_INSECURE_PLAINTEXT=1`` lets them (plaintext to the network, chosen)."""
+    stays on loopback without the insecure flag: "FAIL" when the services would refuse to bind
+    it, "WARN" whenever ``ROYALEFLEET_INSECURE_PLAINTEXT=1`` is set (shown, chosen)."""
+    if transport.insecure_plaintext(environ):
+        where = "stay on loopback here" if transport.is_loopback(transport.tcp(host, 1)) else "serve PLAINTEXT to the network"
+        return ("WARN", f"{transport.INSECURE_ENV}=1 with services.host {host}: the services may use plaintext beyond "
+                f"loopback, unauthenticated, and {where} (royalefleet_insecure_plaintext 1)")
     if transport.is_loopback(transport.tcp(host, 1)):
         return None
-    if transport.insecure_plaintext(environ):
-        return ("WARN", f"{transport.INSECURE_ENV}=1 with services.host {host}: the services serve PLAINTEXT to the "
-                "network, unauthenticated (royalefleet_insecure_plaintext 1)")
     return ("FAIL", f"services.host {host} is not loopback and CURVE is off: the services will refuse to bind it "
             f"(set {transport.CURVE_DIR_ENV} to keys made by `royalefleet keys`, use 127.0.0.1, or accept plaintext "
             f"with {transport.INSECURE_ENV}=1)")

@@ -225,7 +225,9 @@ def test_curve_off_beyond_loopback_fails_and_the_insecure_flag_is_shown():
     assert off.level == FAIL and off.text.startswith("services.host 0.0.0.0 is not loopback and CURVE is off: the "
                                                      "services will refuse to bind it")
     shown = doc.check_curve({"ROYALEFLEET_INSECURE_PLAINTEXT": "1"}, host="0.0.0.0")
-    assert shown.level == WARN and "PLAINTEXT to the network" in shown.text
+    assert shown.level == WARN and "serve PLAINTEXT to the network" in shown.text
+    on_loopback = doc.check_curve({"ROYALEFLEET_INSECURE_PLAINTEXT": "1"}, host="127.0.0.1")
+    assert on_loopback.level == WARN and on_loopback.text.startswith("ROYALEFLEET_INSECURE_PLAINTEXT=1 with services.host")
 
 
 def test_doctor_compose_fails_on_curve_off_with_a_published_port(tmp_path, monkeypatch):
