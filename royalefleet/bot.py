@@ -83,28 +83,35 @@ class Bot:
 
 
 def load_bot(source: str | os.PathLike, *, run: str | None = None, runs_dir: str | os.PathLike = "runs",
-             config=None, device: str = "cpu") -> Bot:
+             config=None, device: str = "cpu", trust_code: bool = False) -> Bot:
     """The bot of an exported folder (``source`` a path holding ``bot.json``) or of a run's
     snapshot (``source`` ``snap:<id>``, the bare id, ``latest`` or ``champion``, any of them with
     ``+search:N[:D]`` for a bot that searches (royalefleet/bot_search.py), with ``run``
     naming the run under ``runs_dir``; the run's ``config.json`` gives its config unless
     ``config``, a ``RunConfig``, is given). ``device``: where the actor runs ("cpu", "cuda").
 
-    Raises BotRefused for a folder or run that cannot be read as a bot, an engine build, an
+    A folder's ``config.json`` never decides what is imported: one whose
+    ``env.extra_component_modules`` names a module this machine does not allow
+    (``shared.components.local_modules``) is refused before anything is imported, unless
+    ``trust_code=True`` (you trust whoever made the folder: its modules are then allowed in
+    this process).
+
+    Raises BotRefused for a folder or run that cannot be read as a bot, that names code this
+    machine does not allow (the message names the modules and how to allow them), an engine build, an
     observation layout or a codec table other than this machine's, or weights whose sha256 is
     not the manifest's; ValueError for a player id that names no snapshot.
     """
     path = Path(source)
     if (path / BOT_FILE).is_file():
-        return _load_export(path, device)
+        return _load_export(path, device, trust_code)
     if run is None and config is None:
         raise BotRefused(f"{str(source)!r} is no exported bot folder (no {BOT_FILE}); to load a run's snapshot "
                          "pass run='<name>' (and runs_dir), or export it first: royalefleet export snap:<id> OUT")
-    cfg = config if config is not None else _run_config(Path(runs_dir), run)
+    cfg = config if config is not None else _run_config(Path(runs_dir), run, trust_code)
     return _load_from_run(str(source), cfg, device)
 
 
-def _run_config(runs_dir: Path, run: str):
+def _run_config(runs_dir: Path, run: str, trust_code: bool = False):
     from shared.config import load_config
 
     cfg_path = runs_dir / run / CONFIG_FILE
@@ -113,8 +120,20 @@ def _run_config(runs_dir: Path, run: str):
     except (OSError, msgspec.DecodeError) as exc:
         raise BotRefused(f"run {run!r}: cannot read its config at {cfg_path} ({exc}); runs_dir is where "
                          "run folders live (default runs)") from None
+    _check_code(doc, f"run {run!r} ({cfg_path})", trust_code)
     doc["runs_dir"], doc["run_name"] = str(runs_dir), run
     return load_config(doc)
+
+
+def _check_code(doc, source: str, trust_code: bool) -> None:
+    """BotRefused when ``doc`` (a folder's config.json) names modules this machine does not
+    allow (shared.components.check_declared), before anything is imported."""
+    from shared.components import ComponentError, check_declared
+
+    try:
+        check_declared(doc, source, trust=trust_code)
+    except ComponentError as exc:
+        raise BotRefused(str(exc)) from None
 
 
 def _load_from_run(player: str, cfg, device: str) -> Bot:
@@ -140,14 +159,16 @@ def _load_from_run(player: str, cfg, device: str) -> Bot:
     return with_search(_bot(pid, actor, spec, cfg, manifest, device), search)
 
 
-def _load_export(folder: Path, device: str) -> Bot:
+def _load_export(folder: Path, device: str, trust_code: bool = False) -> Bot:
     from shared.config import load_config
 
     try:
         manifest = msgspec.json.decode((folder / BOT_FILE).read_bytes(), type=BotManifest)
         actor = (folder / ACTOR_FILE).read_bytes()
         spec = (folder / SPEC_FILE).read_bytes()
-        cfg = load_config(msgspec.json.decode((folder / CONFIG_FILE).read_bytes()))
+        doc = msgspec.json.decode((folder / CONFIG_FILE).read_bytes())
+        _check_code(doc, f"bot folder {folder}", trust_code)
+        cfg = load_config(doc)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise BotRefused(f"{folder}: not a readable exported bot ({exc}); export it again with "
                          "royalefleet export snap:<id> OUT") from None

@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import secrets
 import signal
 import subprocess
 import sys
@@ -105,7 +106,7 @@ class Chaos:
         self.cfg = load_config(str(self.config_path))
         self.run_dir = folder / "runs" / "chaos"
         self.out_path = folder / "launcher.out"
-        self.halt_token = f"chaos-{seed}-{os.getpid()}"
+        self.halt_token = f"chaos-{seed}-{os.getpid()}-{secrets.token_hex(8)}"  # >= MIN_TOKEN_CHARS
         """The learner's halt endpoint is on (``ROYALEFLEET_HALT_TOKEN``), for ``halt_junk``."""
         self.proc: subprocess.Popen | None = None
         self._out = None

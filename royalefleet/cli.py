@@ -31,6 +31,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 from shared.config import ConfigError, dump_config, load_config  # noqa: E402
+from royalefleet.trust_options import add_trust_options, apply_trust_options  # noqa: E402
 from shared.run_dir import RunDir  # noqa: E402
 
 
@@ -392,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_module_commands(sub)
     add_config_command(sub)
     add_bench_command(sub)
+    add_trust_options(sub)  # --allow-module, --trust-code on every command (royalefleet/trust_options.py)
     return p
 
 
@@ -555,6 +557,7 @@ def main(argv=None) -> int:
     from royalefleet.run_options import TwoRuns
 
     try:
+        apply_trust_options(args)
         return args.func(args)
     except (ConfigError, TwoRuns) as exc:
         print(f"royalefleet {args.command}: {exc}", file=sys.stderr)

@@ -410,12 +410,19 @@ def check_ports(cfg) -> Check:
                  f"{s.checkpoint_port} and the metrics ports")
 
 
-def check_curve(environ=None) -> Check:
+def check_curve(environ=None, host: str = "127.0.0.1") -> Check:
+    """The CURVE keys load; with CURVE off, ``host`` (``services.host``) beyond loopback FAILs
+    unless ROYALEFLEET_INSECURE_PLAINTEXT=1, which WARNs (royalefleet/doctor_plaintext.py)."""
+    from royalefleet.doctor_plaintext import plaintext_problem
     from shared import transport
 
     env = os.environ if environ is None else environ
     folder = env.get(transport.CURVE_DIR_ENV, "")
     if not folder:
+        problem = plaintext_problem(host, env)
+        if problem is not None:
+            return Check("curve", {"FAIL": FAIL, "WARN": WARN}[problem[0]], problem[1],
+                         "royalefleet keys, then ROYALEFLEET_CURVE_DIR=keys (docs/reliability.md, threat model)")
         return Check("curve", OK, f"off ({transport.CURVE_DIR_ENV} unset: loopback traffic is not authenticated)")
     problems = []
     for name, secret in ((transport.SERVER_PUBLIC, False), (transport.SERVER_SECRET, True),
@@ -513,7 +520,12 @@ def check_compose(root: Path | None = None, docker: str | None = None) -> Check:
             return Check("compose", FAIL, f"{' + '.join(files)}: {(done.stderr or done.stdout).strip().splitlines()[-1:]}",
                          "fix the file, or the settings it reads (.env, deploy/env/*.env)")
         results.append(" + ".join(files))
-    return Check("compose", OK, "docker compose config parses " + ", ".join(results))
+    from royalefleet.doctor_plaintext import compose_plaintext, compose_settings
+
+    level, said = compose_plaintext(compose_settings(root))
+    if level != "OK":
+        return Check("compose", {"FAIL": FAIL, "WARN": WARN}[level], said, "docs/compose.md, docs/reliability.md")
+    return Check("compose", OK, "docker compose config parses " + ", ".join(results) + f"; {said}")
 
 
 def env_file_value(path: Path, name: str) -> str | None:
@@ -579,7 +591,7 @@ def run_checks(cfg, *, only: Iterable[str] | None = None, compose: bool = False,
             elif name == "ports":
                 add(check_ports(cfg))
             elif name == "curve":
-                add(check_curve())
+                add(check_curve(host=cfg.services.host))
             elif name == "battles":
                 add(check_battles(cfg))
             elif name == "memory":

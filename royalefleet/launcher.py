@@ -34,7 +34,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from shared.components import USER_PACKAGES_ENV, user_packages
+from shared.components import ALLOW_ENV, USER_PACKAGES_ENV, explicit_modules, trusting, user_packages
 from shared.config import RunConfig, config_differences, dump_config
 from shared.transport import tcp
 from shared.writer_token import TOKEN_ENV
@@ -76,6 +76,16 @@ def restart_delay(quick_exits: int) -> float:
     return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** (quick_exits - 1))
 
 
+
+def allowed_env(cfg) -> dict[str, str]:
+    """``{ALLOW_ENV: ...}`` for the services this launcher starts: the modules this process was
+    told to allow (``ALLOW_ENV``, ``--allow-module``; shared/components.py ``explicit_modules``)
+    and, under --trust-code, the config's ``env.extra_component_modules``. Installed extensions
+    each service finds itself."""
+    names = sorted(set(explicit_modules()) | (set(cfg.env.extra_component_modules) if trusting() else set()))
+    return {ALLOW_ENV: ",".join(names)}
+
+
 def service_environments(cfg: RunConfig, config_path: str, runs_dir: str, iterations: int = 0,
                          rollouts: int | None = None) -> dict[str, dict[str, str]]:
     """The environment variables of every local service: name -> {var: value}.
@@ -88,7 +98,7 @@ def service_environments(cfg: RunConfig, config_path: str, runs_dir: str, iterat
     s = cfg.services
     host = s.host
     common = {"ROYALEFLEET_METRICS_HOST": host, "ROYALEFLEET_MAX_MESSAGE_MB": str(s.max_message_mb),
-              "PYTHONUNBUFFERED": "1"}
+              "PYTHONUNBUFFERED": "1", **allowed_env(cfg)}
     one = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     threads = str(cfg.determinism.torch_threads)
     envs = {

@@ -8,8 +8,21 @@ which resolves components here and only here, so the three cannot disagree about
 means.
 
 Where a class may live: in ``royalegym`` or ``shared`` (what this repository and the engine
-ship), or in a module listed in ``env.extra_component_modules`` (the allow-list; a listed
-module also covers its submodules). Anything else is refused at load, naming the field.
+ship: there only a RoyaleGym component class, or a factory in ``SHIPPED_FACTORIES``), or in a
+module that the config lists in ``env.extra_component_modules`` AND that this machine allows
+(``local_modules``; a listed module also covers its submodules). Anything else is refused at
+load, naming the field, before anything is imported.
+
+Data never names code: the machine's allow-list comes from the local install and the local
+settings only: ``ROYALEFLEET_ALLOW_MODULES`` (comma-separated; the CLI's ``--allow-module``
+adds to it), ``ROYALEFLEET_USER_PACKAGES`` (what a rollout digests for its Hello, set by
+whoever runs it), the top-level packages of installed extensions (entry point group
+``royalefleet.extensions``) and ``allow_locally`` (what ``load_bot(trust_code=True)`` and
+``--trust-code`` call for the folder the user chose to trust). A config, a bot folder, a run
+folder or a message may only NARROW it: ``env.extra_component_modules`` declares what a config
+needs, and a module it declares that the machine does not allow is refused by name with how to
+allow it (``check_declared``). ``resolve`` is the one function in the tree that turns data into
+an import (tests/shared/test_import_sites.py greps for any other).
 
 What is checked at load (``component_problems``), so a config is refused for what the component
 would refuse at build: the module is allowed and imports, the attribute exists and is callable,
@@ -42,8 +55,140 @@ FORBIDDEN_PACKAGES = ("services", "royalefleet")
 """Never a component's home: a service's own code, and the CLI."""
 
 
+SHIPPED_FACTORIES = ("shared.rewards.default_potential_reward",)
+"""The functions of the shipped packages a config may name as a component. Anything else a
+shipped package defines is a component only if it is a class of RoyaleGym's component kinds
+(``_component_bases``): a config may not call ``shared.durable.replace_file`` with its kwargs."""
+
+ALLOW_ENV = "ROYALEFLEET_ALLOW_MODULES"
+"""The local setting naming (comma-separated) the user's installed modules a config may use."""
+
+_LOCAL: set[str] = set()
+_TRUST = [False]
+
+
 class ComponentError(ValueError):
     """A component that cannot be resolved or built; the message names the field."""
+
+
+def _under(module: str, roots) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in roots)
+
+
+def _names(text: str) -> set[str]:
+    return {s.strip() for s in text.split(",") if s.strip()}
+
+
+def allow_locally(modules) -> None:
+    """Allow ``modules`` (dotted names) for the rest of this process, and for the processes it
+    starts (``ALLOW_ENV``): the local decision ``--allow-module`` and ``trust_code`` make.
+    Raises ComponentError for a name that is not a dotted Python identifier."""
+    bad = [m for m in modules if not isinstance(m, str) or not all(p.isidentifier() for p in m.split("."))]
+    if bad:
+        raise ComponentError(f"allow: {bad} are not module names such as 'mybot' or 'mybot.rewards'")
+    _LOCAL.update(modules)
+    if _LOCAL:
+        os.environ[ALLOW_ENV] = ",".join(sorted(_LOCAL | _names(os.environ.get(ALLOW_ENV, ""))))
+
+
+def trust_declared(on: bool = True) -> None:
+    """From now on, in this process, a config's own ``env.extra_component_modules`` counts as
+    allowed: the CLI's ``--trust-code``, the user's explicit word that the run folder the
+    command reads is theirs or trusted. Off by default; nothing read from data turns it on."""
+    _TRUST[0] = bool(on)
+
+
+def trusting() -> bool:
+    """Whether ``trust_declared`` is on in this process."""
+    return _TRUST[0]
+
+
+def extension_packages() -> set[str]:
+    """The top-level packages of the installed extensions (entry point group
+    ``royalefleet.extensions``): installed on this machine, so local."""
+    import importlib.metadata
+
+    return {ep.value.split(":")[0].split(".")[0] for ep in importlib.metadata.entry_points(group="royalefleet.extensions")}
+
+
+def explicit_modules(environ=None) -> list[str]:
+    """The modules this process was told to allow: ``ALLOW_ENV`` and ``allow_locally``. Sorted."""
+    environ = os.environ if environ is None else environ
+    return sorted(_names(environ.get(ALLOW_ENV, "")) | _LOCAL)
+
+
+def local_modules(environ=None) -> list[str]:
+    """This machine's allow-list (module docstring), sorted; never read from a config."""
+    environ = os.environ if environ is None else environ
+    names = _names(environ.get(ALLOW_ENV, "")) | _names(environ.get(USER_PACKAGES_ENV, "")) | _LOCAL
+    return sorted(names | extension_packages())
+
+
+def allow_hint(modules) -> str:
+    """How to allow ``modules`` on this machine, for an error message."""
+    tops = ",".join(sorted({m.split(".")[0] for m in modules}))
+    return (f"if you trust that code, allow it here: {ALLOW_ENV}={tops} (or --allow-module {tops}), or for a bot or "
+            "run folder you trust, load_bot(..., trust_code=True) / --trust-code")
+
+
+def foreign_modules(declared, environ=None) -> list[str]:
+    """The modules of ``declared`` (a config's ``env.extra_component_modules``) this machine does
+    not allow: neither shipped nor under ``local_modules``. Sorted; [] when all are allowed."""
+    if _TRUST[0]:
+        return []
+    local = local_modules(environ)
+    # a forbidden package is refused by resolve, naming why, and never imported
+    known = SHIPPED_PACKAGES + FORBIDDEN_PACKAGES
+    return sorted(m for m in declared if not (str(m).split(".")[0] in known or _under(str(m), local)))
+
+
+def named_modules(env) -> list[str]:
+    """Every module an EnvConfig's components name: each ``cls`` path's module (nested parts in
+    kwargs too, e.g. a WeightedStateMutator's ``mutators``) and ``env.extra_component_modules``.
+    Sorted, without duplicates."""
+    out = set(env.extra_component_modules)
+    for spec in env_components(env).values():
+        out.update(p.rpartition(".")[0] or p for p in [spec.cls, *_cls_paths(spec.kwargs)] if isinstance(p, str))
+    return sorted(out)
+
+
+def _cls_paths(value) -> list:
+    if isinstance(value, dict):
+        return [*([value["cls"]] if "cls" in value else []), *(p for v in value.values() for p in _cls_paths(v))]
+    if isinstance(value, (list, tuple)):
+        return [p for v in value for p in _cls_paths(v)]
+    return []
+
+
+def foreign_code(env, environ=None) -> list[str]:
+    """The modules ``env`` (an EnvConfig that came from a peer, e.g. a Welcome) names that THIS
+    machine does not allow, judged by its own list only (``env.extra_component_modules`` allows
+    nothing here; a forbidden package counts as foreign). Sorted; [] when it names only allowed
+    code. Imports nothing."""
+    local = local_modules(environ)
+    return [m for m in named_modules(env)
+            if m.split(".")[0] in FORBIDDEN_PACKAGES or not (m.split(".")[0] in SHIPPED_PACKAGES or _under(m, local))]
+
+
+def check_declared(doc, source: str, trust: bool = False) -> None:
+    """Refuse the config document ``doc`` (a dict, as read from ``source``'s config.json) when
+    its ``env.extra_component_modules`` names a module this machine does not allow: before
+    anything is imported, naming the modules and how to allow them. ``trust`` (the user's
+    explicit ``trust_code``) allows them locally instead. Raises ComponentError."""
+    env = doc.get("env") if isinstance(doc, dict) else None
+    declared = env.get("extra_component_modules") if isinstance(env, dict) else None
+    if not declared:
+        return
+    if not isinstance(declared, list) or not all(isinstance(m, str) for m in declared):
+        raise ComponentError(f"{source}: env.extra_component_modules is {declared!r}, not a list of module names")
+    if trust:
+        allow_locally(declared)
+        return
+    foreign = foreign_modules(declared)
+    if foreign:
+        raise ComponentError(f"{source} names code of modules {foreign} (env.extra_component_modules), which this "
+                             f"machine does not allow: a folder's config never decides what is imported; "
+                             + allow_hint(foreign))
 
 
 def _allowed(module: str, extra: tuple[str, ...] | list[str]) -> bool:
@@ -52,7 +197,32 @@ def _allowed(module: str, extra: tuple[str, ...] | list[str]) -> bool:
         return False
     if top in SHIPPED_PACKAGES:
         return True
-    return any(module == m or module.startswith(m + ".") for m in extra)
+    return _under(module, extra) and (_TRUST[0] or _under(module, local_modules()))
+
+
+def _component_bases() -> tuple[type, ...]:
+    from royalegym.action import ActionParser
+    from royalegym.done_condition import DoneCondition
+    from royalegym.obs import ObsBuilder
+    from royalegym.reward import RewardFunction
+    from royalegym.state_mutator import StateMutator
+
+    return (RewardFunction, ObsBuilder, ActionParser, StateMutator, DoneCondition)
+
+
+def _home_problem(path: str, obj, extra) -> str | None:
+    """Why ``obj`` (what ``path`` resolved to) may not be built from a config, or None: it must
+    be defined in an allowed module (not re-exported from elsewhere, e.g. ``os.system`` imported
+    into an allowed module), and a shipped one must be a component class or a shipped factory."""
+    home = getattr(obj, "__module__", None) or type(obj).__module__
+    if not isinstance(home, str) or not _allowed(home, extra):
+        return f"{path!r} is defined in {home!r}, a module not allowed here; name the class where it is defined"
+    if home.split(".")[0] in SHIPPED_PACKAGES:
+        shipped = f"{home}.{getattr(obj, '__qualname__', '')}"
+        if not (isinstance(obj, type) and issubclass(obj, _component_bases())) and shipped not in SHIPPED_FACTORIES:
+            return (f"{path!r} is no component: from royalegym and shared a config may name a RoyaleGym reward, "
+                    f"observation builder, action parser, state mutator or done condition class, or {list(SHIPPED_FACTORIES)}")
+    return None
 
 
 def resolve(path: str, extra: tuple[str, ...] | list[str], field: str):
@@ -66,8 +236,13 @@ def resolve(path: str, extra: tuple[str, ...] | list[str], field: str):
         if module.split(".")[0] in FORBIDDEN_PACKAGES:
             raise ComponentError(f"{field}.cls: {path!r} lives in {module.split('.')[0]!r}, which holds services "
                                  "and the CLI, never a component")
+        if _under(module, extra):
+            raise ComponentError(f"{field}.cls: module {module!r} is listed in env.extra_component_modules but not "
+                                 f"allowed on this machine (allowed: {local_modules()}); a config never decides "
+                                 "what is imported: " + allow_hint([module]))
         raise ComponentError(f"{field}.cls: module {module!r} is not listed in env.extra_component_modules "
-                             f"(listed: {list(extra)}); add {module.split('.')[0]!r} there to allow it")
+                             f"(listed: {list(extra)}); add {module.split('.')[0]!r} there to allow it "
+                             f"(and allow it on this machine: {ALLOW_ENV} or --allow-module)")
     try:
         mod = importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - the user's import error, reported by field
@@ -79,6 +254,9 @@ def resolve(path: str, extra: tuple[str, ...] | list[str], field: str):
     obj = getattr(mod, name)
     if not callable(obj):
         raise ComponentError(f"{field}.cls: {path!r} is a {type(obj).__name__}, not a class or function")
+    home = _home_problem(path, obj, extra)
+    if home:
+        raise ComponentError(f"{field}.cls: {home}")
     return obj
 
 

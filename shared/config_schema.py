@@ -216,6 +216,10 @@ def env_component_problems(env: EnvConfig) -> list[str]:
 
     problems = []
     extra = env.extra_component_modules
+    foreign = components.foreign_modules(extra)
+    if foreign:  # data never widens the allow-list: refused before anything is imported
+        return [f"env.extra_component_modules: {foreign} are not allowed on this machine; a config never decides "
+                "what is imported: " + components.allow_hint(foreign)]
     for name in ("reward_fn", "obs_builder", "action_parser"):
         spec = getattr(env, name)
         if spec is not None:

@@ -213,20 +213,58 @@ def check_arrays(arrays: dict[str, np.ndarray], row_bytes: int) -> None:
         raise ValueError("forced must be exactly the rows whose only legal id is the no-op")
 
 
-def read_shard(path: Path, expected_sha256: str | None, digests: DemoDigests) -> dict[str, np.ndarray]:
+MAX_SHARD_BYTES = 1 << 31
+"""The most a shard may decompress to (2 GiB: the zstd frame, and the npz's members together);
+a shard set that needs more is recorded in more shards."""
+
+
+def decompress_capped(data: bytes, where: str, cap: int = MAX_SHARD_BYTES) -> bytes:
+    """The zstd frame ``data`` decompressed, streamed, stopping as soon as the output would pass
+    ``cap`` bytes, whatever size the frame declares (a decompression bomb costs at most ``cap``
+    bytes of memory). Raises DemosError naming ``where`` for a bomb or a frame that is not zstd."""
+    import zstandard
+
+    out = io.BytesIO()
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+            while chunk := reader.read(1 << 20):
+                if out.tell() + len(chunk) > cap:
+                    raise DemosError(f"{where}: decompresses past {cap:,} bytes (MAX_SHARD_BYTES); refused as a "
+                                     "decompression bomb: record the set again, in smaller shards")
+                out.write(chunk)
+    except zstandard.ZstdError as exc:
+        raise DemosError(f"{where}: not a zstd shard: {exc}") from None
+    return out.getvalue()
+
+
+def npz_within(raw: bytes, where: str, cap: int = MAX_SHARD_BYTES) -> None:
+    """DemosError naming ``where`` when the npz ``raw``'s members declare more than ``cap`` bytes
+    together (a deflated member is a bomb of its own: zipfile reads a member up to its declared
+    size) or ``raw`` is no zip."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as z:
+            total = sum(info.file_size for info in z.infolist())
+    except (zipfile.BadZipFile, ValueError) as exc:
+        raise DemosError(f"{where}: not an npz shard: {exc}") from None
+    if total > cap:
+        raise DemosError(f"{where}: its arrays declare {total:,} bytes, past {cap:,} (MAX_SHARD_BYTES); refused as "
+                         "a decompression bomb: record the set again, in smaller shards")
+
+
+def read_shard(path: Path, expected_sha256: str | None, digests: DemoDigests, *,
+               max_bytes: int = MAX_SHARD_BYTES) -> dict[str, np.ndarray]:
     """A shard's arrays, its bytes verified against ``expected_sha256`` (when given) and its
     ``meta`` against ``digests`` (the run's). Raises DemosError naming the file and, for a
-    digest, every field that differs with both values."""
+    digest, every field that differs with both values; for a shard that decompresses past
+    ``max_bytes`` (``decompress_capped``, ``npz_within``)."""
     data = Path(path).read_bytes()
     if expected_sha256 is not None and hashlib.sha256(data).hexdigest() != expected_sha256:
         raise DemosError(f"{path}: sha256 {hashlib.sha256(data).hexdigest()} is not the manifest's {expected_sha256} "
                          "(the file changed after it was recorded; record it again)")
-    import zstandard
-
-    try:
-        raw = zstandard.ZstdDecompressor().decompress(data)
-    except zstandard.ZstdError as exc:
-        raise DemosError(f"{path}: not a zstd shard: {exc}") from None
+    raw = decompress_capped(data, str(path), max_bytes)
+    npz_within(raw, str(path), max_bytes)
     with np.load(io.BytesIO(raw), allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     meta = msgspec.json.decode(arrays.pop("meta").tobytes(), type=DemoDigests)

@@ -98,6 +98,12 @@ def serve_metrics(service: Service, port: int, host: str, registry: Any = None) 
         return None, "off"
     from prometheus_client import REGISTRY, start_http_server
 
+    from shared.transport import register_plaintext_gauge
+
+    try:  # royalefleet_insecure_plaintext (issue 38); once per registry
+        register_plaintext_gauge(REGISTRY if registry is None else registry)
+    except ValueError:
+        pass
     try:
         server, _ = start_http_server(port, addr=host, registry=REGISTRY if registry is None else registry)
     except OSError as exc:

@@ -7,7 +7,7 @@ Conventions (see ../docs/protocol.md):
   connect from the learner would reach only one of them.
 * Every socket has a short LINGER, so closing a socket with a message queued for a peer that
   is gone never blocks a shutdown (``docker compose stop`` sends SIGTERM and waits 10 s).
-* Every receiving socket has MAXMSGSIZE: ZeroMQ drops the connection of a peer that sends a
+* Every socket has MAXMSGSIZE (``max_bytes``, else ``DEFAULT_MAX_BYTES``): ZeroMQ drops the connection of a peer that sends a
   bigger frame, before Python sees a byte. ``recv`` bounds the whole message (all its frames
   together) by the same number and refuses the rest as ``oversized``, counted by the caller.
 * Sends never block: a full queue or an absent peer is reported (``False``) and counted.
@@ -24,6 +24,12 @@ Conventions (see ../docs/protocol.md):
       client.key  client.key_secret   this host's client keypair (rollouts; the learner as a
                                       client of the ladder and the checkpoint service)
       clients/<name>.key              the allow-list: public keys of admitted clients
+
+* Plaintext stays on loopback: ``bind_router`` and ``connect_dealer`` without CURVE refuse an
+  address that is not loopback (``127.0.0.0/8``, ``::1``, ``localhost``, ``ipc://``,
+  ``inproc://``) unless this process was started with ``ROYALEFLEET_INSECURE_PLAINTEXT=1``
+  (``plaintext_refusal``); the flag is shown by ``doctor`` and by every service's metrics
+  (``royalefleet_insecure_plaintext``, ``register_plaintext_gauge``).
 """
 
 from __future__ import annotations
@@ -49,18 +55,76 @@ def context() -> zmq.Context:
     return zmq.Context.instance()
 
 
+DEFAULT_MAX_BYTES = 64 << 20
+"""MAXMSGSIZE of a socket made without ``max_bytes``: ``services.max_message_mb``'s default.
+No socket receives without a limit (issue 38: the learner's ladder client had none)."""
+
+
 def _common(sock: zmq.Socket, max_bytes: int | None) -> zmq.Socket:
     sock.setsockopt(zmq.LINGER, LINGER_MS)
-    if max_bytes:
-        sock.setsockopt(zmq.MAXMSGSIZE, int(max_bytes))
+    sock.setsockopt(zmq.MAXMSGSIZE, int(max_bytes or DEFAULT_MAX_BYTES))
     return sock
+
+
+INSECURE_ENV = "ROYALEFLEET_INSECURE_PLAINTEXT"
+"""Set to 1 to let a service without CURVE bind or connect beyond loopback (an explicit,
+shown choice: doctor says it and the metrics carry ``royalefleet_insecure_plaintext 1``)."""
+
+
+def insecure_plaintext(environ=None) -> bool:
+    """Whether ``INSECURE_ENV`` is set to 1 (or true/yes) in ``environ`` (default: this process)."""
+    value = (os.environ if environ is None else environ).get(INSECURE_ENV, "")
+    return value.strip().lower() in ("1", "true", "yes")
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a ZeroMQ ``address`` stays on this host: ``ipc://``/``inproc://``, or ``tcp://``
+    to ``localhost``, 127.0.0.0/8 or ::1. A wildcard (``*``, 0.0.0.0, ::) or a name is not."""
+    import ipaddress
+
+    scheme, _, rest = address.partition("://")
+    if scheme in ("ipc", "inproc"):
+        return True
+    host = rest.rpartition(":")[0] if rest.count(":") == 1 or rest.startswith("[") else rest
+    host = host.split(";")[-1].strip("[]")  # "source;host" connect form: the far end counts
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def plaintext_refusal(address: str, curve, environ=None) -> str | None:
+    """Why a socket may not use ``address`` without CURVE (``curve`` None), or None: plaintext
+    beyond loopback without ``INSECURE_ENV``=1."""
+    if curve is not None or is_loopback(address) or insecure_plaintext(environ):
+        return None
+    return (f"{address} is not a loopback address and CURVE is off ({CURVE_DIR_ENV} unset): anyone on the network "
+            f"could read and send this service's messages. Turn CURVE on (`royalefleet keys`, then {CURVE_DIR_ENV}"
+            f"=<keys folder>; Compose does by default), use 127.0.0.1, or accept plaintext explicitly with "
+            f"{INSECURE_ENV}=1")
+
+
+def register_plaintext_gauge(registry) -> None:
+    """Add ``royalefleet_insecure_plaintext`` (1 when this process runs with ``INSECURE_ENV``=1,
+    else 0) to the Prometheus ``registry``."""
+    from prometheus_client import Gauge
+
+    gauge = Gauge("royalefleet_insecure_plaintext", f"1 when this service was started with {INSECURE_ENV}=1 "
+                  "(plaintext allowed beyond loopback without CURVE)", registry=registry)
+    gauge.set_function(lambda: float(insecure_plaintext()))
 
 
 def bind_router(address: str, *, max_bytes: int | None = None, ctx: zmq.Context | None = None,
                 curve: CurveServer | None = None) -> zmq.Socket:
     """A ROUTER bound to ``address`` (``tcp://host:port``). ROUTER_MANDATORY makes a send to
     a peer that has gone an error we count instead of a silent drop. With ``curve`` only the
-    allow-listed clients can connect (``curve_server``)."""
+    allow-listed clients can connect (``curve_server``). Raises OSError (``plaintext_refusal``)
+    for a non-loopback address without CURVE, unless ``ROYALEFLEET_INSECURE_PLAINTEXT=1``."""
+    refusal = plaintext_refusal(address, curve)
+    if refusal:
+        raise OSError(f"will not bind {refusal}")
     sock = _common((ctx or context()).socket(zmq.ROUTER), max_bytes)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.SNDHWM, 10_000)
@@ -82,7 +146,12 @@ def bind_router(address: str, *, max_bytes: int | None = None, ctx: zmq.Context 
 def connect_dealer(address: str, *, max_bytes: int | None = None, ctx: zmq.Context | None = None,
                    curve: CurveClient | None = None) -> zmq.Socket:
     """A DEALER connected to ``address``; it reconnects by itself if the server restarts.
-    With ``curve`` it authenticates to a CURVE server (``curve_client``)."""
+    With ``curve`` it authenticates to a CURVE server (``curve_client``). Raises OSError
+    (``plaintext_refusal``) for a non-loopback address without CURVE, unless
+    ``ROYALEFLEET_INSECURE_PLAINTEXT=1``."""
+    refusal = plaintext_refusal(address, curve)
+    if refusal:
+        raise OSError(f"will not connect to {refusal}")
     sock = _common((ctx or context()).socket(zmq.DEALER), max_bytes)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
@@ -360,11 +429,21 @@ class _AllowList:
         self.reload()
 
     def _scan(self) -> tuple:
+        """(name, mtime, size) of each key file; one removed between the listing and its stat
+        (a host retired mid-handshake) is left out, not raised."""
         try:
-            entries = [e for e in os.scandir(self.folder) if e.name.endswith(".key") and e.is_file()]
+            entries = [e for e in os.scandir(self.folder) if e.name.endswith(".key")]
         except OSError:
             return ()
-        return tuple(sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in entries))
+        out = []
+        for e in entries:
+            try:
+                if e.is_file():
+                    st = e.stat()
+                    out.append((e.name, st.st_mtime_ns, st.st_size))
+            except OSError:
+                continue
+        return tuple(sorted(out))
 
     def reload(self) -> None:
         import zmq.auth
@@ -389,6 +468,18 @@ class _AllowList:
         return len(self._keys)
 
     def callback(self, domain: str, key: bytes) -> bool:
+        """Whether ``key`` is admitted. Never raises: pyzmq calls it on the authenticator's
+        loop, which an exception would end, after which no client could connect until a
+        restart; anything that goes wrong refuses this handshake and is said."""
+        try:
+            return self._admit(key)
+        except Exception as exc:  # noqa: BLE001 - the ZAP loop must survive whatever the folder does
+            self.refused += 1
+            self.say(f"transport: CURVE refused a handshake: reading the allow-list {self.folder} failed "
+                     f"({type(exc).__name__}: {exc}); the next handshake reads it again")
+            return False
+
+    def _admit(self, key: bytes) -> bool:
         self.reload()
         if key in self._keys:
             return True

@@ -14,7 +14,7 @@ from services.checkpoint.service import MIB, CheckpointService, Metrics
 from shared.service_main import Running, Say, StartRefused, run_service, serve_metrics
 from shared.service_settings import metrics_host_option, metrics_port_option, option, positive, settings_parser
 from shared.transport import bind_router, curve_server_keys
-from shared.writer_token import TOKEN_ENV, checkpoint_token
+from shared.writer_token import checkpoint_token
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,7 @@ def start(settings: Settings, say: Say) -> Running:
     server, url = serve_metrics(service, settings.metrics_port, settings.metrics_host)
     say(f"checkpoint service on {settings.bind}, runs in {Path(settings.runs_dir).resolve()}, "
         f"keep {settings.keep}, max message {settings.max_message_mb} MiB, metrics {url}, saves "
-        + ("need the run's writer token" if token else
-           f"NOT authenticated (no {TOKEN_ENV} and CURVE off: any local process can write and prune checkpoints)"))
+        + "need the run's writer token")
     return Running(service, metrics_server=server, stopped="checkpoint service stopped")
 
 

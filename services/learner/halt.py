@@ -4,7 +4,8 @@
 point as an alarm halt does: the checkpoint of the state the last row describes, a diagnostic
 bundle naming the reason, exit code 3. The body may be Grafana's webhook payload (its alerts'
 names and summaries become the reason) or any JSON with a ``reason``. The token comes from the
-environment (``ROYALEFLEET_HALT_TOKEN``) and is compared in constant time; without a token the
+environment (``ROYALEFLEET_HALT_TOKEN``, at least ``MIN_TOKEN_CHARS`` characters: a shorter one
+refuses the learner's start) and is compared in constant time; without a token the
 endpoint is not started at all. Anything else gets 400/401/404/413/503 and is counted, never acted
 on; the server is bounded (``HaltEndpoint``: a connection cap and an idle timeout).
 """
@@ -132,6 +133,22 @@ def content_length(value: str | None) -> int | None:
     return int(value)
 
 
+MIN_TOKEN_CHARS = 16
+"""The shortest halt token accepted (``openssl rand -hex 16`` gives 32): a short one is guessed."""
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` may not guard the halt endpoint (shorter than ``MIN_TOKEN_CHARS``, or
+    surrounding whitespace that a header would lose), or None."""
+    if token != token.strip():
+        return "ROYALEFLEET_HALT_TOKEN has leading or trailing whitespace; a bearer header cannot carry it: remove it"
+    if len(token) < MIN_TOKEN_CHARS:
+        return (f"ROYALEFLEET_HALT_TOKEN is {len(token)} characters, fewer than {MIN_TOKEN_CHARS}: anyone who can "
+                "reach the halt port could guess it; make one with `openssl rand -hex 16` (LEARNER_HALT_TOKEN "
+                "under Compose), or unset it to run without the endpoint")
+    return None
+
+
 class HaltEndpoint:
     """``POST /halt`` on ``host:port``, served by a bounded server: at most ``MAX_CONNECTIONS``
     at once (more: 503), every read under ``IDLE_TIMEOUT_S`` and the whole request under
@@ -143,6 +160,9 @@ class HaltEndpoint:
     incomplete (the body ended or stalled short of its length) and busy."""
 
     def __init__(self, host: str, port: int, token: str, on_halt, counter=None):
+        problem = token_problem(token)
+        if problem:  # issue 38: a minimum length, refused with what to do
+            raise ValueError(problem)
         self.token = token.encode()
         endpoint = self
 

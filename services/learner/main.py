@@ -90,7 +90,8 @@ parse_settings = settings_parser(
 def start(settings: Settings, say: Say) -> Learner:
     """The learner the settings ask for, on the config they name as the run's own config.json
     decides it (``shared.recorded_config.for_learner``). Raises ``ConfigError`` for a refused
-    config, ``StartRefused`` for a determinism tier or a device this machine cannot give."""
+    config, ``StartRefused`` for a determinism tier or a device this machine cannot give, an
+    address it may not use without CURVE or a missing writer token."""
     # A test hook, not a user option: resume WITHOUT these components, to show that
     # verify-resume catches a resume that lost state (tests/royalefleet/test_verify_resume.py).
     perturb = tuple(x for x in os.environ.get("ROYALEFLEET_PERTURB_RESUME", "").split(",") if x)
@@ -101,6 +102,8 @@ def start(settings: Settings, say: Say) -> Learner:
     try:
         return make_learner(cfg, settings, perturb, say)
     except (DeterminismError, DeviceMemoryError) as exc:
+        raise StartRefused(str(exc)) from None
+    except OSError as exc:  # an address it may not use in plaintext, no writer token (shared/transport.py, writer_token.py)
         raise StartRefused(str(exc)) from None
 
 

@@ -53,6 +53,9 @@ class LearnerMetrics:
         self.rollouts_expected.set(expected_rollouts)
         self._gauges: dict[str, Gauge] = {}
         self._present: set[tuple[str, tuple]] = set()
+        from shared.transport import register_plaintext_gauge
+
+        register_plaintext_gauge(r)  # royalefleet_insecure_plaintext (issue 38)
         if port:
             start_http_server(port, addr=host, registry=r)
 

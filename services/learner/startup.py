@@ -138,7 +138,7 @@ def connect(cfg: RunConfig, model: dict[str, Any], options: RunOptions, *, bind:
     alarms = AlarmMonitor(cfg.alarms, metrics.registry, run_dir=run_dir, say=say,
                           extra=tuple(a for ext in model["extensions"] for a in ext.alarms))
     sock = transport.bind_router(bind, max_bytes=max_bytes, curve=transport.curve_server_keys())
-    ladder_client: Any = transport.Client(ladder, Decoder(FromLadder), name="ladder",
+    ladder_client: Any = transport.Client(ladder, Decoder(FromLadder), name="ladder", max_bytes=max_bytes,
                                           timeout_s=cfg.services.request_timeout_s,
                                           curve=transport.curve_client_keys())
     ckpt_token = checkpoint_token()  # shared/writer_token.py: only this run's learner writes
@@ -162,8 +162,11 @@ def connect(cfg: RunConfig, model: dict[str, Any], options: RunOptions, *, bind:
     halt_endpoint = None
     token = os.environ.get("ROYALEFLEET_HALT_TOKEN", "")
     if token and halt_port:
-        from services.learner.halt import HaltEndpoint
+        from services.learner.halt import HaltEndpoint, token_problem
+        from shared.service_main import StartRefused
 
+        if token_problem(token):
+            raise StartRefused(f"learner: {token_problem(token)}")
         halt_endpoint = HaltEndpoint(metrics_host, halt_port, token, on_halt, metrics.halt_requests)
         say(f"learner: halt endpoint on http://{metrics_host}:{halt_endpoint.port}/halt (bearer token)")
     return dict(metrics=metrics, alarms=alarms, sock=sock, ladder=ladder_client, ckpt=ckpt, ckpt_token=ckpt_token,

@@ -43,6 +43,9 @@ class RolloutMetrics:
                                     registry=r)
         self.idle_frac = Gauge(PREFIX + "idle_frac", "Share of the last IDLE_WINDOW_S of holding battles spent waiting "
                                "for the learner (services/rollout/metrics.py IdleWindow)", registry=r)
+        from shared.transport import register_plaintext_gauge
+
+        register_plaintext_gauge(r)  # royalefleet_insecure_plaintext (issue 38)
         if port:
             start_http_server(port, addr=host, registry=r)
 

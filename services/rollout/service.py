@@ -25,7 +25,7 @@ from services.rollout import battle_state
 from services.rollout.battles import AssignmentMissing, Shard
 from services.rollout.mid_step import MidStepQueries, MidStepTimeout, StepLearner, Stopping
 from services.rollout.metrics import IdleWindow, RolloutMetrics
-from shared import transport
+from shared import components, transport
 from shared.codec import WIRE_CODECS, WIRE_ZSTD, Codec, RowCompressor, compress_round
 from shared.components import hello_user_code
 from shared.config import RolloutConfig
@@ -52,7 +52,16 @@ def battles_mismatch(battles: int, shards: int, run: RolloutConfig) -> str | Non
 
 
 def welcome_refusal(msg: Welcome, engine, battles: int, shards: int) -> str | None:
-    """Why this rollout (its ``engine`` build, ``battles`` in ``shards``) cannot take ``msg``, or None."""
+    """Why this rollout (its ``engine`` build, ``battles`` in ``shards``) cannot take ``msg``, or None.
+    First: code the Welcome's env config names that this rollout's own allow-list does not
+    (shared.components.foreign_code): a Welcome never decides what a rollout imports, and
+    nothing is imported or built before this check."""
+    foreign = components.foreign_code(msg.env)
+    if foreign:
+        return (f"the learner's Welcome names code of modules {foreign}, which this rollout does not allow "
+                f"(allowed here: {components.local_modules()}); nothing was imported. If that is your own "
+                f"installed package, allow it on this host: {components.ALLOW_ENV}={','.join(foreign)} "
+                "(FLEET_USER_PACKAGES under Compose)")
     if msg.engine != engine:
         return (f"engine build differs: this rollout runs {engine.describe()}, "
                 f"the learner runs {msg.engine.describe()}; install the learner's royalegym/royalesim")

@@ -248,7 +248,10 @@ def test_compose_gives_each_service_the_launchers_environment(env_file):
         want = expected[svc]
         # Secrets come from the operator's environment, never from a config: the CURVE key folder,
         # and the learner's halt-endpoint token (Grafana's contact point carries the same one).
-        secrets = {CURVE_DIR_ENV} | ({"ROYALEFLEET_HALT_TOKEN"} if svc == "learner" else set())
+        # Secrets and the operator's explicit plaintext switch (issue 38) likewise: the checkpoint
+        # writer token (empty: derived from the CURVE server key), ROYALEFLEET_INSECURE_PLAINTEXT.
+        secrets = ({CURVE_DIR_ENV, "ROYALEFLEET_INSECURE_PLAINTEXT"} | ({"ROYALEFLEET_HALT_TOKEN"} if svc == "learner" else set())
+                   | ({"ROYALEFLEET_CHECKPOINT_TOKEN"} if svc in ("learner", "checkpoint") else set()))
         # Decisions for one start (royalefleet up's --allow-identity-drift / --clear-halt /
         # --start-fresh): off unless the operator sets FLEET_ALLOW_IDENTITY_DRIFT /
         # FLEET_CLEAR_HALT / FLEET_START_FRESH for one `up`.

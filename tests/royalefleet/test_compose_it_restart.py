@@ -39,9 +39,13 @@ def test_the_example_reward_check_finds_an_episode_paid_by_another_reward():
     assert compose_it.user_reward_problems([]) == ["the result log holds no episode"]
 
 
-def test_the_example_config_names_the_example_package_and_its_per_tick():
+def test_the_example_config_names_the_example_package_and_its_per_tick(monkeypatch):
     import json
     import sys
+
+    # allowed as Compose allows it (compose_it.py sets FLEET_USER_PACKAGES, which compose.yaml passes
+    # to every service as ROYALEFLEET_ALLOW_MODULES; issue 38)
+    monkeypatch.setenv("ROYALEFLEET_ALLOW_MODULES", "fleet_example_bot")
 
     root = _path.parents[2]
     doc = json.loads((root / "deploy" / "config" / compose_it.EXAMPLE_CONFIG).read_text())

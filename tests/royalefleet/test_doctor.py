@@ -172,8 +172,8 @@ def test_compose_files_that_do_not_parse_fail(tmp_path):
     c = doc.check_compose(docker=fake_docker(tmp_path, 1, "services.learner.ports must be a list"))
     assert c.level == FAIL and c.text == "compose.yaml: ['services.learner.ports must be a list']"
     ok = doc.check_compose(docker=fake_docker(tmp_path, 0, ""))
-    assert ok.level == OK and ok.text == ("docker compose config parses compose.yaml, compose.yaml + "
-                                          "compose.gpu.yaml, compose.rollout.yaml")
+    assert ok.level == OK and ok.text.startswith("docker compose config parses compose.yaml, compose.yaml + "
+                                                 "compose.gpu.yaml, compose.rollout.yaml; CURVE on")
     if shutil.which("docker") is None:
         missing = doc.check_compose()
         assert missing.level == FAIL and missing.text == "no `docker` command on PATH"
@@ -231,3 +231,37 @@ def test_a_run_trained_on_another_engine_warns_before_a_resume(cfg):
     assert c.text.endswith(f"the run's checkpoint 00000004 was trained on another engine (build_digest: "
                            f"{'0' * 16} there, {ident.engine.build_digest} here): a resume refuses it")
     assert "--allow-identity-drift" in c.fix
+
+
+def test_curve_off_beyond_loopback_fails_and_the_insecure_flag_is_shown():
+    """Issue 38: plaintext stays on loopback, and doctor says where it would not."""
+    assert doc.check_curve({}, host="127.0.0.1").level == OK
+    off = doc.check_curve({}, host="0.0.0.0")
+    assert off.level == FAIL and off.text.startswith("services.host 0.0.0.0 is not loopback and CURVE is off: the "
+                                                     "services will refuse to bind it")
+    shown = doc.check_curve({"ROYALEFLEET_INSECURE_PLAINTEXT": "1"}, host="0.0.0.0")
+    assert shown.level == WARN and "serve PLAINTEXT to the network" in shown.text
+    on_loopback = doc.check_curve({"ROYALEFLEET_INSECURE_PLAINTEXT": "1"}, host="127.0.0.1")
+    assert on_loopback.level == WARN and on_loopback.text.startswith("ROYALEFLEET_INSECURE_PLAINTEXT=1 with services.host")
+
+
+def test_doctor_compose_fails_on_curve_off_with_a_published_port(tmp_path, monkeypatch):
+    from royalefleet.doctor_plaintext import compose_plaintext, compose_settings
+
+    assert compose_plaintext({})[0] == "OK"
+    published = compose_plaintext({"FLEET_CURVE_DIR": "", "FLEET_LEARNER_PUBLISH": "0.0.0.0:5555",
+                                   "FLEET_INSECURE_PLAINTEXT": "1"})
+    assert published[0] == "FAIL" and "published on 0.0.0.0:5555" in published[1]
+    assert compose_plaintext({"FLEET_CURVE_DIR": "", "FLEET_LEARNER_PUBLISH": "5555"})[0] == "FAIL"
+    assert "will refuse to start" in compose_plaintext({"FLEET_CURVE_DIR": ""})[1]
+    assert compose_plaintext({"FLEET_CURVE_DIR": "", "FLEET_INSECURE_PLAINTEXT": "1"})[0] == "WARN"
+    # the project's .env, as Compose reads it, under the environment
+    (tmp_path / ".env").write_text("FLEET_CURVE_DIR=\nFLEET_LEARNER_PUBLISH='10.0.0.5:5555'\n")
+    assert compose_settings(tmp_path, {}) == {"FLEET_CURVE_DIR": "", "FLEET_LEARNER_PUBLISH": "10.0.0.5:5555"}
+    for f in ("compose.yaml", "compose.gpu.yaml", "compose.rollout.yaml"):
+        (tmp_path / f).write_text("services: {}\n")
+    monkeypatch.delenv("FLEET_CURVE_DIR", raising=False)
+    monkeypatch.delenv("FLEET_LEARNER_PUBLISH", raising=False)
+    c = doc.check_compose(root=tmp_path, docker=fake_docker(tmp_path, 0, ""))
+    assert c.level == FAIL and c.text.startswith("CURVE is off (FLEET_CURVE_DIR=) and the learner's port is published "
+                                                 "on 10.0.0.5:5555")

@@ -31,6 +31,7 @@ def user_pkg(tmp_path, monkeypatch):
     name = "mybot_" + uuid.uuid4().hex[:8]
     folder = write_package(tmp_path, name)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(components.ALLOW_ENV, name)  # installed here and allowed by this machine's settings
     yield name, folder
     for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
         del sys.modules[mod]
@@ -92,7 +93,8 @@ def test_a_class_that_does_not_exist_a_module_not_listed_and_a_bad_keyword_are_n
     assert problems[0].startswith(f"env.reward_fn.cls: module '{name}.rewards' has no 'NoSuchReward' (it defines [")
     assert "TickReward" in problems[0]
     assert problems[1] == ("env.obs_builder.cls: module 'elsewhere.obs' is not listed in env.extra_component_modules "
-                           f"(listed: ['{name}']); add 'elsewhere' there to allow it")
+                           f"(listed: ['{name}']); add 'elsewhere' there to allow it (and allow it on this machine: "
+                           "ROYALEFLEET_ALLOW_MODULES or --allow-module)")
     assert problems[2].startswith("env.action_parser.kwargs: ['bogus'] do not fit royalegym.TileActionParser")
     assert len(problems) == 3
     with pytest.raises(ConfigError, match="lives in 'services'"):

@@ -121,7 +121,7 @@ def test_a_bad_curriculum_is_refused_at_load_naming_the_field():
         "env.seat_decks.kwargs: ['mirror_p'] are decided by the deal itself; remove them (set deck, field and shuffle "
         "on env.seat_decks)",
         "env.seat_decks.cls: module 'mybot.decks' is not listed in env.extra_component_modules (listed: []); add "
-        "'mybot' there to allow it",
+        "'mybot' there to allow it (and allow it on this machine: ROYALEFLEET_ALLOW_MODULES or --allow-module)",
     ]
     with pytest.raises(ValueError, match=r"env.seat_decks.field\[0\]: unknown card name\(s\) \['Hogrider'\]"):
         build_env(_curriculum(deck=STARTER, field=[("Hogrider",) + HOG[1:]]))

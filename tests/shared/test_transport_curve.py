@@ -299,3 +299,55 @@ def test_a_real_service_with_the_curve_variable_refuses_strangers(tmp_path, keys
     assert "CURVE on" in output
     assert "refused a client" in output
     assert proc.returncode == 0, output
+
+
+# ----------------------------------------------------------------------------- the ZAP loop survives (issue 38)
+
+
+def test_a_key_file_removed_mid_handshake_refuses_that_one_and_a_good_client_connects_after(net, keys, monkeypatch):
+    """A host's key removed between the allow-list's listing and its stat (a retired host,
+    mid-handshake) used to raise inside pyzmq's authenticator loop, which then ended: no client
+    connected until a restart. Now that handshake goes on without the file, one that fails in
+    any other way is refused, and the next good client is served."""
+    said: list[str] = []
+    curve = server_keys(keys)
+    sock = net.ctx.socket(zmq.ROUTER)
+    net.sockets.append(sock)
+    transport.curve_server(sock, curve.secret_key_file, curve.allowed_clients_dir, say=said.append)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    address = f"tcp://127.0.0.1:{port}"
+    retired = keys / "clients" / "retired.key"
+    shutil.copy(keys.parent / "stranger.key", retired)
+    real_scandir = os.scandir
+
+    def listing_then_removed(path):
+        entries = list(real_scandir(path))
+        if retired.exists():
+            retired.unlink()  # gone after the listing, before its stat
+        return iter(entries)
+
+    monkeypatch.setattr(transport.os, "scandir", listing_then_removed)
+    first = net.client(address, curve=client_keys(keys))
+    first.send(b"during")
+    assert echo_once(sock) == [b"during"]  # the race cost nothing: the file is skipped
+    monkeypatch.setattr(transport.os, "scandir", real_scandir)
+
+    real_load = zmq.auth.load_certificate
+    calls = []
+
+    def broken_once(path):
+        if not calls and Path(path).parent.name == "clients":  # the server's allow-list read, not a client's own key
+            calls.append(path)
+            raise RuntimeError("disk went away")
+        return real_load(path)
+
+    (keys / "clients" / "box3.key").write_bytes((keys / "clients" / "box2.key").read_bytes())  # a change: re-read
+    monkeypatch.setattr(zmq.auth, "load_certificate", broken_once)
+    refused = net.client(address, curve=client_keys(keys))
+    refused.send(b"refused")
+    assert echo_once(sock, REFUSED_WAIT_MS) is None
+    assert any("reading the allow-list" in line and "RuntimeError: disk went away" in line for line in said), said
+    good = net.client(address, curve=client_keys(keys))
+    good.send(b"after")
+    assert echo_once(sock) == [b"after"]
+    assert good.poll(5000, zmq.POLLIN) and good.recv() == b"AFTER"

@@ -70,7 +70,7 @@ def stack(tmp_path_factory):
     # at iteration 5 on its own, while the tests below still need it, so it is off here.
     cfg_path = tiny_config(runs, env={"max_steps": 12}, alarms={"disabled": ["noop_collapse_severe"],
                                                                 "patience_overrides": {"noop_collapse": 1}})
-    up = Up(cfg_path, env={"ROYALEFLEET_HALT_TOKEN": "t0ken"})
+    up = Up(cfg_path, env={"ROYALEFLEET_HALT_TOKEN": "t0ken-0123456789ab"})
     try:
         up.wait_for(lambda x: x.startswith("it    2 "), 240, "iteration 2")
         yield up, json.loads(cfg_path.read_text()), runs
@@ -212,7 +212,7 @@ def test_a_running_stack_exports_what_dashboards_and_rules_read_and_halts_on_req
         # An operator halt through the endpoint Grafana's contact point calls.
         req = urllib.request.Request(f"http://127.0.0.1:{s['learner_halt_port']}/halt", method="POST",
                                      data=json.dumps({"reason": "maintenance window"}).encode(),
-                                     headers={"Authorization": "Bearer t0ken"})
+                                     headers={"Authorization": "Bearer t0ken-0123456789ab"})
         assert urllib.request.urlopen(req, timeout=10).status == 202
         assert up.wait_exit(120) == 3
     finally:

@@ -22,7 +22,8 @@ ROYAL = ["Giant", "Archer", "Minions", "Zap", "Fireball", "Cannon", "Knight", "S
 def test_a_user_reward_and_curriculum_run_stop_at_the_timestep_limit_and_refuse_an_edited_resume(tmp_path):
     name = "mybot_" + uuid.uuid4().hex[:8]
     folder = write_package(tmp_path / "src", name)
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "src"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "src"), str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "ROYALEFLEET_ALLOW_MODULES": name}  # the user's package, allowed on this machine
     runs = tmp_path / "runs"
     doc_env = reward_doc(name, per_tick=0.01, red_bonus=0.0)
     doc_env["seat_decks"] = {"deck": STARTER, "field": [HOG, ROYAL]}

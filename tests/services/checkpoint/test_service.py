@@ -233,7 +233,8 @@ def test_bad_settings_name_the_variable(capsys):
 def test_process_serves_exports_metrics_and_stops_on_signal(tmp_path, signum):
     port, metrics_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "ROYALEFLEET_CHECKPOINT_KEEP": "1",
-           "ROYALEFLEET_METRICS_PORT": "1"}  # the flag below must win over this
+           "ROYALEFLEET_METRICS_PORT": "1",  # the flag below must win over this
+           "ROYALEFLEET_CHECKPOINT_TOKEN": "t0ken"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.checkpoint", "--bind", f"tcp://127.0.0.1:{port}",
          "--runs-dir", str(tmp_path / "runs"), "--metrics-port", str(metrics_port)],
@@ -243,7 +244,8 @@ def test_process_serves_exports_metrics_and_stops_on_signal(tmp_path, signum):
     try:
         assert "checkpoint service on" in proc.stdout.readline()
         for it in (1, 2):
-            msg = SaveCheckpoint(request_id=client.next_id(), run_name="exp", iteration=it, names=["w"], meta=b"{}")
+            msg = SaveCheckpoint(request_id=client.next_id(), run_name="exp", iteration=it, names=["w"], meta=b"{}",
+                                 token="t0ken")
             reply, _ = client.request(msg, {"w": np.arange(1000, dtype=np.uint8) // 4})
             assert isinstance(reply, Saved), reply
         assert proc.stdout.readline().startswith(f"checkpoint {tmp_path / 'runs' / 'exp' / 'checkpoints' / '00000001'} ")
@@ -273,12 +275,24 @@ def test_process_that_cannot_bind_says_why(tmp_path):
     try:
         done = subprocess.run(
             [sys.executable, "-m", "services.checkpoint", "--bind", f"tcp://127.0.0.1:{port}", "--metrics-port", "0"],
-            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=20,
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "ROYALEFLEET_CHECKPOINT_TOKEN": "t"},
+            capture_output=True, text=True, timeout=20,
         )
     finally:
         blocker.close(0)
     assert done.returncode == 2
     assert f"cannot bind tcp://127.0.0.1:{port}" in done.stderr
+
+
+def test_process_without_a_writer_token_does_not_start(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("ROYALEFLEET_CHECKPOINT_TOKEN", "ROYALEFLEET_CURVE_DIR")}
+    done = subprocess.run(
+        [sys.executable, "-m", "services.checkpoint", "--bind", f"tcp://127.0.0.1:{free_port()}", "--metrics-port",
+         "0", "--runs-dir", str(tmp_path)], cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True,
+        text=True, timeout=20)
+    assert done.returncode == 2
+    assert "no checkpoint writer token: ROYALEFLEET_CHECKPOINT_TOKEN is unset and CURVE is off" in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 # ----------------------------------------------------------------------------- hostile input (issue 12)
@@ -367,7 +381,11 @@ def test_the_writer_token_rule(tmp_path):
 
     from shared.writer_token import TOKEN_ENV, checkpoint_token, token_matches
 
-    assert checkpoint_token({}) == ""
+    with pytest.raises(OSError, match=r"no checkpoint writer token: ROYALEFLEET_CHECKPOINT_TOKEN is unset and CURVE "
+                       r"is off"):
+        checkpoint_token({})  # never empty (issue 38)
+    with pytest.raises(OSError, match="no checkpoint writer token"):
+        checkpoint_token({TOKEN_ENV: "", "ROYALEFLEET_CURVE_DIR": ""})
     assert checkpoint_token({TOKEN_ENV: "abc", "ROYALEFLEET_CURVE_DIR": str(tmp_path)}) == "abc"
     zmq.auth.create_certificates(str(tmp_path), "server")
     derived = checkpoint_token({"ROYALEFLEET_CURVE_DIR": str(tmp_path)})

@@ -9,7 +9,9 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from services.learner.halt import HaltEndpoint, reason_from
+from services.learner.halt import HaltEndpoint, reason_from, token_problem
+
+TOKEN = "s3cret-halt-token-0123"  # at least MIN_TOKEN_CHARS
 
 
 @pytest.fixture
@@ -17,12 +19,12 @@ def endpoint():
     asked = []
     reg = CollectorRegistry()
     counter = Counter("halt_requests", "x", ["outcome"], registry=reg)
-    ep = HaltEndpoint("127.0.0.1", 0, "s3cret", asked.append, counter)
+    ep = HaltEndpoint("127.0.0.1", 0, TOKEN, asked.append, counter)
     yield ep, asked, reg
     ep.close()
 
 
-def post(port, body=b"{}", token="s3cret", path="/halt"):
+def post(port, body=b"{}", token=TOKEN, path="/halt"):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="POST")
     if token is not None:
         req.add_header("Authorization", f"Bearer {token}")
@@ -42,7 +44,7 @@ def test_the_right_token_halts_with_the_alerts_as_reason(endpoint):
     assert reg.get_sample_value("halt_requests_total", {"outcome": "accepted"}) == 1
 
 
-@pytest.mark.parametrize("token", [None, "wrong", "s3cret "])
+@pytest.mark.parametrize("token", [None, "wrong", TOKEN + " "])
 def test_a_missing_or_wrong_token_is_refused_and_counted(endpoint, token):
     ep, asked, reg = endpoint
     code, _ = post(ep.port, token=token)
@@ -85,7 +87,7 @@ def raw_request(port: int, head: str, body: bytes = b"", *, close_write: bool = 
         return out
 
 
-HEAD = "POST /halt HTTP/1.1\nHost: x\nAuthorization: Bearer s3cret\n"
+HEAD = "POST /halt HTTP/1.1\nHost: x\nAuthorization: Bearer " + TOKEN + "\n"
 
 
 @pytest.mark.parametrize("length, status, outcome", [
@@ -129,7 +131,7 @@ def test_idle_connections_are_capped_and_timed_out(monkeypatch):
     monkeypatch.setattr(halt_module, "IDLE_TIMEOUT_S", 1.0)
     asked: list[str] = []
     reg = CollectorRegistry()
-    ep = HaltEndpoint("127.0.0.1", 0, "s3cret", asked.append, Counter("halt_requests", "x", ["outcome"], registry=reg))
+    ep = HaltEndpoint("127.0.0.1", 0, TOKEN, asked.append, Counter("halt_requests", "x", ["outcome"], registry=reg))
     threads_before = threading.active_count()
     idle = [socket.create_connection(("127.0.0.1", ep.port), timeout=10) for _ in range(MAX_CONNECTIONS + 20)]
     try:
@@ -166,7 +168,7 @@ def test_a_trickled_request_is_cut_off_at_the_request_deadline(monkeypatch):
     monkeypatch.setattr(halt_module, "IDLE_TIMEOUT_S", 1.0)
     monkeypatch.setattr(halt_module, "REQUEST_DEADLINE_S", 1.5)
     asked: list[str] = []
-    ep = HaltEndpoint("127.0.0.1", 0, "s3cret", asked.append)
+    ep = HaltEndpoint("127.0.0.1", 0, TOKEN, asked.append)
     try:
         with socket.create_connection(("127.0.0.1", ep.port), timeout=5) as s:
             started = time.monotonic()
@@ -192,3 +194,12 @@ def test_a_trickled_request_is_cut_off_at_the_request_deadline(monkeypatch):
         assert asked == []
     finally:
         ep.close()
+
+
+def test_a_short_or_padded_halt_token_is_refused_with_what_to_do():
+    """Issue 38: a minimum length, so the token cannot be guessed by whoever reaches the port."""
+    with pytest.raises(ValueError, match=r"ROYALEFLEET_HALT_TOKEN is 6 characters, fewer than 16: anyone who can "
+                                         r"reach the halt port could guess it; make one with `openssl rand -hex 16`"):
+        HaltEndpoint("127.0.0.1", 0, "s3cret", lambda reason: None)
+    assert token_problem("x" * 15) is not None and token_problem("x" * 16) is None
+    assert "whitespace" in token_problem(" " + "x" * 20)
