@@ -16,8 +16,7 @@ if TYPE_CHECKING:
 
     from services.learner.rounds import Collector
     from services.learner.fleet import Member
-    from services.learner.parts import IterationState, Say
-    from services.learner.service import Learner
+    from services.learner.parts import IterationState, LearnerParts, Say
 
 STARTUP_WAIT_S = 120.0
 """How long the first iteration waits for ``min_rollouts`` before starting with fewer."""
@@ -60,34 +59,34 @@ def wait_for_rollouts(collector: Collector, state: IterationState, *, min_rollou
     raise StopRequested
 
 
-def send_plans(learner: Learner, members, slot_map, gamma: float, iteration: int) -> tuple[int, int, list]:
+def send_plans(parts: LearnerParts, members, slot_map, gamma: float, iteration: int) -> tuple[int, int, list]:
     """Plan iteration ``iteration`` for ``members`` over ``slot_map``: the rectangle's shape
     (T cycles, learner rows a cycle), the ladder's assignments (or the same draw here), every
     rollout's Plan sent, the plan's snapshots loaded. Returns (T, learner rows a cycle, the
     plan's role counts)."""
-    cfg = learner.parts.cfg
+    cfg = parts.cfg
     n = slot_map.n_battles
     T, learner_rows, lookahead = plan_size(cfg, n)  # one formula with the Hello limits (admission.py)
     battles = [int(b) for b in slot_map.battle_ids]
-    ordinals = [learner.parts.fleet.ordinal.get(b, 0) for b in battles]
-    reply = learner.parts.pool.request_plan(PlanRequest(
-        request_id=learner.parts.pool.ladder.next_id(), iteration=iteration, n_battles=n, battles=battles,
-        next_ordinals=ordinals, lookahead=lookahead), learner.parts.fleet)
+    ordinals = [parts.fleet.ordinal.get(b, 0) for b in battles]
+    reply = parts.pool.request_plan(PlanRequest(
+        request_id=parts.pool.ladder.next_id(), iteration=iteration, n_battles=n, battles=battles,
+        next_ordinals=ordinals, lookahead=lookahead), parts.fleet)
     by_battle: dict[int, list] = {}
     for a in reply.assignments:
         by_battle.setdefault(a.battle, []).append(a)
     # battles continuing a recorded episode (a resume) are in flight, never restarted.
-    continued = learner.parts.battle_states.hand_out(learner.parts.sock, learner.parts.collector, members, learner.parts.fleet, iteration,
+    continued = parts.battle_states.hand_out(parts.sock, parts.collector, members, parts.fleet, iteration,
                                                cfg.rollout.round_timeout_s)
     # which snapshot holds each frozen seat (the plan as the rollouts will apply it).
-    learner.parts.fleet.record_plan(members, reply.assignments, continued)
+    parts.fleet.record_plan(members, reply.assignments, continued)
     for m in members:
-        restart = [learner.parts.fleet.ordinal.get(b, 0) if m.fresh and b not in continued else -1 for b in m.battle_ids]
+        restart = [parts.fleet.ordinal.get(b, 0) if m.fresh and b not in continued else -1 for b in m.battle_ids]
         plan = Plan(iteration=iteration, battles=m.battle_ids, restart_ordinals=restart, gamma=gamma,
                     assignments=[a for b in m.battle_ids for a in by_battle.get(b, [])], fresh=m.fresh)
-        learner.parts.collector.send(m.identity, plan)
+        parts.collector.send(m.identity, plan)
     # load the plan's snapshots now (the rollouts reset meanwhile), so the collection
     # meets no load: those of the episodes in flight first, as many as the LRU holds.
-    learner.parts.frozen.new_iteration()
-    learner.parts.frozen.prefetch(plan_snapshots(learner.parts.fleet, battles, learner.parts.frozen.capacity))
+    parts.frozen.new_iteration()
+    parts.frozen.prefetch(plan_snapshots(parts.fleet, battles, parts.frozen.capacity))
     return T, learner_rows, list(reply.role_counts)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from services.learner.boundary import send_plans
+from services.learner.boundary import send_plans, wait_for_rollouts
 from services.learner.fleet import SlotMap
 from services.learner.frozen import FrozenCounts
 from services.learner.rectangle import Rectangle
@@ -21,7 +21,7 @@ from shared.config import RunConfig
 from shared.schedules import value_at
 
 if TYPE_CHECKING:
-    from services.learner.service import Learner
+    from services.learner.parts import IterationState, LearnerParts
 
 
 def evaluate_schedules(cfg: RunConfig, env_steps: int) -> dict[str, float]:
@@ -62,26 +62,31 @@ class Collected:
     """Each battle's episode ordinal at the end of the collection (the checkpoint's)."""
 
 
-def collect_iteration(learner: Learner, iteration: int, env_steps: int, policy) -> Collected:
-    """Boundary and collection of ``iteration``, its actions inferred by ``policy``. Raises
-    StopRequested when a stop arrives while it waits for the fleet (``wait_for_rollouts``); a
-    stop during the rounds ends them and returns the ``Collected``, and ``Learner.run_iteration``,
-    seeing ``learner.stopping``, raises StopRequested for it (nothing trains on the rectangle)."""
+def collect_iteration(parts: LearnerParts, state: IterationState, min_rollouts: int, iteration: int, env_steps: int,
+                      policy) -> Collected:
+    """Boundary and collection of ``iteration`` (the run's ``env_steps`` before it), its
+    actions inferred by ``policy``, once ``min_rollouts`` rollouts are registered before the
+    first iteration (``state.first_iteration``). Raises StopRequested when a stop arrives while
+    it waits for the fleet (``wait_for_rollouts``); a stop during the rounds ends them and
+    returns the ``Collected``, and ``Learner.run_iteration``, seeing the stop, raises
+    StopRequested for it (nothing trains on the rectangle)."""
     t_iter = time.perf_counter()
-    sched = evaluate_schedules(learner.parts.cfg, env_steps)
-    members = learner.wait_for_rollouts()
-    slot_map = learner.parts.fleet.slot_map(members)
-    T, learner_rows, roles = send_plans(learner, members, slot_map, sched["gamma"], iteration)
-    rect = Rectangle.for_codec(T, slot_map.n_slots, learner.parts.pf.codec)
+    sched = evaluate_schedules(parts.cfg, env_steps)
+    members = wait_for_rollouts(parts.collector, state, min_rollouts=min_rollouts,
+                                round_timeout_s=parts.cfg.rollout.round_timeout_s,
+                                forgotten=parts.metrics.rollouts_forgotten, say=parts.say)
+    slot_map = parts.fleet.slot_map(members)
+    T, learner_rows, roles = send_plans(parts, members, slot_map, sched["gamma"], iteration)
+    rect = Rectangle.for_codec(T, slot_map.n_slots, parts.pf.codec)
     policy.model.last_precision.clear()  # this iteration's forwards say what they ran in
-    if learner.parts.device.type == "cuda":
+    if parts.device.type == "cuda":
         from services.learner.vram import reset_peak
 
-        reset_peak(learner.parts.device)
+        reset_peak(parts.device)
     t0 = time.perf_counter()
-    stats = learner.parts.collector.collect(iteration, members, slot_map, rect, policy, learner.parts.cfg.master_seed,
-                                      learner.parts.cfg.rollout.round_timeout_s, frozen=learner.parts.frozen)
+    stats = parts.collector.collect(iteration, members, slot_map, rect, policy, parts.cfg.master_seed,
+                                      parts.cfg.rollout.round_timeout_s, frozen=parts.frozen)
     seconds = time.perf_counter() - t0
-    counts = learner.parts.frozen.counts()
+    counts = parts.frozen.counts()
     return Collected(iteration, sched, members, slot_map, T, learner_rows, roles, rect, stats, seconds,
                      policy.model.last_precision.get("actor"), t_iter, policy, counts)

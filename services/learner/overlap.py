@@ -31,7 +31,7 @@ import numpy as np
 from services.learner.stops import StopRequested
 
 if TYPE_CHECKING:
-    from services.learner.service import Learner
+    from services.learner.parts import IterationState, LearnerParts, RunOptions
 
 
 def behaviour_snapshot(model):
@@ -98,25 +98,25 @@ class OverlappedCollection:
     answered or not), then the boundary and the rounds. ``join`` returns the ``Collected``
     (None when a stop ended it before a rectangle existed) and restores the torch threads."""
 
-    def __init__(self, learner: Learner, iteration: int, env_steps: int, behaviour: BehaviourPolicy,
-                 previous_members: list, previous_iteration: int):
+    def __init__(self, parts: LearnerParts, state: IterationState, min_rollouts: int, iteration: int, env_steps: int,
+                 behaviour: BehaviourPolicy, previous_members: list, previous_iteration: int):
         import torch
 
         from services.learner.collection import collect_iteration
 
-        self.learner, self.iteration, self.behaviour = learner, iteration, behaviour
+        self.iteration, self.behaviour = iteration, behaviour
         self.states_gathered = threading.Event()
         self.result = None
         self.error: BaseException | None = None
         self.threads_before = torch.get_num_threads()
-        torch.set_num_threads(overlap_threads(learner.parts.cfg))
+        torch.set_num_threads(overlap_threads(parts.cfg))
 
         def run():
             try:
-                learner.parts.battle_states.gather(learner.parts.collector, previous_members, previous_iteration,
-                                             learner.parts.cfg.rollout.round_timeout_s)
+                parts.battle_states.gather(parts.collector, previous_members, previous_iteration,
+                                           parts.cfg.rollout.round_timeout_s)
                 self.states_gathered.set()
-                self.result = collect_iteration(learner, iteration, env_steps, behaviour)
+                self.result = collect_iteration(parts, state, min_rollouts, iteration, env_steps, behaviour)
             except StopRequested:
                 pass
             except BaseException as exc:  # re-raised in the main thread by join
@@ -143,17 +143,6 @@ def untrained_rows(collected) -> int:
     if collected is None:
         return 0
     return int(np.count_nonzero(collected.rect.acted))
-
-
-def lag_metrics(rect, trainable: np.ndarray) -> dict:
-    """``ppo/policy_lag_mean``, ``ppo/policy_lag_max`` and ``throughput/overlap_rows_frac``
-    (share of the trainable rows inferred while an update ran: the lag-1 ones) over the
-    trainable rows; empty without any."""
-    lag = rect.policy_lag[trainable]
-    if not len(lag):
-        return {}
-    return {"ppo/policy_lag_mean": float(lag.mean()), "ppo/policy_lag_max": int(lag.max()),
-            "throughput/overlap_rows_frac": float(np.mean(lag > 0))}
 
 
 def behaviour_ratio_dev(actors_by_lag: dict, fetch, cells: np.ndarray, actions: np.ndarray,
@@ -190,40 +179,40 @@ def first_batch(n_rows: int, batch_size: int, epoch0) -> np.ndarray:
 
 # ------------------------------------------------------------------ the learner's side
 
-def start_overlap(learner: Learner, c) -> BehaviourPolicy | None:
-    """Start iteration ``c.iteration + 1``'s collection (``learner.state.overlapped``) with a behaviour
+def start_overlap(parts: LearnerParts, state: IterationState, options: RunOptions, c) -> BehaviourPolicy | None:
+    """Start iteration ``c.iteration + 1``'s collection (``state.overlapped``) with a behaviour
     snapshot of the actor as it is now, before update ``c.iteration``; returns the behaviour
     policy, to switch to the updated actor once the update is done. None when overlap is off or
     no further iteration is wanted (``--iterations`` or ``timestep_limit`` reached by this
     update)."""
     from shared.nn.policy import Policy
 
-    cfg = learner.parts.cfg
-    if not cfg.rollout.overlap or (0 < learner.options.iterations_limit <= c.iteration):
+    cfg = parts.cfg
+    if not cfg.rollout.overlap or (0 < options.iterations_limit <= c.iteration):
         return None
-    if 0 < cfg.timestep_limit <= learner.state.timesteps + int(np.count_nonzero(c.rect.trainable())):
+    if 0 < cfg.timestep_limit <= state.timesteps + int(np.count_nonzero(c.rect.trainable())):
         return None
-    behaviour = BehaviourPolicy(Policy(behaviour_snapshot(learner.parts.model), learner.parts.pf.codec, learner.parts.device), lag=1)
-    learner.state.overlapped = OverlappedCollection(learner, c.iteration + 1, learner.state.env_steps + c.stats.env_steps,
-                                              behaviour, c.members, c.iteration)
+    behaviour = BehaviourPolicy(Policy(behaviour_snapshot(parts.model), parts.pf.codec, parts.device), lag=1)
+    state.overlapped = OverlappedCollection(parts, state, options.min_rollouts, c.iteration + 1,
+                                            state.env_steps + c.stats.env_steps, behaviour, c.members, c.iteration)
     return behaviour
 
 
-def join_overlap(learner: Learner):
+def join_overlap(state: IterationState):
     """The overlapped collection's ``Collected`` (None when a stop ended it before it had a
-    rectangle); ``learner.state.overlapped`` is None again and the torch threads are the run's."""
-    overlapped, learner.state.overlapped = learner.state.overlapped, None
+    rectangle); ``state.overlapped`` is None again and the torch threads are the run's."""
+    overlapped, state.overlapped = state.overlapped, None
     return overlapped.join() if overlapped is not None else None
 
 
-def count_untrained(learner: Learner, collected, why: str = "collected under overlap") -> None:
+def count_untrained(parts: LearnerParts, state: IterationState, collected, why: str = "collected under overlap") -> None:
     """Count the rows of ``collected`` that nothing will train (a stop): rows an overlapped
     collection inferred, or (``why`` says so) the rows of an update the stop abandoned.
-    ``learner.state.untrained_rows``, ``royalefleet_learner_untrained_rows_total`` and one log line."""
+    ``state.untrained_rows``, ``royalefleet_learner_untrained_rows_total`` and one log line."""
     n = untrained_rows(collected)
     if n:
-        learner.state.untrained_rows += n
-        learner.parts.metrics.untrained_rows.inc(n)
-        learner.parts.say(f"learner: {n} rows of iteration {collected.iteration} {why} are not trained "
-                    f"(the run stops at iteration {learner.state.iteration}); counted in "
+        state.untrained_rows += n
+        parts.metrics.untrained_rows.inc(n)
+        parts.say(f"learner: {n} rows of iteration {collected.iteration} {why} are not trained "
+                    f"(the run stops at iteration {state.iteration}); counted in "
                     "royalefleet_learner_untrained_rows_total")

@@ -29,8 +29,7 @@ if TYPE_CHECKING:  # annotations only: importing this module builds nothing and 
     from services.learner.checkpointing import Snapshot
     from services.learner.rounds import Collector
     from services.learner.curves import TensorBoardCurves
-    from services.learner.alphazero.learner import AlphaZeroLearner
-    from services.learner.dqn.learner import DqnLearner
+    from services.learner.algorithm import Algorithm
     from services.learner.fleet import Fleet
     from services.learner.fleet import IdleMeter
     from services.learner.frame_history import FrameHistory, NoFrameHistory
@@ -50,8 +49,7 @@ if TYPE_CHECKING:  # annotations only: importing this module builds nothing and 
     from shared.preflight import Preflight
     from services.learner.viser_status import ViserStatus
 
-Say = Callable[[str], object]
-"""Where the learner's lines go (``print`` in the service, a list's ``append`` in tests)."""
+from shared.service_main import Say  # noqa: E402 - where the learner's lines go: one Say for every service
 
 
 @dataclass(frozen=True)
@@ -75,10 +73,9 @@ class LearnerParts:
     opt_critic: torch.optim.Optimizer
     policy: Policy
     """The live actor's inference (the collection's default behaviour)."""
-    dqn: DqnLearner | None
-    """The DQN learner's stages and state (``learner.algorithm = "dqn"``), else None."""
-    alphazero: AlphaZeroLearner | None
-    """The AlphaZero learner's stages (``learner.algorithm = "alphazero"``), else None."""
+    algorithm: Algorithm
+    """The algorithm of ``learner.algorithm`` (services/learner/registry.py): its behaviour in
+    the rounds, its update, its row keys and checkpoint components."""
     return_scaler: ReturnScaler
     lr_backoff: LrBackoff
     # ---- the links (startup.connect)
@@ -142,7 +139,7 @@ class IterationState:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How this learner process was asked to run (``cli.Settings``)."""
+    """How this learner process was asked to run (``main.Settings``: the command line's flags)."""
 
     iterations_limit: int = 0
     """``--iterations``: the run's total (0 = until stopped)."""

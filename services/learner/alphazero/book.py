@@ -17,10 +17,12 @@ update.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from shared.search.lookahead import candidates_with_noop, gumbel_top_k
 from shared.search.targets import completed_q_policy, gumbel_move_index
 from shared.seeding import stream
 
@@ -47,15 +49,16 @@ class _Pending:
 
 def gumbel_candidates(log_prior: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(candidates int64 (min(k, legal),), keys float64): the top-k legal actions of
-    g + ``log_prior`` (g ~ Gumbel(0, 1), one per legal action in ascending id order), in key
-    order, with the no-op (0) in place of the last when it was not drawn, and each candidate's
-    key g + log prior."""
-    legal = np.flatnonzero(np.isfinite(log_prior))
-    keys = log_prior[legal] + rng.gumbel(size=len(legal))
-    order = np.argsort(-keys, kind="stable")[:k]
-    if 0 not in legal[order] and 0 in legal:
-        order = np.concatenate([order[: len(order) - 1], np.flatnonzero(legal == 0)])
-    return legal[order].astype(np.int64), keys[order]
+    g + ``log_prior`` (``shared.search.lookahead.gumbel_top_k``: g ~ Gumbel(0, 1), one per legal
+    action in ascending id order), in key order, with the no-op (0) in place of the last when it
+    was not drawn and is legal (``candidates_with_noop``), and each candidate's key g + log prior.
+    The keys are the draw ``gumbel_top_k`` makes, read from a copy of ``rng`` taken before it."""
+    lp = np.asarray(log_prior, np.float64)
+    legal = np.flatnonzero(np.isfinite(lp))
+    g = copy.deepcopy(rng).gumbel(size=len(legal))  # the same draw, in the same order
+    drawn = gumbel_top_k(lp, k, rng)
+    cand = np.asarray(candidates_with_noop(drawn, k) if 0 in legal else drawn[:k], np.int64)
+    return cand, lp[cand] + g[np.searchsorted(legal, cand)]
 
 
 @dataclass
@@ -88,7 +91,7 @@ class SearchBook:
         self.sim_seconds = self.env_seconds = 0.0
         self.reward_divisor = float(reward_divisor)
 
-    def leaf_values(self, policy, rows: np.ndarray, returns: np.ndarray, discounts: np.ndarray,
+    def leaf_values(self, policy, rows: np.ndarray | None, returns: np.ndarray | None, discounts: np.ndarray | None,
                     row_bytes: int) -> np.ndarray:
         """A ``LeafQuery``'s scores: (n,) float32 ``returns / reward_divisor + discounts * V(rows)``,
         the n-step return of each simulated candidate with the live critic at its leaf

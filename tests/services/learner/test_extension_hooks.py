@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from services.learner import extension_hooks
+from services.learner import checkpointing, extension_hooks
 from services.learner.extensions.imitation import ImitationSection, KlAnchor, adapt_beta, kl_to_reference
 from services.learner.extensions.warm_start import WarmStart, WarmStartSection
 from services.learner.ppo import ppo_update
@@ -278,7 +278,7 @@ def test_the_kl_budget_follows_its_schedule_over_env_steps():
 def test_a_run_without_extensions_checkpoints_the_update_state_it_always_did(tmp_path):
     learner = build_learner(str(tmp_path))
     assert learner.parts.extensions == ()
-    assert set(learner.update_state()) == {"return_scaler", "lr_backoff"}
+    assert set(checkpointing.update_state(learner.parts)) == {"return_scaler", "lr_backoff"}
 
 
 def choice_rectangle(learner):
@@ -301,23 +301,23 @@ def choice_rectangle(learner):
 
 
 def test_the_update_holds_the_actor_for_the_warm_starts_iterations_and_a_plain_run_writes_no_extension_key(tmp_path):
-    from services.learner.update import run_update
+    from services.learner.ppo.learner import run_update
 
     held = build_learner(str(tmp_path), tiny_config(run_name="held-update", warm_start={
         "snapshot": "snap:0123456789abcdef", "hold_actor_iterations": 1}))
     c, adv = choice_rectangle(held)
     sched = {"gamma": 0.99, "ent_coef": 0.01, "ent_coef_noop": 0.0}
     lr = [g["lr"] for g in held.parts.opt_actor.param_groups]
-    one = run_update(held, c.rect, adv, iteration=1, sched=sched, inference_precision=None).stats
+    one = run_update(held.train_context(), c.rect, adv, iteration=1, sched=sched, inference_precision=None).stats
     assert (one["ppo/actor_lr_multiplier"], one["ppo/actor_frozen"], one["ppo/update_magnitude_actor"]) == (0.0, 1.0, 0.0)
     assert one["ppo/update_magnitude_critic"] > 0.0
     assert [g["lr"] for g in held.parts.opt_actor.param_groups] == lr  # restored after the update
-    two = run_update(held, c.rect, adv, iteration=2, sched=sched, inference_precision=None).stats
+    two = run_update(held.train_context(), c.rect, adv, iteration=2, sched=sched, inference_precision=None).stats
     assert (two["ppo/actor_lr_multiplier"], two["ppo/actor_frozen"]) == (1.0, 0.0)
     assert two["ppo/update_magnitude_actor"] > 0.0
     plain = build_learner(str(tmp_path), tiny_config(run_name="plain-update"))  # its own cached model: it trains
     c, adv = choice_rectangle(plain)
-    stats = run_update(plain, c.rect, adv, iteration=1, sched=sched, inference_precision=None).stats
+    stats = run_update(plain.train_context(), c.rect, adv, iteration=1, sched=sched, inference_precision=None).stats
     assert stats["ppo/update_magnitude_actor"] > 0.0
     assert not [k for k in stats if k.startswith(("imitation/", "ext/")) or k in ("ppo/actor_lr_multiplier", "ppo/actor_frozen")]
 
