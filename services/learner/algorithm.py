@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     import torch
 
     from services.learner.advantages import Advantages
-    from services.learner.checkpointing import Component
-    from services.learner.collection import Collected
+    from services.learner.checkpoint_types import Component
+    from services.learner.collected import Collected
     from services.learner.frame_history import FrameHistory, NoFrameHistory
     from services.learner.lr_backoff import LrBackoff
     from services.learner.returns import ReturnScaler

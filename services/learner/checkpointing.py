@@ -52,17 +52,15 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
 
 from services.learner import battle_states, extension_hooks, frame_history
+from services.learner.checkpoint_types import CheckpointMeta, Component, Counters, ResumeRefused, Snapshot
 from services.learner.metric_log import described, state_digests_of  # noqa: F401 - described: the resume's check, importable here
 from shared import transport
-from shared.config import RunConfig
-from shared.identity import RunIdentity
 from shared.messages import CodecTable, SaveCheckpoint, Saved
 from shared.nn.statefiles import (
     bytes_to_module, bytes_to_optimizer, module_to_bytes, optimizer_to_bytes, set_torch_rng_state,
@@ -77,34 +75,9 @@ STATE_FILES = ("actor/", "critic/", "optimizers/", "update_state/")
 algorithm's own components add theirs (``Component.state``)."""
 ROW_FILE = "metric_row/row.json"
 
-
-class Counters(msgspec.Struct, forbid_unknown_fields=True):
-    iteration: int
-    timesteps: int
-    env_steps: int
-    episodes: int
-
-
-class CheckpointMeta(msgspec.Struct, forbid_unknown_fields=True):
-    """What the checkpoint service embeds in the manifest verbatim."""
-
-    iteration: int
-    run_id: str
-    state_digest: str
-    counters: Counters
-    identity: RunIdentity
-    config: RunConfig
-
-
-class Snapshot(msgspec.Struct):
-    iteration: int
-    files: dict[str, bytes]
-    meta: bytes
-    state_digest: str
-
-
-class ResumeRefused(RuntimeError):
-    pass
+__all__ = ["COMPONENTS", "CheckpointMeta", "Component", "Counters", "ROW_FILE", "ResumeRefused", "STATE_FILES",
+           "Snapshot", "attach_row", "capture", "components_of", "described", "missing_row", "restore",
+           "save_checkpoint", "state_digest"]
 
 
 def state_digest(files: dict[str, bytes], prefixes: tuple[str, ...] = STATE_FILES) -> str:
@@ -115,27 +88,6 @@ def state_digest(files: dict[str, bytes], prefixes: tuple[str, ...] = STATE_FILE
         if name.startswith(prefixes):
             h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
     return h.hexdigest()[:16]
-
-
-Save = Callable[["LearnerParts", "IterationState"], dict]
-Load = Callable[["LearnerParts", "IterationState", dict], None]
-
-
-class Component:
-    """One folder of a checkpoint: its files, and the pair of functions that write and read
-    them (``save(parts, state) -> files``, ``load(parts, state, files)``). Adding state to a
-    checkpoint is adding a Component to COMPONENTS, or, for one algorithm's state, to its
-    ``components`` (``algorithm.Algorithm``)."""
-
-    def __init__(self, name: str, files: tuple[str, ...], save: Save, load: Load, optional: bool = False,
-                 state: bool = False, owner: str = ""):
-        self.name, self.files, self.save, self.load = name, files, save, load
-        self.optional = optional
-        """A checkpoint written before the component existed lacks it and still resumes."""
-        self.state = state
-        """Its files describe the trainable state (counted in ``state_digest``)."""
-        self.owner = owner
-        """The ``learner.algorithm`` whose component it is ("": every run's)."""
 
 
 def _json(value) -> bytes:

@@ -1,6 +1,6 @@
 """Steps 1-2 of an iteration (docs/iteration.md): the boundary and the collection with central inference, as one
-unit (``collect_iteration``) that returns a ``Collected``: everything the value pass, the
-update and the row read about the rectangle.
+unit (``collect_iteration``) that returns a ``Collected`` (``collected.py``): everything the
+value pass, the update and the row read about the rectangle.
 
 The rounds themselves (filing, inference, Steps, lost shards) are ``services/learner/rounds.py``;
 the boundary (rollouts, slot map, plan) is ``services/learner/boundary.py``.
@@ -9,14 +9,11 @@ the boundary (rollouts, slot map, plan) is ``services/learner/boundary.py``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from services.learner.boundary import send_plans, wait_for_rollouts
-from services.learner.fleet import SlotMap
-from services.learner.frozen import FrozenCounts
+from services.learner.collected import Collected
 from services.learner.rectangle import Rectangle
-from services.learner.rounds import CollectStats
 from shared.config import RunConfig
 from shared.schedules import value_at
 
@@ -32,34 +29,6 @@ def evaluate_schedules(cfg: RunConfig, env_steps: int) -> dict[str, float]:
         "ent_coef": value_at(cfg.ppo.ent_coef, env_steps),
         "ent_coef_noop": value_at(cfg.ppo.ent_coef_noop, env_steps),
     }
-
-
-@dataclass
-class Collected:
-    """One iteration's collected rectangle and what happened while collecting it."""
-
-    iteration: int
-    sched: dict
-    """``evaluate_schedules`` at the env steps the iteration started from."""
-    members: list
-    slot_map: SlotMap
-    T: int
-    learner_rows: int
-    roles: list
-    rect: Rectangle
-    stats: CollectStats
-    seconds: float
-    """Wall seconds of the collection (the rounds, not the boundary)."""
-    inference_precision: str | None
-    t_start: float
-    """``time.perf_counter()`` when the boundary began (``time/iteration`` runs from it)."""
-    policy: object = None
-    """What inferred the rounds: a ``Policy``, or an ``overlap.BehaviourPolicy``."""
-    frozen_counts: FrozenCounts | None = None
-    """The frozen actors' load counts when the collection ended (``frozen_metrics``), before
-    an overlapped boundary resets them."""
-    ordinals: dict | None = None
-    """Each battle's episode ordinal at the end of the collection (the checkpoint's)."""
 
 
 def collect_iteration(parts: LearnerParts, state: IterationState, min_rollouts: int, iteration: int, env_steps: int,

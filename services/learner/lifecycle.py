@@ -107,7 +107,7 @@ def operator_halt(parts: LearnerParts, state: IterationState) -> int:
 
 def shutdown(parts: LearnerParts, state: IterationState, save: bool = True) -> None:
     """Close the learner (module docstring); ``save`` False after failed saves (``SaveHalt``)."""
-    from services.learner.overlap import count_untrained, join_overlap
+    from services.learner.overlap_steps import count_untrained, join_overlap
 
     state.closed = True
     if state.overlapped is not None:  # stop it (it owns the socket) and count what it collected

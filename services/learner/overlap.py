@@ -31,7 +31,9 @@ import numpy as np
 from services.learner.stops import StopRequested
 
 if TYPE_CHECKING:
-    from services.learner.parts import IterationState, LearnerParts, RunOptions
+    from collections.abc import Callable
+
+    from services.learner.collected import Collected
 
 
 def behaviour_snapshot(model):
@@ -98,25 +100,26 @@ class OverlappedCollection:
     answered or not), then the boundary and the rounds. ``join`` returns the ``Collected``
     (None when a stop ended it before a rectangle existed) and restores the torch threads."""
 
-    def __init__(self, parts: LearnerParts, state: IterationState, min_rollouts: int, iteration: int, env_steps: int,
-                 behaviour: BehaviourPolicy, previous_members: list, previous_iteration: int):
+    def __init__(self, iteration: int, behaviour: BehaviourPolicy, torch_threads: int, gather: Callable[[], object],
+                 collect: Callable[[], Collected]):
+        """``gather``: the previous iteration's battle states gathered over the rollouts'
+        socket; ``collect``: the boundary and rounds of ``iteration`` (``collect_iteration``),
+        both run in the thread, which alone uses the socket until ``join``; ``torch_threads``:
+        the intra-op threads while it runs (``overlap_threads``)."""
         import torch
-
-        from services.learner.collection import collect_iteration
 
         self.iteration, self.behaviour = iteration, behaviour
         self.states_gathered = threading.Event()
-        self.result = None
+        self.result: Collected | None = None
         self.error: BaseException | None = None
         self.threads_before = torch.get_num_threads()
-        torch.set_num_threads(overlap_threads(parts.cfg))
+        torch.set_num_threads(torch_threads)
 
         def run():
             try:
-                parts.battle_states.gather(parts.collector, previous_members, previous_iteration,
-                                           parts.cfg.rollout.round_timeout_s)
+                gather()
                 self.states_gathered.set()
-                self.result = collect_iteration(parts, state, min_rollouts, iteration, env_steps, behaviour)
+                self.result = collect()
             except StopRequested:
                 pass
             except BaseException as exc:  # re-raised in the main thread by join
@@ -127,7 +130,7 @@ class OverlappedCollection:
         self.thread = threading.Thread(target=run, name=f"collect-{iteration}", daemon=True)
         self.thread.start()
 
-    def join(self):
+    def join(self) -> Collected | None:
         import torch
 
         self.thread.join()
@@ -175,44 +178,3 @@ def first_batch(n_rows: int, batch_size: int, epoch0) -> np.ndarray:
     """The rows of the update's first optimizer batch: epoch 0's permutation cut as
     ``ppo_update`` cuts it (``np.array_split`` into max(1, n_rows // batch_size) batches)."""
     return np.array_split(epoch0.permutation(n_rows), max(1, n_rows // batch_size))[0]
-
-
-# ------------------------------------------------------------------ the learner's side
-
-def start_overlap(parts: LearnerParts, state: IterationState, options: RunOptions, c) -> BehaviourPolicy | None:
-    """Start iteration ``c.iteration + 1``'s collection (``state.overlapped``) with a behaviour
-    snapshot of the actor as it is now, before update ``c.iteration``; returns the behaviour
-    policy, to switch to the updated actor once the update is done. None when overlap is off or
-    no further iteration is wanted (``--iterations`` or ``timestep_limit`` reached by this
-    update)."""
-    from shared.nn.policy import Policy
-
-    cfg = parts.cfg
-    if not cfg.rollout.overlap or (0 < options.iterations_limit <= c.iteration):
-        return None
-    if 0 < cfg.timestep_limit <= state.timesteps + int(np.count_nonzero(c.rect.trainable())):
-        return None
-    behaviour = BehaviourPolicy(Policy(behaviour_snapshot(parts.model), parts.pf.codec, parts.device), lag=1)
-    state.overlapped = OverlappedCollection(parts, state, options.min_rollouts, c.iteration + 1,
-                                            state.env_steps + c.stats.env_steps, behaviour, c.members, c.iteration)
-    return behaviour
-
-
-def join_overlap(state: IterationState):
-    """The overlapped collection's ``Collected`` (None when a stop ended it before it had a
-    rectangle); ``state.overlapped`` is None again and the torch threads are the run's."""
-    overlapped, state.overlapped = state.overlapped, None
-    return overlapped.join() if overlapped is not None else None
-
-
-def count_untrained(parts: LearnerParts, state: IterationState, collected, why: str = "collected under overlap") -> None:
-    """Count the rows of ``collected`` that nothing will train (a stop): rows an overlapped
-    collection inferred, or (``why`` says so) the rows of an update the stop abandoned.
-    ``state.untrained_rows``, ``royalefleet_learner_untrained_rows_total`` and one log line."""
-    n = untrained_rows(collected)
-    if n:
-        state.untrained_rows += n
-        parts.metrics.untrained_rows.inc(n)
-        parts.say(f"learner: {n} rows of iteration {collected.iteration} {why} are not trained "
-                    f"(the run stops at iteration {state.iteration}); counted in "
-                    "royalefleet_learner_untrained_rows_total")

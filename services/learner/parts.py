@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # annotations only: importing this module builds nothing and 
 
     from services.learner.alarms import AlarmMonitor
     from services.learner.battle_states import BattleStateBook
-    from services.learner.checkpointing import Snapshot
+    from services.learner.checkpoint_types import Snapshot
     from services.learner.rounds import Collector
     from services.learner.curves import TensorBoardCurves
     from services.learner.algorithm import Algorithm

@@ -20,7 +20,7 @@ from services.learner.stops import AlarmHalt, SaveHalt
 from shared.config import dump_config
 
 if TYPE_CHECKING:
-    from services.learner.collection import Collected
+    from services.learner.collected import Collected
     from services.learner.parts import IterationState, LearnerParts
 
 

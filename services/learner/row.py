@@ -20,7 +20,7 @@ from services.learner.measures import (
 
 if TYPE_CHECKING:
     from services.learner.algorithm import RowKeys, TrainResult
-    from services.learner.collection import Collected
+    from services.learner.collected import Collected
     from services.learner.parts import IterationState, LearnerParts
 
 

@@ -29,10 +29,11 @@ from __future__ import annotations
 from services.learner import lifecycle, startup
 from services.learner.algorithm import TrainContext, TrainResult
 from services.learner.boundary import JOIN_WAIT_S, STARTUP_WAIT_S
-from services.learner.collection import Collected, collect_iteration, evaluate_schedules
+from services.learner.collected import Collected
+from services.learner.collection import collect_iteration, evaluate_schedules
 from services.learner.determinism import DeterminismError, apply_determinism
 from services.learner.measures import progress_line
-from services.learner.overlap import count_untrained, join_overlap, start_overlap
+from services.learner.overlap_steps import count_untrained, join_overlap, start_overlap
 from services.learner.parts import IterationState, LearnerParts, RunOptions, Say
 from services.learner.pool_client import strength_due
 from services.learner.publish import publish

@@ -37,7 +37,7 @@ from shared.seeding import stream
 
 if TYPE_CHECKING:
     from services.learner.algorithm import AlgorithmParts, TrainContext
-    from services.learner.collection import Collected
+    from services.learner.collected import Collected
     from services.learner.rectangle import Rectangle
 
 

@@ -35,7 +35,7 @@ import torch
 
 from services.learner.advantages import Advantages
 from services.learner.algorithm import RowKeys, TrainResult, UpdateResult
-from services.learner.checkpointing import Component
+from services.learner.checkpoint_types import Component
 from services.learner.dqn.behaviour import EPISODE_KEYS, MEAN_HEAD, DqnBehaviour, bootstrap_masks, epsilon
 from services.learner.dqn.network import make_target
 from services.learner.dqn.pointer_q import PointerQ, played_actor
@@ -49,7 +49,7 @@ from shared.seeding import stream
 
 if TYPE_CHECKING:
     from services.learner.algorithm import AlgorithmParts, TrainContext
-    from services.learner.collection import Collected
+    from services.learner.collected import Collected
     from shared.nn.policy import Policy
 
 STATE_FILES = ("dqn/online.safetensors", "dqn/target.safetensors", "dqn/optimizer.safetensors", "dqn/optimizer.json",
