@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from services.learner.fleet import SlotMap
 from services.learner.frozen import FrozenCounts
 from services.learner.rectangle import Rectangle
-from services.learner.rounds import CollectStats
+from services.learner.rounds import CollectionStats
 
 
 @dataclass
@@ -24,7 +24,7 @@ class Collected:
     learner_rows: int
     roles: list
     rect: Rectangle
-    stats: CollectStats
+    stats: CollectionStats
     seconds: float
     """Wall seconds of the collection (the rounds, not the boundary)."""
     inference_precision: str | None

@@ -3,7 +3,7 @@ small view of a running collection it may use.
 
 The collection (``rounds.CollectionRun``) files rounds, infers the learner's rows and sends each
 round its Step for every algorithm alike. An algorithm that asks the rollouts for more (the
-AlphaZero learner's search: ``alphazero/hooks.py``) does it through ``RoundHooks``:
+AlphaZero learner's search: ``alphazero/rounds.py``) does it through ``RoundHooks``:
 
 * ``step_arrays``: extra arrays of a Step (the search's candidates), from the rows just inferred;
 * ``round_arrived`` and ``step_closed``: what the next round reports back (the search's cost,

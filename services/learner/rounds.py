@@ -51,7 +51,13 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class CollectStats:
+class CollectionStats:
+    """What happened during one ``CollectionRun`` (its counts and times), read by the row.
+
+    The collection's names, by role: ``collect_iteration`` does steps 1-2; the ``Collector``
+    holds the rollouts' socket for the whole run; a ``CollectionRun`` is one iteration's rounds,
+    counted in its ``CollectionStats``; ``Collected`` is what the training and the row get."""
+
     rounds: int = 0
     inference_seconds: float = 0.0
     wait_seconds: float = 0.0
@@ -249,7 +255,7 @@ class Collector:
     # ------------------------------------------------------------------ one iteration
 
     def collect(self, iteration: int, members: list[Member], slot_map: SlotMap, rect: Rectangle, policy,
-                master_seed: int, round_timeout_s: float, frozen=None) -> CollectStats:
+                master_seed: int, round_timeout_s: float, frozen=None) -> CollectionStats:
         """Fill ``rect``; returns what happened (``CollectionRun``). Rollouts that are not
         ``fresh`` have their cycle-0 round held from the previous iteration. ``frozen`` (a
         ``services.learner.frozen.FrozenActors``) plays the GROUP_FROZEN slots; without it they
@@ -331,7 +337,7 @@ class CollectionRun:
                  rect: Rectangle, policy, master_seed: int, round_timeout_s: float, frozen=None):
         self.collector, self.iteration, self.slot_map, self.rect = collector, iteration, slot_map, rect
         self.policy, self.master_seed, self.round_timeout_s, self.frozen = policy, master_seed, round_timeout_s, frozen
-        self.stats = CollectStats()
+        self.stats = CollectionStats()
         hooks = collector.round_hooks
         view = RunView(self)
         self.on_mid_step = None if hooks is None else (lambda m, body, arrays: hooks.on_query(view, m, body, arrays))
@@ -368,8 +374,8 @@ class CollectionRun:
 
     # ------------------------------------------------------------------ the loop
 
-    def run(self) -> CollectStats:
-        """Collect the iteration (class docstring); returns its ``CollectStats``."""
+    def run(self) -> CollectionStats:
+        """Collect the iteration (class docstring); returns its ``CollectionStats``."""
         c, fh = self.collector, self.frame_history
         c.provenance.begin(self.iteration, self.policy.model.actor)
         if fh is not None:

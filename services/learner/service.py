@@ -4,8 +4,8 @@ The learner reads as the steps of docs/iteration.md, one module each; ``Learner.
 and ``train_and_report`` below call them in order (the numbers are the document's):
 
 1-2. the boundary and the collection with central inference (``collection.collect_iteration``:
-     ``boundary.py`` takes the rollouts registered now, derives the rectangle, asks the ladder
-     for the plan and sends it; ``rounds.py`` files the rounds and answers them, with the
+     it takes the rollouts registered now, derives the rectangle, asks the ladder for the plan
+     and sends it; ``rounds.py`` files the rounds and answers them, with the
      algorithm's behaviour and round hooks), or the collection an overlapped thread ran during
      the previous update (``overlap.py``);
 3-5. the algorithm's training (``parts.algorithm.train``: ``ppo/learner.py``, ``dqn/learner.py``,
@@ -28,9 +28,8 @@ from __future__ import annotations
 
 from services.learner import lifecycle, startup
 from services.learner.algorithm import TrainContext, TrainResult
-from services.learner.boundary import JOIN_WAIT_S, STARTUP_WAIT_S
 from services.learner.collected import Collected
-from services.learner.collection import collect_iteration, evaluate_schedules
+from services.learner.collection import JOIN_WAIT_S, STARTUP_WAIT_S, collect_iteration, evaluate_schedules
 from services.learner.determinism import DeterminismError, apply_determinism
 from services.learner.measures import progress_line
 from services.learner.overlap_steps import count_untrained, join_overlap, start_overlap

@@ -28,7 +28,7 @@ import numpy as np
 from services.learner.advantages import Advantages, values_and_advantages
 from services.learner.algorithm import RowKeys, TrainResult, UpdateResult
 from services.learner.alphazero.book import SearchBook
-from services.learner.alphazero.hooks import SearchRounds
+from services.learner.alphazero.rounds import SearchRounds
 from services.learner.alphazero.update import az_update
 from services.learner.stops import StopRequested
 from shared.batches import AlphaZeroBatch, PackedObs
@@ -68,7 +68,7 @@ def az_batch(rect: Rectangle, adv: Advantages, book: SearchBook, n_actions: int)
 class AlphaZeroAlgorithm:
     """AlphaZero behind the learner's algorithm boundary (``algorithm.Algorithm``; module
     docstring), registered as ``learner.algorithm = "alphazero"``. Its round hooks
-    (``hooks.SearchRounds``) name the candidates, keep the targets and answer the mid-step
+    (``rounds.SearchRounds``) name the candidates, keep the targets and answer the mid-step
     questions; its state is the generic checkpoint's (no components of its own)."""
 
     name = "alphazero"

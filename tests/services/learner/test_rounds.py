@@ -15,7 +15,7 @@ from services.learner.rounds import Arrival, CollectionRun, Collector, FiledRoun
 from services.learner.fleet import Fleet, Member
 from services.learner.rectangle import Rectangle
 from services.learner.alphazero.book import SearchBook
-from services.learner.alphazero.hooks import SearchRounds
+from services.learner.alphazero.rounds import SearchRounds
 from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, EngineBuild, LeafQuery, LeafValues, Round, Step
 from shared.seeding import stream
 

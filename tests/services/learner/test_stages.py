@@ -12,9 +12,9 @@ import msgspec
 import numpy as np
 import pytest
 
-from services.learner import boundary, lifecycle, startup
+from services.learner import collection, lifecycle, startup
 from services.learner.advantages import Advantages
-from services.learner.rounds import CollectStats
+from services.learner.rounds import CollectionStats
 from services.learner.collection import Collected, collect_iteration
 from services.learner.fleet import Member, SlotMap
 from services.learner.frozen import FrozenCounts
@@ -38,7 +38,7 @@ def collected(learner, *, iteration: int = 1, env_steps: int = 4) -> Collected:
     rect = Rectangle.for_codec(T, 2, learner.parts.pf.codec)
     rect.group[:, 0], rect.group[:, 1] = GROUP_LEARNER, GROUP_SCRIPTED
     rect.acted[:T, 0] = True
-    stats = CollectStats(rounds=T + 1, inference_seconds=0.25, env_steps=env_steps)
+    stats = CollectionStats(rounds=T + 1, inference_seconds=0.25, env_steps=env_steps)
     return Collected(iteration, {"gamma": 0.99, "ent_coef": 0.01, "ent_coef_noop": 0.0}, [],
                      SlotMap(1, np.array([0]), {("a", 0): np.array([0, 1])}), T, 1, [], rect, stats, 2.0, None,
                      time.perf_counter() - 3.0, None, FrozenCounts(1, 2, 0, ["s1"]), {0: 0})
@@ -177,7 +177,7 @@ def test_the_boundary_waits_for_a_ready_rollout_and_a_stop_ends_the_wait(tmp_pat
     m = ready_member(learner)
     def wait():
         p = learner.parts
-        return boundary.wait_for_rollouts(p.collector, learner.state, min_rollouts=1, round_timeout_s=5.0,
+        return collection.wait_for_rollouts(p.collector, learner.state, min_rollouts=1, round_timeout_s=5.0,
                                           forgotten=p.metrics.rollouts_forgotten, say=p.say)
 
     assert wait() == [m] and m.battle_ids == [0]
@@ -201,7 +201,7 @@ def test_send_plans_sends_each_member_its_plan_from_the_ladders_reply(tmp_path):
         return PlanReply(request_id=req.request_id, assignments=[], role_counts=[1, 0])
 
     learner.parts.pool.request_plan = request_plan
-    T_, rows, roles = boundary.send_plans(learner.parts, members, slot_map, 0.99, 1)
+    T_, rows, roles = collection.send_plans(learner.parts, members, slot_map, 0.99, 1)
     assert (asked[0].iteration, asked[0].n_battles, asked[0].battles) == (1, 1, [0])
     assert [(i, type(p)) for i, p in sent] == [(b"id-a", Plan)]
     plan = sent[0][1]
@@ -222,7 +222,7 @@ def test_collect_iteration_returns_the_boundarys_and_the_collections_record(tmp_
 
     def collect(iteration, members, slot_map, rect, policy, master_seed, round_timeout_s, frozen=None):
         seen.append((iteration, [m.instance for m in members], rect.T, master_seed))
-        return CollectStats(env_steps=3)
+        return CollectionStats(env_steps=3)
 
     c.collect = collect
     got = collect_iteration(learner.parts, learner.state, 1, 5, 0, learner.parts.policy)

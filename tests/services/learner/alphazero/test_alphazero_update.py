@@ -122,6 +122,29 @@ def test_gumbel_candidates_are_the_top_k_of_the_keys_with_the_no_op():
     assert gumbel_candidates(np.array([0.0, -np.inf]), 8, rng)[0].tolist() == [0]
 
 
+def test_the_books_candidates_are_the_searchs_gumbel_top_k_over_many_priors():
+    """One Gumbel-top-k (issue 36): over 500 random priors (illegal actions among them, the no-op
+    legal or not), k and seeds, the book's candidates are ``shared.search.lookahead``'s draw on
+    the same stream with the no-op put last when legal and not drawn, and each key is the
+    candidate's log prior plus its Gumbel noise."""
+    from shared.search.lookahead import gumbel_top_k
+
+    r = np.random.default_rng(36)
+    for _ in range(500):
+        A, k, seed = int(r.integers(1, 12)), int(r.integers(1, 6)), int(r.integers(2**31))
+        legal = r.random(A) < 0.6
+        legal[0] = r.random() < 0.9
+        legal[int(r.integers(A))] = True
+        lp = np.full(A, -np.inf)
+        lp[legal] = np.log(r.dirichlet(np.ones(int(legal.sum()))))
+        cand, keys = gumbel_candidates(lp, k, np.random.default_rng(seed))
+        drawn = gumbel_top_k(lp, k, np.random.default_rng(seed)).tolist()
+        want = drawn if 0 in drawn or not legal[0] else drawn[: k - 1] + [0]
+        assert cand.tolist() == want
+        g = np.random.default_rng(seed).gumbel(size=int(legal.sum()))
+        np.testing.assert_array_equal(keys, lp[cand] + g[np.searchsorted(np.flatnonzero(legal), cand)])
+
+
 def test_the_book_proposes_candidates_and_completes_the_target_when_the_scores_arrive():
     book = SearchBook(c_scale=0.1, candidates=2, master_seed=9)
     learner, local = np.array([40, 41]), np.array([0, 1])  # a mirror battle's two seats

@@ -1,4 +1,10 @@
-"""The learner's answers in the middle of a searched step (docs/protocol.md, "A rollout's life",
+"""The AlphaZero learner's part in the rounds (``round_hooks.RoundHooks``): ``SearchRounds``
+puts the search's candidates in each Step (``SearchBook.propose``), takes the scores and moves
+the next round reports (``SearchBook.complete``) and the rollout's search costs
+(``SearchBook.count_round``), and answers the questions asked in the middle of a searched step
+(``MidStepAnswers``, below).
+
+The learner's answers in the middle of a searched step (docs/protocol.md, "A rollout's life",
 step 4): the rollout, between the Step of cycle t and its round, asks for
 
 * ``LeafQuery`` -> ``LeafValues``: its search's leaves valued by the live critic
@@ -17,8 +23,8 @@ by reason) and not answered: the rollout gives up after ``rollout.round_timeout_
 A query asks at most what its step allows: one row for each simulation the Step started (its
 searched slots x their candidates, ``SearchRounds.step_arrays`` records them), a ``LeafQuery``
 one leaf of each, a ``SimActQuery`` one decision of each. A larger one is refused unread (reason
-``query_size``, its sizes named), so only the message limit no longer bounds the forward a
-rollout can make the learner run.
+``query_size``, its sizes named): the forward a rollout can make the learner run is bounded by
+its step, no longer only by the message limit.
 
 The answers see the collection only through ``round_hooks.CollectionView``.
 """
@@ -36,6 +42,7 @@ if TYPE_CHECKING:
     from services.learner.alphazero.book import SearchBook
     from services.learner.fleet import Member
     from services.learner.round_hooks import CollectionView
+    from shared.messages import Round
 
 
 class MidStepAnswers:
@@ -119,3 +126,29 @@ class MidStepAnswers:
         else:  # the episode's pool snapshot, as it plays the frozen seat (its no-op counted apart)
             actions = view.play_frozen(body.battle, body.ordinal, rows, n_legal, uniforms)
         return np.asarray(actions, np.int16)
+
+
+class SearchRounds:
+    """``RoundHooks`` over one run's ``SearchBook`` (module docstring)."""
+
+    def __init__(self, book: SearchBook):
+        self.book = book
+        self.answers = MidStepAnswers(book)
+
+    def step_arrays(self, policy, iteration: int, cycle: int, member: Member, shard: int, learner: np.ndarray,
+                    local: np.ndarray, rows: np.ndarray, n_legal: np.ndarray) -> dict[str, np.ndarray]:
+        """The choice rows' candidates (``SearchBook.propose``); records how many simulations
+        the Step starts, the bound of its mid-step queries."""
+        out = self.book.propose(policy, iteration, cycle, learner, local, rows, n_legal)
+        simulations = int(np.count_nonzero(out["search_candidates"] >= 0)) if out else 0
+        self.answers.step_sent(member, shard, iteration, cycle, simulations)
+        return out
+
+    def round_arrived(self, body: Round) -> None:
+        self.book.count_round(body)
+
+    def step_closed(self, cycle: int, slots: np.ndarray, candidates, q, moves) -> list[tuple[int, int, float]]:
+        return self.book.complete(cycle, slots, candidates, q, moves)
+
+    def on_query(self, view: CollectionView, member: Member, body: LeafQuery | SimActQuery, arrays: dict) -> None:
+        self.answers.on_query(view, member, body, arrays)
