@@ -107,12 +107,10 @@ def operator_halt(parts: LearnerParts, state: IterationState) -> int:
 
 def shutdown(parts: LearnerParts, state: IterationState, save: bool = True) -> None:
     """Close the learner (module docstring); ``save`` False after failed saves (``SaveHalt``)."""
-    from services.learner.overlap_steps import count_untrained, join_overlap
+    from services.learner.overlap_steps import stop_collection
 
     state.closed = True
-    if state.overlapped is not None:  # stop it (it owns the socket) and count what it collected
-        parts.collector.stop_requested = True
-        count_untrained(parts, state, join_overlap(state))
+    stop_collection(parts, state)  # a collection running beside: stopped, its rows counted
     if parts.halt_endpoint is not None:
         parts.halt_endpoint.close()
     if parts.viser_status is not None:

@@ -93,6 +93,31 @@ class LockedClient:
         return getattr(self._client, name)
 
 
+class InlineCollection:
+    """The next collection runs on the main thread, after the update (``rollout.overlap`` off,
+    or none started): the main thread owns the rollouts' socket. ``OverlappedCollection`` is the
+    other owner; ``IterationState.collection`` holds one or the other, and every caller asks it
+    rather than checking which."""
+
+    def gather_states(self, gather: Callable[[], object], timeout_s: float) -> None:
+        """The previous iteration's battle states: gathered here, now."""
+        gather()
+
+    def collected(self, collect: Callable[[], Collected | None]) -> Collected | None:
+        """The next iteration's ``Collected``: collected here, now."""
+        return collect()
+
+    def stop(self, collector) -> None:
+        """Nothing runs beside the main thread: nothing to stop."""
+
+    def untrained(self, collected: Collected | None) -> Collected | None:
+        """A stop's untrained rows of ``collected``: none counted (nothing inferred them ahead)."""
+        return None
+
+
+INLINE = InlineCollection()
+
+
 class OverlappedCollection:
     """Iteration ``iteration``'s collection in a thread, started before the previous update.
 
@@ -138,6 +163,23 @@ class OverlappedCollection:
         if self.error is not None:
             raise self.error
         return self.result
+
+    def gather_states(self, gather: Callable[[], object], timeout_s: float) -> None:
+        """The previous iteration's battle states: the thread owns the socket and gathers them;
+        wait (at most ``timeout_s``) until it has."""
+        self.states_gathered.wait(timeout_s)
+
+    def collected(self, collect: Callable[[], Collected | None]) -> Collected | None:
+        """The thread's ``Collected`` (``join``); ``collect`` is not called."""
+        return self.join()
+
+    def stop(self, collector) -> None:
+        """End the thread's collection at its next round (``collector.stop_requested``)."""
+        collector.stop_requested = True
+
+    def untrained(self, collected: Collected | None) -> Collected | None:
+        """A stop's untrained rows: every row the thread inferred (``collected``, counted)."""
+        return collected
 
 
 def untrained_rows(collected) -> int:

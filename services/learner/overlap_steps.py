@@ -9,16 +9,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from services.learner.collection import collect_iteration
-from services.learner.overlap import (BehaviourPolicy, OverlappedCollection, behaviour_snapshot, overlap_threads,
-                                      untrained_rows)
+from services.learner.overlap import (INLINE, BehaviourPolicy, OverlappedCollection, behaviour_snapshot,
+                                      overlap_threads, untrained_rows)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from services.learner.collected import Collected
     from services.learner.parts import IterationState, LearnerParts, RunOptions
 
 
 def start_overlap(parts: LearnerParts, state: IterationState, options: RunOptions, c: Collected) -> BehaviourPolicy | None:
-    """Start iteration ``c.iteration + 1``'s collection (``state.overlapped``) with a behaviour
+    """Start iteration ``c.iteration + 1``'s collection (``state.collection``) with a behaviour
     snapshot of the actor as it is now, before update ``c.iteration``; returns the behaviour
     policy, to switch to the updated actor once the update is done. None when overlap is off or
     no further iteration is wanted (``--iterations`` or ``timestep_limit`` reached by this
@@ -33,18 +35,29 @@ def start_overlap(parts: LearnerParts, state: IterationState, options: RunOption
     behaviour = BehaviourPolicy(Policy(behaviour_snapshot(parts.model), parts.pf.codec, parts.device), lag=1)
     it, env_steps, members = c.iteration, state.env_steps + c.stats.env_steps, c.members
     timeout_s = cfg.rollout.round_timeout_s
-    state.overlapped = OverlappedCollection(
+    state.collection = OverlappedCollection(
         it + 1, behaviour, overlap_threads(cfg),
         gather=lambda: parts.battle_states.gather(parts.collector, members, it, timeout_s),
         collect=lambda: collect_iteration(parts, state, options.min_rollouts, it + 1, env_steps, behaviour))
     return behaviour
 
 
-def join_overlap(state: IterationState) -> Collected | None:
-    """The overlapped collection's ``Collected`` (None when a stop ended it before it had a
-    rectangle); ``state.overlapped`` is None again and the torch threads are the run's."""
-    overlapped, state.overlapped = state.overlapped, None
-    return overlapped.join() if overlapped is not None else None
+def take_collection(state: IterationState, collect: Callable[[], Collected]) -> tuple[Collected | None, Collected | None]:
+    """The next iteration's ``Collected`` from whoever owns the rollouts' socket
+    (``state.collection``: the overlapped thread, joined, or ``collect`` run here), and the
+    collection whose rows a stop leaves untrained (``count_untrained``); the main thread owns
+    the socket again."""
+    owner, state.collection = state.collection, INLINE
+    c = owner.collected(collect)
+    return c, owner.untrained(c)
+
+
+def stop_collection(parts: LearnerParts, state: IterationState) -> None:
+    """Stop a collection running beside the main thread and count the rows it inferred; the
+    main thread owns the socket again."""
+    owner, state.collection = state.collection, INLINE
+    owner.stop(parts.collector)
+    count_untrained(parts, state, owner.untrained(owner.collected(lambda: None)))  # inline: nothing to collect
 
 
 def count_untrained(parts: LearnerParts, state: IterationState, collected, why: str = "collected under overlap") -> None:

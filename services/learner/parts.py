@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # annotations only: importing this module builds nothing and 
     from services.learner.halt import HaltEndpoint
     from services.learner.lr_backoff import LrBackoff
     from services.learner.metrics import LearnerMetrics
-    from services.learner.overlap import LockedClient, OverlappedCollection
+    from services.learner.overlap import InlineCollection, LockedClient, OverlappedCollection
     from services.learner.pool_client import PoolClient
     from services.learner.returns import ReturnScaler
     from shared import transport
@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # annotations only: importing this module builds nothing and 
     from shared.preflight import Preflight
     from services.learner.viser_status import ViserStatus
 
+from services.learner.overlap import INLINE  # noqa: E402 - imports nothing of the learner's parts
 from shared.service_main import Say  # noqa: E402 - where the learner's lines go: one Say for every service
 
 
@@ -122,8 +123,9 @@ class IterationState:
     """Checkpoint saves failed in a row (``checkpointing.save_checkpoint``); ``checkpoint.max_failed_saves`` halts."""
     snapshot: Snapshot | None = None
     """The in-memory checkpoint of the state the last row describes."""
-    overlapped: OverlappedCollection | None = None
-    """The next iteration's collection, running while this one trains (``rollout.overlap``)."""
+    collection: InlineCollection | OverlappedCollection = INLINE
+    """Who owns the rollouts' socket for the next collection: the main thread (``INLINE``), or
+    the thread collecting it while this iteration trains (``rollout.overlap``)."""
     untrained_rows: int = 0
     """Rows overlapped collections inferred that nothing trained (``overlap.count_untrained``)."""
     halt_reason: str | None = None

@@ -34,10 +34,10 @@ def publish(parts: LearnerParts, state: IterationState, c: Collected, row: dict,
     parts.pool.deliver_episodes(reported, it)
     row["health/episodes_held"] = parts.pool.courier.held()
     row.update(parts.pool.status.poll())  # ladder/ keys; absent when the ladder does not answer
-    if state.overlapped is not None:  # the collection thread owns the socket and gathers them
-        state.overlapped.states_gathered.wait(cfg.rollout.round_timeout_s + 5.0)
-    else:
-        parts.battle_states.gather(parts.collector, c.members, it, cfg.rollout.round_timeout_s)
+    # whoever owns the rollouts' socket gathers them (an overlapped collection's thread, or here)
+    state.collection.gather_states(
+        lambda: parts.battle_states.gather(parts.collector, c.members, it, cfg.rollout.round_timeout_s),
+        cfg.rollout.round_timeout_s + 5.0)
     row.update(parts.battle_states.row_keys())
     state.boundary_ordinals = c.ordinals
     try:

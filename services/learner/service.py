@@ -32,7 +32,7 @@ from services.learner.collected import Collected
 from services.learner.collection import JOIN_WAIT_S, STARTUP_WAIT_S, collect_iteration, evaluate_schedules
 from services.learner.determinism import DeterminismError, apply_determinism
 from services.learner.measures import progress_line
-from services.learner.overlap_steps import count_untrained, join_overlap, start_overlap
+from services.learner.overlap_steps import count_untrained, start_overlap, take_collection
 from services.learner.parts import IterationState, LearnerParts, RunOptions, Say
 from services.learner.pool_client import strength_due
 from services.learner.publish import publish
@@ -94,17 +94,16 @@ class Learner:
         the rectangle collected while the previous iteration trained), 3-7 in ``train_and_report``.
         Raises StopRequested when a stop ended the collection (nothing trains on it)."""
         p, st = self.parts, self.state
-        overlapped = st.overlapped is not None
-        if overlapped:
-            c = join_overlap(st)
-        else:
+
+        def collect() -> Collected:
             behaviour = p.algorithm.behaviour(st.iteration + 1, p.policy, p.return_scaler.divisor())
-            c = collect_iteration(p, st, self.options.min_rollouts, st.iteration + 1, st.env_steps, behaviour)
+            return collect_iteration(p, st, self.options.min_rollouts, st.iteration + 1, st.env_steps, behaviour)
+
+        c, untrained = take_collection(st, collect)  # the overlapped thread's, or collected here
         if self.stopping or c is None:
-            if overlapped:
-                # every row it inferred goes untrained, lag 0 or 1 (after the update ended the
-                # live actor inferred the rest): counted, never silently dropped
-                count_untrained(p, st, c)
+            # an overlapped collection's rows go untrained, lag 0 or 1 (after the update ended
+            # the live actor inferred the rest): counted, never silently dropped
+            count_untrained(p, st, untrained)
             raise StopRequested
         return self.train_and_report(c)
 

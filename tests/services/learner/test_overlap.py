@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from services.learner.measures import overlap_rows_frac, policy_lag_metrics
+from services.learner.overlap import INLINE
 from services.learner.overlap import (
     BehaviourPolicy, behaviour_ratio_dev, behaviour_snapshot, first_batch, overlap_threads,
 )
@@ -185,4 +186,4 @@ def test_a_stop_that_abandons_the_update_counts_its_rows_and_re_raises():
     assert fake.state.untrained_rows == 4 + 15 and inc == [15]
     assert said == ["learner: 15 rows of iteration 3 whose update the stop abandoned are not trained (the run stops "
                     "at iteration 2); counted in royalefleet_learner_untrained_rows_total"]
-    assert fake.state.overlapped is None  # overlap off: nothing else was started
+    assert fake.state.collection is INLINE  # overlap off: nothing else was started
