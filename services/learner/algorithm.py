@@ -134,8 +134,10 @@ class Algorithm(Protocol):
         ...
 
     @property
-    def takes_extensions(self) -> bool:
-        """Whether the config's extension sections (hooks into the PPO update) may be used with it."""
+    def extension_hooks(self) -> frozenset[str]:
+        """The ``shared.learner_extension.LearnerExtension`` hooks it honours
+        (``extension_hooks.HOOKS``): an extension section that overrides another is refused
+        at start, naming the hook."""
         ...
 
     @property

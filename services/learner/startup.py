@@ -26,6 +26,7 @@ from typing import Any
 from services.learner.admission import HelloLimits
 from services.learner.battle_states import BattleStateBook
 from services.learner.determinism import apply_determinism
+from services.learner import extension_hooks
 from services.learner.extension_hooks import build_extensions
 from services.learner.fleet import Fleet
 from services.learner.fleet import IdleMeter
@@ -107,9 +108,11 @@ def build_model(cfg: RunConfig, runs_dir: str, say: Say) -> dict[str, Any]:
     policy = Policy(model, pf.codec, device)
     algorithm = build_algorithm(AlgorithmParts(cfg, pf, model, device, policy, say))  # services/learner/registry.py
     extensions = build_extensions(cfg.extensions)  # shared/learner_extension.py: the sections' learner hooks
-    if extensions and not algorithm.takes_extensions:
-        raise SystemExit(f"learner: the extension sections {sorted(cfg.extensions)} hook into the PPO update; "
-                         f"learner.algorithm is {cfg.learner.algorithm}: remove them or train with ppo")
+    unhonoured = extension_hooks.unhonoured(extensions, algorithm.extension_hooks)
+    if unhonoured:
+        raise SystemExit(f"learner: the extension sections {sorted(cfg.extensions)} hook into the PPO update "
+                         f"({', '.join(unhonoured)}), which learner.algorithm {cfg.learner.algorithm} does not run: "
+                         "remove them or train with ppo")
     return dict(device=device, run_dir=run_dir, pf=pf, codec_digest=codec_digest, identity=identity,
                 run_id=run_id(identity), model=model, opt_actor=opt_actor, opt_critic=opt_critic, policy=policy,
                 algorithm=algorithm, return_scaler=ReturnScaler(cfg.advantage.reward_clip),

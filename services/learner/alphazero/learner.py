@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from services.learner import extension_hooks
 from services.learner.advantages import Advantages, values_and_advantages
 from services.learner.algorithm import RowKeys, TrainResult, UpdateResult
 from services.learner.alphazero.book import SearchBook
@@ -72,7 +73,9 @@ class AlphaZeroAlgorithm:
     questions; its state is the generic checkpoint's (no components of its own)."""
 
     name = "alphazero"
-    takes_extensions = False
+    extension_hooks = frozenset({"fresh_start", "resumed", "actor_lr_multiplier", "state", "load_state"})
+    """A warm start from a clone (``warm_start``: the weights at a fresh start, the actor held
+    still for its first iterations); not the PPO actor-loss terms (imitation, KL anchor)."""
     components = ()
 
     def __init__(self, parts: AlgorithmParts):
@@ -116,7 +119,10 @@ class AlphaZeroAlgorithm:
             return stream(cfg.master_seed, "az/minibatch/iteration/{iteration}/epoch/{epoch}", iteration=c.iteration,
                           epoch=e)
 
-        stats = az_update(ctx.model, ctx.opt_actor, ctx.opt_critic, batch, fetch, cfg.ppo, epoch_rng, ctx.device)
+        exts = ctx.extensions  # the warm start's hold: the actor's learning rate times 0 for its iterations
+        lr_mult = extension_hooks.lr_multiplier(exts, c.iteration, ctx.env_steps) if exts else 1.0
+        with extension_hooks.scaled_lr(ctx.opt_actor, lr_mult):
+            stats = az_update(ctx.model, ctx.opt_actor, ctx.opt_critic, batch, fetch, cfg.ppo, epoch_rng, ctx.device)
         return TrainResult(adv, UpdateResult(len(batch), stats, time.perf_counter() - t0), search)
 
     def row_keys(self, collected: Collected, result: TrainResult, context: TrainContext) -> RowKeys:

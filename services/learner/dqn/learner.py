@@ -116,7 +116,7 @@ class DqnAlgorithm:
     registered as ``learner.algorithm = "dqn"``."""
 
     name = "dqn"
-    takes_extensions = False
+    extension_hooks: frozenset[str] = frozenset()
     round_hooks = None
 
     def __init__(self, parts: AlgorithmParts):

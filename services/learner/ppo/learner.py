@@ -105,7 +105,7 @@ class PpoAlgorithm:
     """PPO behind the learner's algorithm boundary (module docstring)."""
 
     name = "ppo"
-    takes_extensions = True
+    extension_hooks = frozenset(extension_hooks.HOOKS)
     round_hooks = None
     components = ()
 

@@ -342,3 +342,56 @@ def test_a_snapshot_without_probe_rows_and_a_clone_without_a_critic(tmp_path):
             assert torch.equal(w, critic[name]), name
     finally:
         learner.parts.model.actor.load_state_dict(actor)
+
+
+def test_alphazero_takes_a_warm_start_and_a_hook_its_update_does_not_run_is_refused_by_name(tmp_path):
+    """Issue 37 item 4: AlphaZero honours the warm start's hooks (the weights at a fresh start,
+    the actor's learning rate held at 0); the imitation anchor's actor-loss term, which only the
+    PPO update runs, is refused naming the hook, and DQN, which runs none, refuses the warm start."""
+    from services.learner import startup
+
+    warm = {"snapshot": "snap:0123456789abcdef", "hold_actor_iterations": 1}
+    parts = startup.build_model(tiny_config(run_name="az-warm", learner={"algorithm": "alphazero"}, warm_start=warm),
+                                str(tmp_path), lambda text: None)
+    assert parts["algorithm"].name == "alphazero" and [type(e).__name__ for e in parts["extensions"]] == ["WarmStart"]
+    with pytest.raises(SystemExit) as exc:
+        startup.build_model(tiny_config(run_name="az-anchor", learner={"algorithm": "alphazero"},
+                                        imitation={"reference": "snap:0123456789abcdef"}),
+                            str(tmp_path), lambda text: None)
+    assert str(exc.value) == ("learner: the extension sections ['imitation'] hook into the PPO update "
+                              "(KlAnchor.actor_loss, KlAnchor.end_update), which learner.algorithm alphazero does not "
+                              "run: remove them or train with ppo")
+    with pytest.raises(SystemExit) as exc:
+        startup.build_model(tiny_config(run_name="dqn-warm", learner={"algorithm": "dqn"}, warm_start=warm),
+                            str(tmp_path), lambda text: None)
+    assert "WarmStart.fresh_start, WarmStart.resumed, WarmStart.actor_lr_multiplier" in str(exc.value)
+
+
+def test_alphazero_holds_the_actor_still_for_the_warm_starts_iterations(tmp_path):
+    """warm_start.hold_actor_iterations 1 under AlphaZero: iteration 1's update moves the critic
+    and leaves every actor weight as it was (its learning rate times 0); iteration 2's moves it."""
+    import dataclasses
+
+    from services.learner.alphazero.book import SearchTarget
+    from tests.services.learner.test_stages import T
+
+    cfg = tiny_config(run_name="az-hold", learner={"algorithm": "alphazero"},
+                      warm_start={"snapshot": "snap:0123456789abcdef", "hold_actor_iterations": 1})
+    learner = build_learner(str(tmp_path), cfg)
+    az, model = learner.parts.algorithm, learner.parts.model
+    c, _ = choice_rectangle(learner)
+    c.rect.obs_valid[:, 0] = True  # both transitions of the learner's seat arrived
+    c.rect.step_valid[:, 0] = True
+    probs = np.zeros(40, np.float32)
+    probs[7] = 1.0  # the search's target: all on action 7 of the 40 legal
+    for t in range(T):
+        az.book.targets[(t, 0)] = SearchTarget(np.arange(40, dtype=np.int16), probs, 0.0, 1.0, True)
+    actor, critic = (copy.deepcopy(m.state_dict()) for m in (model.actor, model.critic))
+    lr = [g["lr"] for g in learner.parts.opt_actor.param_groups]
+    assert az.train(c, learner.train_context()).update.n_train == T
+    assert all(torch.equal(w, actor[n]) for n, w in model.actor.state_dict().items())
+    assert not all(torch.equal(w, critic[n]) for n, w in model.critic.state_dict().items())
+    assert [g["lr"] for g in learner.parts.opt_actor.param_groups] == lr  # restored after the update
+    az.train(dataclasses.replace(c, iteration=2), learner.train_context())
+    assert not all(torch.equal(w, actor[n]) for n, w in model.actor.state_dict().items())
+
