@@ -82,10 +82,11 @@ class RoundHooks(Protocol):
     """An algorithm's part in the rounds (module docstring)."""
 
     def step_arrays(self, policy, iteration: int, cycle: int, member: Member, shard: int, learner: np.ndarray,
-                    local: np.ndarray, rows: np.ndarray, n_legal: np.ndarray) -> dict[str, np.ndarray]:
+                    local: np.ndarray, rows: np.ndarray, n_legal: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
         """Extra arrays of the Step answering ``member``'s ``shard`` at ``cycle``: ``learner``
         (m,) its learner slots (global), ``local`` (m,) their indices in the round, ``rows``
-        (m, row_bytes) and ``n_legal`` (m,) theirs. Empty dict: none."""
+        (m, row_bytes), ``n_legal`` (m,) and ``actions`` (m,) (what central inference sampled)
+        theirs. Empty dict: none."""
         ...
 
     def round_arrived(self, body: Round) -> None:

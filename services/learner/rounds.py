@@ -574,7 +574,7 @@ class CollectionRun:
         if c.round_hooks is not None:  # alphazero: the choice rows' candidates for the rollout's search
             search = c.round_hooks.step_arrays(self.policy, self.iteration, cycle, r.member, r.body.shard, learner,
                                                np.flatnonzero(r.group == GROUP_LEARNER), rect.rows[cycle, learner],
-                                               rect.n_legal[cycle, learner])
+                                               rect.n_legal[cycle, learner], actions)
         rect.actions[cycle, learner] = actions
         rect.log_probs[cycle, learner] = log_probs
         rect.acted[cycle, learner] = True

@@ -136,10 +136,11 @@ class SearchRounds:
         self.answers = MidStepAnswers(book)
 
     def step_arrays(self, policy, iteration: int, cycle: int, member: Member, shard: int, learner: np.ndarray,
-                    local: np.ndarray, rows: np.ndarray, n_legal: np.ndarray) -> dict[str, np.ndarray]:
-        """The choice rows' candidates (``SearchBook.propose``); records how many simulations
-        the Step starts, the bound of its mid-step queries."""
-        out = self.book.propose(policy, iteration, cycle, learner, local, rows, n_legal)
+                    local: np.ndarray, rows: np.ndarray, n_legal: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
+        """The choice rows' candidates (``SearchBook.propose``, which keeps the live actor's own
+        ``actions`` beside them); records how many simulations the Step starts, the bound of its
+        mid-step queries."""
+        out = self.book.propose(policy, iteration, cycle, learner, local, rows, n_legal, actions)
         simulations = int(np.count_nonzero(out["search_candidates"] >= 0)) if out else 0
         self.answers.step_sent(member, shard, iteration, cycle, simulations)
         return out
