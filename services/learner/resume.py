@@ -30,36 +30,69 @@ def resume_run(parts: LearnerParts, state: IterationState, options: RunOptions) 
     Refuses (SystemExit naming everything) a checkpoint whose identity differs from this
     run's (unless allow_identity_drift, which records the drift), and one whose state no
     metric row of its iteration describes. Config differences outside the identity are
-    printed and continued past."""
+    printed and continued past. In order: ``latest_checkpoint``, ``start_fresh`` or
+    ``verified_meta``, ``restore_state``, ``mend_metric_log``."""
+    reply, arrays = latest_checkpoint(parts, options)
+    if isinstance(reply, NotFound):
+        start_fresh(parts, reply)
+        return
+    meta = verified_meta(parts, state, options, reply)
+    files = {n: bytes(arrays[n]) for n in reply.names}
+    restore_state(parts, state, options, meta, files, reply.path)
+    mend_metric_log(parts, meta, files, reply.path)
+    if options.perturb_resume:
+        parts.say(f"learner: PERTURBED resume (test hook): did not load {', '.join(options.perturb_resume)}")
+    parts.say(f"learner: resumed iteration {meta.iteration} at {meta.counters.timesteps:,} timesteps from "
+              f"{reply.path} (state {meta.state_digest})")
+
+
+def latest_checkpoint(parts: LearnerParts, options: RunOptions) -> tuple[Loaded | NotFound, dict]:
+    """The checkpoint service's answer to ``LoadLatest`` and its arrays: ``Loaded``, or
+    ``NotFound`` when there is none or (``start_fresh`` only) none verifies. Raises SystemExit
+    when the service does not answer, answers otherwise, or finds checkpoints none of which
+    verifies (nothing purged: a person decides)."""
+    cfg = parts.cfg
     try:
-        reply, arrays = parts.ckpt.request(LoadLatest(request_id=parts.ckpt.next_id(), run_name=parts.cfg.run_name))
+        reply, arrays = parts.ckpt.request(LoadLatest(request_id=parts.ckpt.next_id(), run_name=cfg.run_name))
     except transport.ServiceTimeout as exc:
         raise SystemExit(f"learner: cannot reach the checkpoint service to look for a checkpoint: {exc}")
     if isinstance(reply, NotFound) and reply.skipped and not options.start_fresh:
         # Checkpoints exist and none verifies: starting fresh would purge the run's record
         # and overwrite its checkpoint folders. Purge nothing; a person decides.
         raise SystemExit(
-            f"learner: refusing to start run {parts.cfg.run_name!r}: it has {len(reply.skipped)} checkpoint(s) "
+            f"learner: refusing to start run {cfg.run_name!r}: it has {len(reply.skipped)} checkpoint(s) "
             "and none verifies:\n" + "\n".join(f"  {s}" for s in reply.skipped)
             + "\nNothing was changed. Repair or restore a checkpoint folder (royalefleet checkpoints lists "
             "them), start another run_name, or start this run over with `royalefleet resume --start-fresh` "
             "(ROYALEFLEET_START_FRESH=1; Compose: FLEET_START_FRESH=1 for one `up -d learner`), which moves "
             f"its metric rows to {metric_log.PURGED_NAME} and overwrites its checkpoints as new ones are written")
-    if isinstance(reply, NotFound):
-        if reply.skipped:
-            parts.say(f"learner: starting run {parts.cfg.run_name!r} over (--start-fresh); none of its "
-                     f"{len(reply.skipped)} checkpoint(s) verifies:\n" + "\n".join(f"  {s}" for s in reply.skipped))
-        parts.say(f"learner: no checkpoint for run {parts.cfg.run_name!r}; starting fresh")
-        moved, _ = metric_log.purge_after(parts.metrics_path, 0)
-        if moved:  # a process killed before its first checkpoint: its rows describe nothing kept
-            parts.say(f"learner: {moved} metric row(s) of a process that wrote no checkpoint moved from "
-                     f"metrics.jsonl to {metric_log.PURGED_NAME}")
-        parts.pool.admit_seed_snapshots(parts.identity, parts.pf.spec, parts.cfg.net)  # fresh start only; a resumed pool already holds them
-        extension_hooks.start(parts, fresh=True)  # starting weights (the warm start) before iteration 1
-        return
-    if not isinstance(reply, Loaded):
+    if not isinstance(reply, (Loaded, NotFound)):
         raise SystemExit(f"learner: the checkpoint service could not load the latest checkpoint: "
                          f"{getattr(reply, 'reason', reply)}")
+    return reply, arrays
+
+
+def start_fresh(parts: LearnerParts, reply: NotFound) -> None:
+    """A run without a checkpoint: its stray rows moved out, the seed snapshots admitted, the
+    extensions' starting weights (the warm start) loaded before iteration 1."""
+    name = parts.cfg.run_name
+    if reply.skipped:
+        parts.say(f"learner: starting run {name!r} over (--start-fresh); none of its "
+                  f"{len(reply.skipped)} checkpoint(s) verifies:\n" + "\n".join(f"  {s}" for s in reply.skipped))
+    parts.say(f"learner: no checkpoint for run {name!r}; starting fresh")
+    moved, _ = metric_log.purge_after(parts.metrics_path, 0)
+    if moved:  # a process killed before its first checkpoint: its rows describe nothing kept
+        parts.say(f"learner: {moved} metric row(s) of a process that wrote no checkpoint moved from "
+                  f"metrics.jsonl to {metric_log.PURGED_NAME}")
+    parts.pool.admit_seed_snapshots(parts.identity, parts.pf.spec, parts.cfg.net)  # a resumed pool holds them
+    extension_hooks.start(parts, fresh=True)
+
+
+def verified_meta(parts: LearnerParts, state: IterationState, options: RunOptions,
+                  reply: Loaded) -> checkpointing.CheckpointMeta:
+    """The checkpoint's meta, once its format, its identity (or the recorded drift, under
+    ``allow_identity_drift``) and a metric row describing its state are checked; raises
+    SystemExit naming what refuses it."""
     for problem in reply.skipped:  # the fallback to an older checkpoint, said where it is seen
         parts.say(f"learner: skipped a newer checkpoint that does not verify: {problem}")
     try:
@@ -87,11 +120,19 @@ def resume_run(parts: LearnerParts, state: IterationState, options: RunOptions) 
                          "checkpoint (royalefleet checkpoints lists them).")
     if note:
         parts.say(f"learner: note: {note}")
-    files = {n: bytes(arrays[n]) for n in reply.names}
+    return meta
+
+
+def restore_state(parts: LearnerParts, state: IterationState, options: RunOptions, meta: checkpointing.CheckpointMeta,
+                  files: dict[str, bytes], path: str) -> None:
+    """Load the checkpoint's ``files`` into ``parts`` and ``state`` (the config's learning
+    rates kept, the LR backoff applied), capture the restored state and check it hashes to the
+    checkpoint's; raises SystemExit naming ``path`` when a component refuses or the state
+    differs."""
     try:
         checkpointing.restore(parts, state, files, skip=options.perturb_resume)
     except checkpointing.ResumeRefused as exc:
-        raise SystemExit(f"learner: refusing to resume {reply.path}: {exc}")
+        raise SystemExit(f"learner: refusing to resume {path}: {exc}")
     # Learning rates come from this config (an lr change on resume takes effect).
     for opt, lr in ((parts.opt_actor, parts.cfg.ppo.lr_actor), (parts.opt_critic, parts.cfg.ppo.lr_critic)):
         for group in opt.param_groups:
@@ -103,8 +144,14 @@ def resume_run(parts: LearnerParts, state: IterationState, options: RunOptions) 
     if state.snapshot.state_digest != meta.state_digest and not options.perturb_resume:
         raise SystemExit(f"learner: the restored state hashes to {state.snapshot.state_digest}, the checkpoint "
                          f"says {meta.state_digest}: the restore lost something")
-    for path, (a, b) in config_differences(meta.config, parts.cfg).items():
-        parts.say(f"learner: config differs from the checkpoint's: {path} {a!r} -> {b!r}")
+    for key, (a, b) in config_differences(meta.config, parts.cfg).items():
+        parts.say(f"learner: config differs from the checkpoint's: {key} {a!r} -> {b!r}")
+
+
+def mend_metric_log(parts: LearnerParts, meta: checkpointing.CheckpointMeta, files: dict[str, bytes],
+                    path: str) -> None:
+    """metrics.jsonl as the resumed state's record: rows past the checkpoint (or torn) moved
+    out, the checkpoint's own row written back when it was lost."""
     moved, lost = metric_log.purge_after(parts.metrics_path, meta.iteration)
     if moved:
         span = (f"iterations {lost[0]}-{lost[-1]}" if len(lost) > 1 else f"iteration {lost[0]}" if lost
@@ -116,11 +163,7 @@ def resume_run(parts: LearnerParts, state: IterationState, options: RunOptions) 
     if row is not None:  # the checkpointed iteration's row was torn or lost: it is part of the checkpoint
         metric_log.append_row(parts.metrics_path, row)
         parts.say(f"learner: the metric row of iteration {meta.iteration} was missing from metrics.jsonl; "
-                 f"restored from {reply.path}/{checkpointing.ROW_FILE}")
-    if options.perturb_resume:
-        parts.say(f"learner: PERTURBED resume (test hook): did not load {', '.join(options.perturb_resume)}")
-    parts.say(f"learner: resumed iteration {meta.iteration} at {meta.counters.timesteps:,} timesteps from "
-             f"{reply.path} (state {meta.state_digest})")
+                 f"restored from {path}/{checkpointing.ROW_FILE}")
 
 
 def halt_cleared(parts: LearnerParts, options: RunOptions) -> bool:
