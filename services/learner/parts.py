@@ -9,8 +9,8 @@
 * ``RunOptions`` (frozen): how this process was asked to run (the command line's totals and
   switches).
 
-A stage function takes the narrow arguments it uses, or one of these objects, or the
-``Learner`` whose ``parts``, ``state`` and ``options`` they are.
+A stage function takes the narrow arguments it uses, or these objects (``parts, state`` and,
+where it needs them, ``options``); only ``service.py`` holds the ``Learner`` whose they are.
 """
 
 from __future__ import annotations
