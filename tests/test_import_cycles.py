@@ -1,7 +1,8 @@
 """No import circles inside the project: every import of royalefleet/, services/ and shared/
 (at the top of a module or inside a function, which runs just the same), read with ``ast``,
 forms a graph with no cycle. Imports under ``if TYPE_CHECKING:`` are annotations only and
-left out."""
+left out of that graph; inside ``services/learner/`` they count too (issue 36: an annotation
+is a dependency a reader follows), and that graph has no cycle either."""
 
 from __future__ import annotations
 
@@ -27,15 +28,16 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
 
 
-def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+def imports_of(name: str, path: Path, modules: dict[str, Path], annotations: bool = False) -> set[str]:
     """The project modules ``name`` imports at run time (``from pkg import mod`` counts as
-    ``pkg.mod`` when that is a module)."""
+    ``pkg.mod`` when that is a module); with ``annotations``, those under ``if TYPE_CHECKING:``
+    too."""
     tree = ast.parse(path.read_text(), str(path))
     is_package = path.name == "__init__.py"
     out: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not annotations:
             for n in node.orelse:
                 visit(n)
             return
@@ -56,9 +58,14 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return {m for m in out if m in modules and m != name}
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(annotations: bool = False, within: str = "") -> dict[str, set[str]]:
+    """Each project module's project imports (``annotations``: TYPE_CHECKING ones too); with
+    ``within``, only the modules under that package and their imports among themselves."""
     modules = project_modules()
-    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+    graph = {name: imports_of(name, path, modules, annotations) for name, path in modules.items()}
+    if within:
+        graph = {n: {m for m in deps if m.startswith(within)} for n, deps in graph.items() if n.startswith(within)}
+    return graph
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -107,9 +114,19 @@ def test_relative_and_type_checking_imports_are_read_as_python_runs_them(tmp_pat
                    "def f():\n    from x import w\n    from . import v\n")
     modules = {"x.y": pkg, "x.z": pkg, "x.w": pkg, "x.v": pkg, "x": pkg}
     assert imports_of("x.q", pkg, modules) == {"x", "x.z", "x.w", "x.v"}
+    assert imports_of("x.q", pkg, modules, annotations=True) == {"x", "x.y", "x.z", "x.w", "x.v"}
 
 
 def test_the_project_has_no_import_cycle():
     found = cycles(import_graph())
     assert not found, "import cycles (each a set of modules that import each other, directly or not):\n" + "\n".join(
         "  " + " <-> ".join(c) for c in found)
+
+
+def test_the_learner_has_no_import_cycle_counting_annotations():
+    """services/learner/ with its TYPE_CHECKING imports counted: no circle (issue 36; the
+    package's own __init__ modules import nothing of it)."""
+    found = cycles(import_graph(annotations=True, within="services.learner"))
+    assert not found, "import cycles in services/learner/, annotation imports counted:\n" + "\n".join(
+        "  " + " <-> ".join(c) for c in found)
+

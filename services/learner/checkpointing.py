@@ -57,11 +57,10 @@ from typing import TYPE_CHECKING
 import msgspec
 import numpy as np
 
-from services.learner import battle_states, frame_history
+from services.learner import battle_states, extension_hooks, frame_history
+from services.learner.checkpoint_types import CheckpointMeta, Component, Counters, ResumeRefused, Snapshot
 from services.learner.metric_log import described, state_digests_of  # noqa: F401 - described: the resume's check, importable here
 from shared import transport
-from shared.config import RunConfig
-from shared.identity import RunIdentity
 from shared.messages import CodecTable, SaveCheckpoint, Saved
 from shared.nn.statefiles import (
     bytes_to_module, bytes_to_optimizer, module_to_bytes, optimizer_to_bytes, set_torch_rng_state,
@@ -69,155 +68,144 @@ from shared.nn.statefiles import (
 )
 
 if TYPE_CHECKING:
-    from services.learner.service import Learner
+    from services.learner.parts import IterationState, LearnerParts
 
-STATE_FILES = ("actor/", "critic/", "optimizers/", "update_state/", "dqn/")
+STATE_FILES = ("actor/", "critic/", "optimizers/", "update_state/")
+"""The generic components whose files describe the trainable state (``state_digest``); an
+algorithm's own components add theirs (``Component.state``)."""
 ROW_FILE = "metric_row/row.json"
 
-
-class Counters(msgspec.Struct, forbid_unknown_fields=True):
-    iteration: int
-    timesteps: int
-    env_steps: int
-    episodes: int
+__all__ = ["COMPONENTS", "CheckpointMeta", "Component", "Counters", "ROW_FILE", "ResumeRefused", "STATE_FILES",
+           "Snapshot", "attach_row", "capture", "components_of", "described", "missing_row", "restore",
+           "save_checkpoint", "state_digest"]
 
 
-class CheckpointMeta(msgspec.Struct, forbid_unknown_fields=True):
-    """What the checkpoint service embeds in the manifest verbatim."""
-
-    iteration: int
-    run_id: str
-    state_digest: str
-    counters: Counters
-    identity: RunIdentity
-    config: RunConfig
-
-
-class Snapshot(msgspec.Struct):
-    iteration: int
-    files: dict[str, bytes]
-    meta: bytes
-    state_digest: str
-
-
-class ResumeRefused(RuntimeError):
-    pass
-
-
-def state_digest(files: dict[str, bytes]) -> str:
+def state_digest(files: dict[str, bytes], prefixes: tuple[str, ...] = STATE_FILES) -> str:
+    """sha256 (16 hex digits) over the files whose names start with one of ``prefixes`` (the
+    state components' folders), in name order."""
     h = hashlib.sha256()
     for name in sorted(files):
-        if name.startswith(STATE_FILES):
+        if name.startswith(prefixes):
             h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
     return h.hexdigest()[:16]
-
-
-class Component:
-    """One folder of a checkpoint: its files, and the pair of functions that write and read
-    them. Adding state to a checkpoint is adding a Component to COMPONENTS."""
-
-    def __init__(self, name: str, files: tuple[str, ...], save, load, optional: bool = False):
-        self.name, self.files, self.save, self.load = name, files, save, load
-        self.optional = optional
-        """A checkpoint written before the component existed lacks it and still resumes."""
 
 
 def _json(value) -> bytes:
     return msgspec.json.encode(value)
 
 
-def _save_optimizers(learner: Learner) -> dict[str, bytes]:
+def update_state(parts: LearnerParts) -> dict:
+    """State of the update that lives outside the optimizers (return scaler, LR backoff, and
+    the extensions' own under ``extensions`` when the run has any)."""
+    out = {"return_scaler": parts.return_scaler.state(), "lr_backoff": parts.lr_backoff.state()}
+    if parts.extensions:
+        out["extensions"] = extension_hooks.states(parts.extensions)
+    return out
+
+
+def load_update_state(parts: LearnerParts, state: dict) -> None:
+    parts.return_scaler.load_state(state["return_scaler"])
+    parts.lr_backoff.load_state(state["lr_backoff"])
+    extension_hooks.load_states(parts.extensions, state.get("extensions", {}))
+
+
+def counters(state: IterationState) -> Counters:
+    return Counters(iteration=state.iteration, timesteps=state.timesteps, env_steps=state.env_steps,
+                    episodes=state.episodes)
+
+
+def _save_optimizers(parts: LearnerParts, state: IterationState) -> dict[str, bytes]:
     out = {}
-    for name, opt in (("actor", learner.parts.opt_actor), ("critic", learner.parts.opt_critic)):
+    for name, opt in (("actor", parts.opt_actor), ("critic", parts.opt_critic)):
         out[f"optimizers/{name}.safetensors"], out[f"optimizers/{name}.json"] = optimizer_to_bytes(opt)
     return out
 
 
-def _load_optimizers(learner: Learner, f) -> None:
-    bytes_to_optimizer(learner.parts.opt_actor, f["optimizers/actor.safetensors"], f["optimizers/actor.json"])
-    bytes_to_optimizer(learner.parts.opt_critic, f["optimizers/critic.safetensors"], f["optimizers/critic.json"])
+def _load_optimizers(parts: LearnerParts, state: IterationState, f) -> None:
+    bytes_to_optimizer(parts.opt_actor, f["optimizers/actor.safetensors"], f["optimizers/actor.json"])
+    bytes_to_optimizer(parts.opt_critic, f["optimizers/critic.safetensors"], f["optimizers/critic.json"])
 
 
-def _load_counters(learner: Learner, f) -> None:
+def _load_counters(parts: LearnerParts, state: IterationState, f) -> None:
     c = msgspec.json.decode(f["counters/counters.json"], type=Counters)
-    learner.state.iteration, learner.state.timesteps, learner.state.env_steps, learner.state.episodes = (
-        c.iteration, c.timesteps, c.env_steps, c.episodes)
+    state.iteration, state.timesteps, state.env_steps, state.episodes = c.iteration, c.timesteps, c.env_steps, c.episodes
 
 
-def _ordinals(learner: Learner) -> dict:
+def _ordinals(parts: LearnerParts, state: IterationState) -> dict:
     """Each battle's episode ordinal at the boundary the checkpoint describes: the one the
     learner kept there (``boundary_ordinals``) while an overlapped collection moves
     ``fleet.ordinal`` on, else ``fleet.ordinal``."""
-    return learner.state.boundary_ordinals or learner.parts.fleet.ordinal
+    return state.boundary_ordinals or parts.fleet.ordinal
 
 
-def _load_ordinals(learner: Learner, f) -> None:
-    learner.parts.fleet.ordinal = {int(k): int(v) for k, v in msgspec.json.decode(f["ladder_position/ordinals.json"]).items()}
+def _load_ordinals(parts: LearnerParts, state: IterationState, f) -> None:
+    parts.fleet.ordinal = {int(k): int(v) for k, v in msgspec.json.decode(f["ladder_position/ordinals.json"]).items()}
 
 
-def _load_codec(learner: Learner, f) -> None:
-    if msgspec.json.decode(f["codec/table.json"], type=CodecTable) != learner.parts.pf.table:
+def _load_codec(parts: LearnerParts, state: IterationState, f) -> None:
+    if msgspec.json.decode(f["codec/table.json"], type=CodecTable) != parts.pf.table:
         raise ResumeRefused("the checkpoint's codec table differs from this run's: the observation layout changed")
-
-
-def _dqn_files() -> tuple[str, ...]:
-    from services.learner.dqn.learner import FILES
-
-    return FILES
 
 
 COMPONENTS = (
     Component("actor", ("actor/model.safetensors",),
-              lambda L: {"actor/model.safetensors": module_to_bytes(L.parts.model.actor)},
-              lambda L, f: bytes_to_module(L.parts.model.actor, f["actor/model.safetensors"])),
+              lambda p, s: {"actor/model.safetensors": module_to_bytes(p.model.actor)},
+              lambda p, s, f: bytes_to_module(p.model.actor, f["actor/model.safetensors"]), state=True),
     Component("critic", ("critic/model.safetensors",),
-              lambda L: {"critic/model.safetensors": module_to_bytes(L.parts.model.critic)},
-              lambda L, f: bytes_to_module(L.parts.model.critic, f["critic/model.safetensors"])),
+              lambda p, s: {"critic/model.safetensors": module_to_bytes(p.model.critic)},
+              lambda p, s, f: bytes_to_module(p.model.critic, f["critic/model.safetensors"]), state=True),
     Component("optimizers", ("optimizers/actor.safetensors", "optimizers/actor.json",
                              "optimizers/critic.safetensors", "optimizers/critic.json"),
-              _save_optimizers, _load_optimizers),
+              _save_optimizers, _load_optimizers, state=True),
     Component("update_state", ("update_state/state.json",),
-              lambda L: {"update_state/state.json": _json(L.update_state())},
-              lambda L, f: L.load_update_state(msgspec.json.decode(f["update_state/state.json"]))),
+              lambda p, s: {"update_state/state.json": _json(update_state(p))},
+              lambda p, s, f: load_update_state(p, msgspec.json.decode(f["update_state/state.json"])), state=True),
     Component("rng", ("rng/torch_cpu.safetensors",),
-              lambda L: {"rng/torch_cpu.safetensors": torch_rng_state()},
-              lambda L, f: set_torch_rng_state(f["rng/torch_cpu.safetensors"])),
+              lambda p, s: {"rng/torch_cpu.safetensors": torch_rng_state()},
+              lambda p, s, f: set_torch_rng_state(f["rng/torch_cpu.safetensors"])),
     Component("counters", ("counters/counters.json",),
-              lambda L: {"counters/counters.json": _json(L.counters())}, _load_counters),
+              lambda p, s: {"counters/counters.json": _json(counters(s))}, _load_counters),
     Component("ladder_position", ("ladder_position/ordinals.json",),
-              lambda L: {"ladder_position/ordinals.json": _json({str(k): v for k, v in sorted(_ordinals(L).items())})},
+              lambda p, s: {"ladder_position/ordinals.json": _json({str(k): v for k, v in sorted(_ordinals(p, s).items())})},
               _load_ordinals),
-    Component("battle_states", battle_states.FILES, lambda L: L.parts.battle_states.files(),
-              lambda L, f: L.parts.battle_states.load(f), optional=True),
-    Component("frame_history", frame_history.FILES, lambda L: L.parts.frame_history.files(),
-              lambda L, f: L.parts.frame_history.load(f), optional=True),
-    # The DQN learner's target network, optimizer, replay and open windows; absent from a PPO
-    # run's checkpoint (services/learner/dqn/learner.py).
-    Component("dqn", _dqn_files(), lambda L: L.parts.dqn.checkpoint_files() if L.parts.dqn else {},
-              lambda L, f: L.parts.dqn.load_checkpoint_files(f) if L.parts.dqn else None, optional=True),
-    Component("codec", ("codec/table.json",), lambda L: {"codec/table.json": _json(L.parts.pf.table)}, _load_codec),
+    Component("battle_states", battle_states.FILES, lambda p, s: p.battle_states.files(),
+              lambda p, s, f: p.battle_states.load(f), optional=True),
+    Component("frame_history", frame_history.FILES, lambda p, s: p.frame_history.files(),
+              lambda p, s, f: p.frame_history.load(f), optional=True),
+    # (here: the algorithm's own components, ``components_of``)
+    Component("codec", ("codec/table.json",), lambda p, s: {"codec/table.json": _json(p.pf.table)}, _load_codec),
     # Read by people and, through the manifest's meta, by the resume's identity check; a load
     # keeps the run's own config and identity, so these two load nothing.
-    Component("config", ("config/config.json",), lambda L: {"config/config.json": _json(L.parts.cfg)}, lambda L, f: None),
+    Component("config", ("config/config.json",), lambda p, s: {"config/config.json": _json(p.cfg)}, lambda p, s, f: None),
     Component("identity", ("identity/identity.json",),
-              lambda L: {"identity/identity.json": _json(L.parts.identity)}, lambda L, f: None),
+              lambda p, s: {"identity/identity.json": _json(p.identity)}, lambda p, s, f: None),
 )
+ALGORITHM_AT = 9
+"""Where in ``COMPONENTS`` an algorithm's own components go (after the frame history): the
+order of a checkpoint's files, and so of its manifest, is the same for every run of an
+algorithm."""
 
 
-def capture(learner: Learner) -> Snapshot:
+def components_of(parts: LearnerParts) -> tuple[Component, ...]:
+    """The run's checkpoint components: the generic ones with its algorithm's inserted."""
+    return COMPONENTS[:ALGORITHM_AT] + tuple(parts.algorithm.components) + COMPONENTS[ALGORITHM_AT:]
+
+
+def capture(parts: LearnerParts, state: IterationState) -> Snapshot:
     """Everything a resume needs, as file bytes, for the state the current row describes."""
     files: dict[str, bytes] = {}
-    for component in COMPONENTS:
-        written = component.save(learner)
+    components = components_of(parts)
+    for component in components:
+        written = component.save(parts, state)
         if component.optional and not written:
-            continue  # a component this learner does not have (dqn under PPO)
+            continue  # a component this run does not have (no frame history at frame_stack 1)
         if set(written) != set(component.files):
             raise RuntimeError(f"component {component.name} wrote {sorted(written)}, declares {component.files}")
         files.update(written)
-    digest = state_digest(files)
-    meta = CheckpointMeta(iteration=learner.state.iteration, run_id=learner.parts.run_id, state_digest=digest,
-                          counters=learner.counters(), identity=learner.parts.identity, config=learner.parts.cfg)
-    return Snapshot(learner.state.iteration, files, _json(meta), digest)
+    digest = state_digest(files, tuple(c.name + "/" for c in components if c.state))
+    meta = CheckpointMeta(iteration=state.iteration, run_id=parts.run_id, state_digest=digest,
+                          counters=counters(state), identity=parts.identity, config=parts.cfg)
+    return Snapshot(state.iteration, files, _json(meta), digest)
 
 
 def attach_row(snapshot: Snapshot, line: bytes) -> None:
@@ -252,53 +240,55 @@ def missing_row(meta: CheckpointMeta, files: dict[str, bytes], metrics_path: str
     return line if line.endswith(b"\n") else line + b"\n"
 
 
-def restore(learner: Learner, files: dict[str, bytes], *, skip: tuple[str, ...] = ()) -> None:
-    """Load every component. A missing file is a refusal naming it (strict load).
+def restore(parts: LearnerParts, state: IterationState, files: dict[str, bytes], *, skip: tuple[str, ...] = ()) -> None:
+    """Load every component. A missing file is a refusal naming it (strict load); one of the
+    algorithm's components says which algorithm's state it is.
 
     ``skip`` names components NOT to load: a deliberately perturbed resume, used only by the
     verify-resume test to show that the comparison catches a resume that lost state."""
-    missing = [n for c in COMPONENTS if not c.optional for n in c.files if n not in files]
+    components = components_of(parts)
+    for c in components:
+        lacking = [n for n in c.files if n not in files]
+        if c.owner and lacking:
+            raise ResumeRefused(f"checkpoint lacks the {c.owner} learner's {', '.join(lacking)}: it was not written by "
+                                f"a {c.owner} run (learner.algorithm)")
+    missing = [n for c in components if not c.optional for n in c.files if n not in files]
     if missing:
         raise ResumeRefused(f"checkpoint lacks {', '.join(missing)}; it cannot be resumed strictly")
-    unknown = sorted(set(skip) - {c.name for c in COMPONENTS})
+    unknown = sorted(set(skip) - {c.name for c in components})
     if unknown:
-        raise ResumeRefused(f"unknown component(s) {unknown}; components: {', '.join(c.name for c in COMPONENTS)}")
-    if learner.parts.dqn is not None:
-        lacking = [n for n in _dqn_files() if n not in files]
-        if lacking:
-            raise ResumeRefused(f"checkpoint lacks the DQN learner's {', '.join(lacking)}: it was not written by a "
-                                "DQN run (learner.algorithm)")
-    for component in COMPONENTS:
+        raise ResumeRefused(f"unknown component(s) {unknown}; components: {', '.join(c.name for c in components)}")
+    for component in components:
         if component.optional and not all(n in files for n in component.files):
             continue  # written before the component existed (battle_states: every episode afresh)
         if component.name not in skip:
-            component.load(learner, files)
+            component.load(parts, state, files)
 
 
-def save_checkpoint(learner: Learner, snapshot: Snapshot, attempts: int = 3) -> bool:
+def save_checkpoint(parts: LearnerParts, state: IterationState, snapshot: Snapshot, attempts: int = 3) -> bool:
     """Send ``snapshot`` to the checkpoint service (``attempts`` tries, a pause between them);
     True once saved. A failure is said and counted (``state.failed_saves``), never raised."""
     names = list(snapshot.files)
     for attempt in range(1, attempts + 1):
         try:
-            req = SaveCheckpoint(request_id=learner.parts.ckpt.next_id(), run_name=learner.parts.cfg.run_name,
+            req = SaveCheckpoint(request_id=parts.ckpt.next_id(), run_name=parts.cfg.run_name,
                                  iteration=snapshot.iteration, names=names, meta=snapshot.meta,
-                                 token=learner.parts.ckpt_token)
-            reply, _ = learner.parts.ckpt.request(req, {n: np.frombuffer(snapshot.files[n], np.uint8) for n in names})
+                                 token=parts.ckpt_token)
+            reply, _ = parts.ckpt.request(req, {n: np.frombuffer(snapshot.files[n], np.uint8) for n in names})
             if isinstance(reply, Saved):
-                learner.state.saved_iteration = snapshot.iteration
-                learner.state.failed_saves = 0
-                learner.parts.say(f"learner: checkpoint of iteration {snapshot.iteration} written to {reply.path}")
+                state.saved_iteration = snapshot.iteration
+                state.failed_saves = 0
+                parts.say(f"learner: checkpoint of iteration {snapshot.iteration} written to {reply.path}")
                 return True
-            learner.parts.say(f"learner: checkpoint service refused the save ({getattr(reply, 'reason', reply)}); "
+            parts.say(f"learner: checkpoint service refused the save ({getattr(reply, 'reason', reply)}); "
                      f"attempt {attempt}/{attempts}")
         except transport.ServiceTimeout as exc:
-            learner.parts.say(f"learner: checkpoint save failed ({exc}); attempt {attempt}/{attempts}, state kept in memory")
+            parts.say(f"learner: checkpoint save failed ({exc}); attempt {attempt}/{attempts}, state kept in memory")
         if attempt < attempts:
             time.sleep(min(2.0 * attempt, 5.0))
-    learner.parts.metrics.checkpoint_failures.inc()
-    learner.state.failed_saves += 1
-    learner.parts.say(f"learner: checkpoint of iteration {snapshot.iteration} NOT written after {attempts} attempts "
-             f"({learner.state.failed_saves} failed save(s) in a row; the learner halts at "
-             f"checkpoint.max_failed_saves = {learner.parts.cfg.checkpoint.max_failed_saves}); the state stays in memory")
+    parts.metrics.checkpoint_failures.inc()
+    state.failed_saves += 1
+    parts.say(f"learner: checkpoint of iteration {snapshot.iteration} NOT written after {attempts} attempts "
+             f"({state.failed_saves} failed save(s) in a row; the learner halts at "
+             f"checkpoint.max_failed_saves = {parts.cfg.checkpoint.max_failed_saves}); the state stays in memory")
     return False

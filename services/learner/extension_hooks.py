@@ -119,3 +119,16 @@ def start(parts, *, fresh: bool) -> None:
             (ext.fresh_start if fresh else ext.resumed)(ctx)
         except ExtensionRefused as exc:
             raise SystemExit(f"learner: refusing to start run {parts.cfg.run_name!r}: {exc}") from None
+
+
+HOOKS = ("fresh_start", "resumed", "actor_lr_multiplier", "actor_loss", "end_update", "state", "load_state")
+"""Every hook of ``shared.learner_extension.LearnerExtension``."""
+
+
+def unhonoured(extensions: Extensions, honoured: frozenset[str]) -> list[str]:
+    """``"<class>.<hook>"`` of every hook an extension overrides that is not in ``honoured``
+    (an algorithm's ``extension_hooks``): what it would silently not do."""
+    from shared.learner_extension import LearnerExtension
+
+    return [f"{type(ext).__name__}.{hook}" for ext in extensions for hook in HOOKS
+            if hook not in honoured and getattr(type(ext), hook) is not getattr(LearnerExtension, hook)]

@@ -161,3 +161,21 @@ def button_metrics(rect, spec) -> dict:
     accepted = pressed & rect.step_valid & (rect.deploy_status == 0)
     return {"policy/button_presses": int(np.count_nonzero(pressed)),
             "policy/button_presses_accepted": int(np.count_nonzero(accepted))}
+
+
+def policy_lag_metrics(rect, trainable: np.ndarray) -> dict:
+    """``ppo/policy_lag_mean`` and ``ppo/policy_lag_max`` over the trainable rows (the policy
+    the PPO ratio is taken against); empty without any."""
+    lag = rect.policy_lag[trainable]
+    if not len(lag):
+        return {}
+    return {"ppo/policy_lag_mean": float(lag.mean()), "ppo/policy_lag_max": int(lag.max())}
+
+
+def overlap_rows_frac(rect, trainable: np.ndarray) -> dict:
+    """``throughput/overlap_rows_frac``: the share of the trainable rows inferred while an
+    update ran (the lag-1 ones); empty without any."""
+    lag = rect.policy_lag[trainable]
+    if not len(lag):
+        return {}
+    return {"throughput/overlap_rows_frac": float(np.mean(lag > 0))}

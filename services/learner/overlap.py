@@ -31,7 +31,9 @@ import numpy as np
 from services.learner.stops import StopRequested
 
 if TYPE_CHECKING:
-    from services.learner.service import Learner
+    from collections.abc import Callable
+
+    from services.learner.collected import Collected
 
 
 def behaviour_snapshot(model):
@@ -91,6 +93,31 @@ class LockedClient:
         return getattr(self._client, name)
 
 
+class InlineCollection:
+    """The next collection runs on the main thread, after the update (``rollout.overlap`` off,
+    or none started): the main thread owns the rollouts' socket. ``OverlappedCollection`` is the
+    other owner; ``IterationState.collection`` holds one or the other, and every caller asks it
+    rather than checking which."""
+
+    def gather_states(self, gather: Callable[[], object], timeout_s: float) -> None:
+        """The previous iteration's battle states: gathered here, now."""
+        gather()
+
+    def collected(self, collect: Callable[[], Collected | None]) -> Collected | None:
+        """The next iteration's ``Collected``: collected here, now."""
+        return collect()
+
+    def stop(self, collector) -> None:
+        """Nothing runs beside the main thread: nothing to stop."""
+
+    def untrained(self, collected: Collected | None) -> Collected | None:
+        """A stop's untrained rows of ``collected``: none counted (nothing inferred them ahead)."""
+        return None
+
+
+INLINE = InlineCollection()
+
+
 class OverlappedCollection:
     """Iteration ``iteration``'s collection in a thread, started before the previous update.
 
@@ -98,25 +125,26 @@ class OverlappedCollection:
     answered or not), then the boundary and the rounds. ``join`` returns the ``Collected``
     (None when a stop ended it before a rectangle existed) and restores the torch threads."""
 
-    def __init__(self, learner: Learner, iteration: int, env_steps: int, behaviour: BehaviourPolicy,
-                 previous_members: list, previous_iteration: int):
+    def __init__(self, iteration: int, behaviour: BehaviourPolicy, torch_threads: int, gather: Callable[[], object],
+                 collect: Callable[[], Collected]):
+        """``gather``: the previous iteration's battle states gathered over the rollouts'
+        socket; ``collect``: the boundary and rounds of ``iteration`` (``collect_iteration``),
+        both run in the thread, which alone uses the socket until ``join``; ``torch_threads``:
+        the intra-op threads while it runs (``overlap_threads``)."""
         import torch
 
-        from services.learner.collection import collect_iteration
-
-        self.learner, self.iteration, self.behaviour = learner, iteration, behaviour
+        self.iteration, self.behaviour = iteration, behaviour
         self.states_gathered = threading.Event()
-        self.result = None
+        self.result: Collected | None = None
         self.error: BaseException | None = None
         self.threads_before = torch.get_num_threads()
-        torch.set_num_threads(overlap_threads(learner.parts.cfg))
+        torch.set_num_threads(torch_threads)
 
         def run():
             try:
-                learner.parts.battle_states.gather(learner.parts.collector, previous_members, previous_iteration,
-                                             learner.parts.cfg.rollout.round_timeout_s)
+                gather()
                 self.states_gathered.set()
-                self.result = collect_iteration(learner, iteration, env_steps, behaviour)
+                self.result = collect()
             except StopRequested:
                 pass
             except BaseException as exc:  # re-raised in the main thread by join
@@ -127,7 +155,7 @@ class OverlappedCollection:
         self.thread = threading.Thread(target=run, name=f"collect-{iteration}", daemon=True)
         self.thread.start()
 
-    def join(self):
+    def join(self) -> Collected | None:
         import torch
 
         self.thread.join()
@@ -136,6 +164,23 @@ class OverlappedCollection:
             raise self.error
         return self.result
 
+    def gather_states(self, gather: Callable[[], object], timeout_s: float) -> None:
+        """The previous iteration's battle states: the thread owns the socket and gathers them;
+        wait (at most ``timeout_s``) until it has."""
+        self.states_gathered.wait(timeout_s)
+
+    def collected(self, collect: Callable[[], Collected | None]) -> Collected | None:
+        """The thread's ``Collected`` (``join``); ``collect`` is not called."""
+        return self.join()
+
+    def stop(self, collector) -> None:
+        """End the thread's collection at its next round (``collector.stop_requested``)."""
+        collector.stop_requested = True
+
+    def untrained(self, collected: Collected | None) -> Collected | None:
+        """A stop's untrained rows: every row the thread inferred (``collected``, counted)."""
+        return collected
+
 
 def untrained_rows(collected) -> int:
     """Learner cells of a collected (or partly collected) rectangle that were inferred: rows
@@ -143,17 +188,6 @@ def untrained_rows(collected) -> int:
     if collected is None:
         return 0
     return int(np.count_nonzero(collected.rect.acted))
-
-
-def lag_metrics(rect, trainable: np.ndarray) -> dict:
-    """``ppo/policy_lag_mean``, ``ppo/policy_lag_max`` and ``throughput/overlap_rows_frac``
-    (share of the trainable rows inferred while an update ran: the lag-1 ones) over the
-    trainable rows; empty without any."""
-    lag = rect.policy_lag[trainable]
-    if not len(lag):
-        return {}
-    return {"ppo/policy_lag_mean": float(lag.mean()), "ppo/policy_lag_max": int(lag.max()),
-            "throughput/overlap_rows_frac": float(np.mean(lag > 0))}
 
 
 def behaviour_ratio_dev(actors_by_lag: dict, fetch, cells: np.ndarray, actions: np.ndarray,
@@ -186,44 +220,3 @@ def first_batch(n_rows: int, batch_size: int, epoch0) -> np.ndarray:
     """The rows of the update's first optimizer batch: epoch 0's permutation cut as
     ``ppo_update`` cuts it (``np.array_split`` into max(1, n_rows // batch_size) batches)."""
     return np.array_split(epoch0.permutation(n_rows), max(1, n_rows // batch_size))[0]
-
-
-# ------------------------------------------------------------------ the learner's side
-
-def start_overlap(learner: Learner, c) -> BehaviourPolicy | None:
-    """Start iteration ``c.iteration + 1``'s collection (``learner.state.overlapped``) with a behaviour
-    snapshot of the actor as it is now, before update ``c.iteration``; returns the behaviour
-    policy, to switch to the updated actor once the update is done. None when overlap is off or
-    no further iteration is wanted (``--iterations`` or ``timestep_limit`` reached by this
-    update)."""
-    from shared.nn.policy import Policy
-
-    cfg = learner.parts.cfg
-    if not cfg.rollout.overlap or (0 < learner.options.iterations_limit <= c.iteration):
-        return None
-    if 0 < cfg.timestep_limit <= learner.state.timesteps + int(np.count_nonzero(c.rect.trainable())):
-        return None
-    behaviour = BehaviourPolicy(Policy(behaviour_snapshot(learner.parts.model), learner.parts.pf.codec, learner.parts.device), lag=1)
-    learner.state.overlapped = OverlappedCollection(learner, c.iteration + 1, learner.state.env_steps + c.stats.env_steps,
-                                              behaviour, c.members, c.iteration)
-    return behaviour
-
-
-def join_overlap(learner: Learner):
-    """The overlapped collection's ``Collected`` (None when a stop ended it before it had a
-    rectangle); ``learner.state.overlapped`` is None again and the torch threads are the run's."""
-    overlapped, learner.state.overlapped = learner.state.overlapped, None
-    return overlapped.join() if overlapped is not None else None
-
-
-def count_untrained(learner: Learner, collected, why: str = "collected under overlap") -> None:
-    """Count the rows of ``collected`` that nothing will train (a stop): rows an overlapped
-    collection inferred, or (``why`` says so) the rows of an update the stop abandoned.
-    ``learner.state.untrained_rows``, ``royalefleet_learner_untrained_rows_total`` and one log line."""
-    n = untrained_rows(collected)
-    if n:
-        learner.state.untrained_rows += n
-        learner.parts.metrics.untrained_rows.inc(n)
-        learner.parts.say(f"learner: {n} rows of iteration {collected.iteration} {why} are not trained "
-                    f"(the run stops at iteration {learner.state.iteration}); counted in "
-                    "royalefleet_learner_untrained_rows_total")

@@ -9,8 +9,8 @@
 * ``RunOptions`` (frozen): how this process was asked to run (the command line's totals and
   switches).
 
-A stage function takes the narrow arguments it uses, or one of these objects, or the
-``Learner`` whose ``parts``, ``state`` and ``options`` they are.
+A stage function takes the narrow arguments it uses, or these objects (``parts, state`` and,
+where it needs them, ``options``); only ``service.py`` holds the ``Learner`` whose they are.
 """
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ if TYPE_CHECKING:  # annotations only: importing this module builds nothing and 
 
     from services.learner.alarms import AlarmMonitor
     from services.learner.battle_states import BattleStateBook
-    from services.learner.checkpointing import Snapshot
+    from services.learner.checkpoint_types import Snapshot
     from services.learner.rounds import Collector
     from services.learner.curves import TensorBoardCurves
-    from services.learner.alphazero.learner import AlphaZeroLearner
-    from services.learner.dqn.learner import DqnLearner
+    from services.learner.algorithm import Algorithm
     from services.learner.fleet import Fleet
     from services.learner.fleet import IdleMeter
     from services.learner.frame_history import FrameHistory, NoFrameHistory
@@ -38,7 +37,7 @@ if TYPE_CHECKING:  # annotations only: importing this module builds nothing and 
     from services.learner.halt import HaltEndpoint
     from services.learner.lr_backoff import LrBackoff
     from services.learner.metrics import LearnerMetrics
-    from services.learner.overlap import LockedClient, OverlappedCollection
+    from services.learner.overlap import InlineCollection, LockedClient, OverlappedCollection
     from services.learner.pool_client import PoolClient
     from services.learner.returns import ReturnScaler
     from shared import transport
@@ -50,8 +49,8 @@ if TYPE_CHECKING:  # annotations only: importing this module builds nothing and 
     from shared.preflight import Preflight
     from services.learner.viser_status import ViserStatus
 
-Say = Callable[[str], object]
-"""Where the learner's lines go (``print`` in the service, a list's ``append`` in tests)."""
+from services.learner.overlap import INLINE  # noqa: E402 - imports nothing of the learner's parts
+from shared.service_main import Say  # noqa: E402 - where the learner's lines go: one Say for every service
 
 
 @dataclass(frozen=True)
@@ -75,10 +74,9 @@ class LearnerParts:
     opt_critic: torch.optim.Optimizer
     policy: Policy
     """The live actor's inference (the collection's default behaviour)."""
-    dqn: DqnLearner | None
-    """The DQN learner's stages and state (``learner.algorithm = "dqn"``), else None."""
-    alphazero: AlphaZeroLearner | None
-    """The AlphaZero learner's stages (``learner.algorithm = "alphazero"``), else None."""
+    algorithm: Algorithm
+    """The algorithm of ``learner.algorithm`` (services/learner/registry.py): its behaviour in
+    the rounds, its update, its row keys and checkpoint components."""
     return_scaler: ReturnScaler
     lr_backoff: LrBackoff
     # ---- the links (startup.connect)
@@ -125,8 +123,9 @@ class IterationState:
     """Checkpoint saves failed in a row (``checkpointing.save_checkpoint``); ``checkpoint.max_failed_saves`` halts."""
     snapshot: Snapshot | None = None
     """The in-memory checkpoint of the state the last row describes."""
-    overlapped: OverlappedCollection | None = None
-    """The next iteration's collection, running while this one trains (``rollout.overlap``)."""
+    collection: InlineCollection | OverlappedCollection = INLINE
+    """Who owns the rollouts' socket for the next collection: the main thread (``INLINE``), or
+    the thread collecting it while this iteration trains (``rollout.overlap``)."""
     untrained_rows: int = 0
     """Rows overlapped collections inferred that nothing trained (``overlap.count_untrained``)."""
     halt_reason: str | None = None
@@ -142,7 +141,7 @@ class IterationState:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How this learner process was asked to run (``cli.Settings``)."""
+    """How this learner process was asked to run (``main.Settings``: the command line's flags)."""
 
     iterations_limit: int = 0
     """``--iterations``: the run's total (0 = until stopped)."""

@@ -20,63 +20,63 @@ from services.learner.stops import AlarmHalt, SaveHalt
 from shared.config import dump_config
 
 if TYPE_CHECKING:
-    from services.learner.service import Learner
-    from services.learner.collection import Collected
+    from services.learner.collected import Collected
+    from services.learner.parts import IterationState, LearnerParts
 
 
-def publish(learner: Learner, c: Collected, row: dict, reported: list) -> dict:
+def publish(parts: LearnerParts, state: IterationState, c: Collected, row: dict, reported: list) -> dict:
     """Publish iteration ``c.iteration``'s ``row`` (module docstring); returns the row as written.
     ``reported``: the finished episodes for the ladder's result log (``row.assemble_row``).
     Raises SaveHalt after ``checkpoint.max_failed_saves`` failed saves in a row, AlarmHalt when
     an alarm of severity halt fired."""
-    cfg, it = learner.parts.cfg, c.iteration
+    cfg, it = parts.cfg, c.iteration
     t0 = time.perf_counter()
-    learner.parts.pool.deliver_episodes(reported, it)
-    row["health/episodes_held"] = learner.parts.pool.courier.held()
-    row.update(learner.parts.pool.status.poll())  # ladder/ keys; absent when the ladder does not answer
-    if learner.state.overlapped is not None:  # the collection thread owns the socket and gathers them
-        learner.state.overlapped.states_gathered.wait(cfg.rollout.round_timeout_s + 5.0)
-    else:
-        learner.parts.battle_states.gather(learner.parts.collector, c.members, it, cfg.rollout.round_timeout_s)
-    row.update(learner.parts.battle_states.row_keys())
-    learner.state.boundary_ordinals = c.ordinals
+    parts.pool.deliver_episodes(reported, it)
+    row["health/episodes_held"] = parts.pool.courier.held()
+    row.update(parts.pool.status.poll())  # ladder/ keys; absent when the ladder does not answer
+    # whoever owns the rollouts' socket gathers them (an overlapped collection's thread, or here)
+    state.collection.gather_states(
+        lambda: parts.battle_states.gather(parts.collector, c.members, it, cfg.rollout.round_timeout_s),
+        cfg.rollout.round_timeout_s + 5.0)
+    row.update(parts.battle_states.row_keys())
+    state.boundary_ordinals = c.ordinals
     try:
-        learner.state.snapshot = checkpointing.capture(learner)
+        state.snapshot = checkpointing.capture(parts, state)
     finally:
-        learner.state.boundary_ordinals = None
-    row["run/state_digest"] = learner.state.snapshot.state_digest
-    row["run/run_id"] = learner.parts.run_id
-    if learner.state.resumed_with_drift:
+        state.boundary_ordinals = None
+    row["run/state_digest"] = state.snapshot.state_digest
+    row["run/run_id"] = parts.run_id
+    if state.resumed_with_drift:
         row["run/resumed_with_drift"] = 1
-    row.update(learner.parts.idle_meter.row_keys(learner.parts.collector.busy_seconds,
-                                           [m.instance for m in learner.parts.fleet.members.values() if not m.lost]))
+    row.update(parts.idle_meter.row_keys(parts.collector.busy_seconds,
+                                           [m.instance for m in parts.fleet.members.values() if not m.lost]))
     row["time/checkpoint"] = time.perf_counter() - t0
     row["time/iteration"] = time.perf_counter() - c.t_start
     row["throughput/overall_steps_per_second"] = row["health/trainable_rows"] / row["time/iteration"]
     # The row first, then the alarms read it, then the checkpoint it describes. One plain
     # copy (no numpy scalars) serves the file, the alarms and any bundle.
     row = metric_log.plain_row(row)
-    line, row_written = write_row(learner.parts, row)
-    checkpointing.attach_row(learner.state.snapshot, line)  # the row travels with the checkpoint of its state
-    verdict = learner.parts.alarms.observe(row)
+    line, row_written = write_row(parts, row)
+    checkpointing.attach_row(state.snapshot, line)  # the row travels with the checkpoint of its state
+    verdict = parts.alarms.observe(row)
     # A row the disk refused lives only in the snapshot now: its checkpoint is due.
     if verdict.halt_due or it % cfg.checkpoint.every_iterations == 0 or not row_written:
-        checkpointing.save_checkpoint(learner, learner.state.snapshot)
-        if learner.state.failed_saves >= cfg.checkpoint.max_failed_saves:
-            raise SaveHalt(f"halted at iteration {it}: {learner.state.failed_saves} checkpoint saves in a row failed "
+        checkpointing.save_checkpoint(parts, state, state.snapshot)
+        if state.failed_saves >= cfg.checkpoint.max_failed_saves:
+            raise SaveHalt(f"halted at iteration {it}: {state.failed_saves} checkpoint saves in a row failed "
                            f"(checkpoint.max_failed_saves = {cfg.checkpoint.max_failed_saves}); "
-                           + (f"the newest checkpoint is of iteration {learner.state.saved_iteration}"
-                              if learner.state.saved_iteration >= 0 else "the run has no checkpoint")
+                           + (f"the newest checkpoint is of iteration {state.saved_iteration}"
+                              if state.saved_iteration >= 0 else "the run has no checkpoint")
                            + ". Free the disk or mend the "
                            "checkpoint service (its log says why), then resume with --clear-halt")
     if verdict.halt_due or any(r.bundle for r in verdict.fired):
         from services.learner.alarms import write_bundle
 
-        path = write_bundle(learner.parts.run_dir, it, list(learner.parts.alarms.recent_rows), verdict.fired, dump_config(cfg),
-                            checkpoint_path=f"checkpoints/{it:08d}" if learner.state.saved_iteration == it else None,
-                            table=learner.parts.alarms.by_name)
-        learner.parts.say(f"learner: diagnostic bundle written to {path}")
+        path = write_bundle(parts.run_dir, it, list(parts.alarms.recent_rows), verdict.fired, dump_config(cfg),
+                            checkpoint_path=f"checkpoints/{it:08d}" if state.saved_iteration == it else None,
+                            table=parts.alarms.by_name)
+        parts.say(f"learner: diagnostic bundle written to {path}")
     if verdict.halt_due:
         names = ", ".join(r.name for r in verdict.fired if r.severity == "halt")
-        raise AlarmHalt(f"halted by alarm {names} at iteration {it}; see {learner.parts.run_dir}/bundles/ and alarms.jsonl")
+        raise AlarmHalt(f"halted by alarm {names} at iteration {it}; see {parts.run_dir}/bundles/ and alarms.jsonl")
     return row

@@ -31,14 +31,13 @@ import zmq
 from services.learner.admission import HelloLimits
 from services.learner.fleet import Fleet, Member, SlotMap
 from services.learner.frozen import FrozenStats
-from services.learner.mid_step import MidStepAnswers
 from services.learner.provenance import ProvenanceTracker
 from services.learner.rectangle import Rectangle
 from shared import transport
 from shared.components import user_code_refusal
 from shared.codec import WIRE_CODECS, WIRE_RAW, WIRE_ZSTD, RowDecompressor, WireError, decompress_round
 from shared.messages import (
-    GROUP_LEARNER, BattleStates, Failure, Heartbeat, Hello, LeafQuery, ProtocolError, Refused, Rejoin, Round,
+    GROUP_LEARNER, Assignment, BattleStates, Failure, Heartbeat, Hello, LeafQuery, ProtocolError, Refused, Rejoin, Round,
     SimActQuery, StatesSet, Step, snapshot_of,
 )
 from shared.log_guard import RefusalLog, printable
@@ -48,10 +47,17 @@ from shared.seeding import stream
 
 if TYPE_CHECKING:
     from services.learner.frame_history import FrameHistory
+    from services.learner.round_hooks import RoundHooks
 
 
 @dataclass
-class CollectStats:
+class CollectionStats:
+    """What happened during one ``CollectionRun`` (its counts and times), read by the row.
+
+    The collection's names, by role: ``collect_iteration`` does steps 1-2; the ``Collector``
+    holds the rollouts' socket for the whole run; a ``CollectionRun`` is one iteration's rounds,
+    counted in its ``CollectionStats``; ``Collected`` is what the training and the row get."""
+
     rounds: int = 0
     inference_seconds: float = 0.0
     wait_seconds: float = 0.0
@@ -75,12 +81,39 @@ class CollectStats:
     """Learner rows of each actor forward of the collection (``infer_rounds``)."""
 
 
+class Batching(NamedTuple):
+    """How central inference groups rounds into forwards (``rollout.inference_max_batch_rows``,
+    ``rollout.inference_max_wait_ms``)."""
+
+    batched: bool = False
+    """Answer every ready round in batched forwards; False (run_exact): one forward per round,
+    the canonical composition."""
+    max_rows: int = 1024
+    max_wait_s: float = 0.0
+
+    @classmethod
+    def of(cls, tier: str, max_batch_rows: int, max_wait_ms: float) -> Batching:
+        """Batched inference in the throughput tier; per round (canonical) under run_exact."""
+        return cls(tier == "throughput", max_batch_rows, max_wait_ms / 1000.0)
+
+
 class Collector:
+    """The learner's side of the rollouts' socket across iterations: registrations (Hellos),
+    heartbeats, failures, battle states, and each iteration's rounds (``collect``, one
+    ``CollectionRun``)."""
+
     def __init__(self, sock: zmq.Socket, decoder, fleet: Fleet, welcome_for, engine, say, refused_counter=None,
                  hello_limits: HelloLimits | None = None, *, wire_codec: int = WIRE_RAW,
-                 decompressor: RowDecompressor | None = None):
+                 decompressor: RowDecompressor | None = None, batching: Batching = Batching(),
+                 frame_history: FrameHistory | None = None, user_code: dict[str, str] | None = None,
+                 round_hooks: RoundHooks | None = None,
+                 on_states: Callable[[Member, BattleStates | StatesSet], None] | None = None):
         """``wire_codec``: the codec served to rollouts that speak it (``services.wire_codec``);
-        ``decompressor`` expands codec-2 rows (required when wire_codec is 2)."""
+        ``decompressor`` expands codec-2 rows (required when wire_codec is 2); ``batching``:
+        how rounds share forwards; ``frame_history``: each cell's previous rows
+        (``obs.frame_stack`` > 1); ``user_code``: the identity's (a Hello whose digests differ
+        is refused); ``round_hooks``: the algorithm's part in the rounds; ``on_states``: where
+        battle states go (services/learner/battle_states.py)."""
         if wire_codec not in WIRE_CODECS:
             raise ValueError(f"wire codec {wire_codec}; this build speaks {list(WIRE_CODECS)}")
         if wire_codec == WIRE_ZSTD and decompressor is None:
@@ -94,35 +127,25 @@ class Collector:
         self.hello_limits = hello_limits
         """What a Hello may claim (services/learner/admission.py); None checks only the shape."""
         self.refusal_log = RefusalLog(say)
-        self.user_code: dict[str, str] | None = None
+        self.user_code = user_code
         """The identity's ``user_code``; a Hello whose digests differ is refused (both named)."""
         self.stop_requested = False
         self.refused_count = 0
-        self.on_states: Callable[[Member, BattleStates | StatesSet], None] | None = None
+        self.on_states = on_states
         """(member, BattleStates | StatesSet) -> None: services/learner/battle_states.py."""
         self.provenance = ProvenanceTracker()
         """Stamps finished episodes with where their decisions were taken (royalefleet replay)."""
-        self.frame_history: FrameHistory | None = None
+        self.frame_history = frame_history
         """obs.frame_stack > 1: services/learner/frame_history.py (each cell's previous rows)."""
         self.step_sent: dict[tuple[str, int], float] = {}
         """(instance, shard) -> monotonic time its last Step was sent (``rollout_idle_frac``)."""
         self.busy_seconds: dict[str, float] = {}
         """instance -> seconds its shards spent stepping (Step sent to the next round's arrival),
         summed over the run: one process steps its shards one after another."""
-        self.search_book = None
-        """``learner.algorithm = "alphazero"``: the ``services.learner.alphazero.book.SearchBook``
-        that names each choice row's candidates in its Step (``send_step``) and turns the next
-        round's scores into its target (``_store_step``); else None."""
-        self.batched = False
-        """Answer every ready round in batched forwards (``rollout.inference_max_batch_rows``);
-        False (run_exact): one forward per round, the canonical composition."""
-        self.batch_rows = 1024
-        self.max_wait_s = 0.0
-
-    def configure_batching(self, tier: str, max_batch_rows: int, max_wait_ms: float) -> None:
-        """Batched inference in the throughput tier; per round (canonical) under run_exact."""
-        self.batched = tier == "throughput"
-        self.batch_rows, self.max_wait_s = max_batch_rows, max_wait_ms / 1000.0
+        self.round_hooks = round_hooks
+        """The algorithm's part in the rounds (``round_hooks.RoundHooks``: AlphaZero's search
+        arrays in each Step, its scores in the next round, the mid-step questions); None: none."""
+        self.batching = batching
 
     # ------------------------------------------------------------------ messages
 
@@ -232,7 +255,7 @@ class Collector:
     # ------------------------------------------------------------------ one iteration
 
     def collect(self, iteration: int, members: list[Member], slot_map: SlotMap, rect: Rectangle, policy,
-                master_seed: int, round_timeout_s: float, frozen=None) -> CollectStats:
+                master_seed: int, round_timeout_s: float, frozen=None) -> CollectionStats:
         """Fill ``rect``; returns what happened (``CollectionRun``). Rollouts that are not
         ``fresh`` have their cycle-0 round held from the previous iteration. ``frozen`` (a
         ``services.learner.frozen.FrozenActors``) plays the GROUP_FROZEN slots; without it they
@@ -240,7 +263,7 @@ class Collector:
         return CollectionRun(self, iteration, members, slot_map, rect, policy, master_seed, round_timeout_s,
                              frozen).run()
 
-    def _play_frozen(self, frozen, fstats: FrozenStats, battles: np.ndarray, ordinals: np.ndarray, rows: np.ndarray,
+    def play_frozen(self, frozen, fstats: FrozenStats, battles: np.ndarray, ordinals: np.ndarray, rows: np.ndarray,
                      n_legal: np.ndarray, uniforms: np.ndarray, history=None) -> tuple[np.ndarray, list[str | None]]:
         """Actions (B,) of frozen seats: each by the snapshot of its battle's assignment at its
         ordinal; the no-op (counted by reason, its episode tainted) when that cannot play.
@@ -314,9 +337,11 @@ class CollectionRun:
                  rect: Rectangle, policy, master_seed: int, round_timeout_s: float, frozen=None):
         self.collector, self.iteration, self.slot_map, self.rect = collector, iteration, slot_map, rect
         self.policy, self.master_seed, self.round_timeout_s, self.frozen = policy, master_seed, round_timeout_s, frozen
-        self.stats = CollectStats()
-        self.mid_step = MidStepAnswers(self)
-        """Answers a searched step's queries (services/learner/mid_step.py)."""
+        self.stats = CollectionStats()
+        hooks = collector.round_hooks
+        view = RunView(self)
+        self.on_mid_step = None if hooks is None else (lambda m, body, arrays: hooks.on_query(view, m, body, arrays))
+        """``Collector.poll``'s ``on_mid_step``: the algorithm's answers, through a ``RunView``."""
         self.frame_history = collector.frame_history
         self.by_instance = {m.instance: m for m in members}
         self.expected: dict[tuple[str, int], int] = {}
@@ -349,8 +374,8 @@ class CollectionRun:
 
     # ------------------------------------------------------------------ the loop
 
-    def run(self) -> CollectStats:
-        """Collect the iteration (class docstring); returns its ``CollectStats``."""
+    def run(self) -> CollectionStats:
+        """Collect the iteration (class docstring); returns its ``CollectionStats``."""
         c, fh = self.collector, self.frame_history
         c.provenance.begin(self.iteration, self.policy.model.actor)
         if fh is not None:
@@ -379,12 +404,12 @@ class CollectionRun:
         rounds, file them, answer them, lose the shards past their deadline."""
         c = self.collector
         t0 = time.perf_counter()
-        c.poll(50, self.receive, self.mid_step.on_query)
-        if self.pending and c.batched and c.max_wait_s > 0:
+        c.poll(50, self.receive, self.on_mid_step)
+        if self.pending and c.batching.batched and c.batching.max_wait_s > 0:
             # SEED RL's batching: wait (boundedly) for more shards to join the forward.
-            until = time.perf_counter() + c.max_wait_s
+            until = time.perf_counter() + c.batching.max_wait_s
             while self.outstanding() and time.perf_counter() < until:
-                c.poll(max(0, int(1000 * (until - time.perf_counter()))), self.receive, self.mid_step.on_query)
+                c.poll(max(0, int(1000 * (until - time.perf_counter()))), self.receive, self.on_mid_step)
         self.stats.wait_seconds += time.perf_counter() - t0
         for arrival in self.pending:
             if not arrival.member.lost:
@@ -479,8 +504,8 @@ class CollectionRun:
             stats.wire_bytes += sent_bytes
             stats.rows_received += len(learner) + len(frozen_slots) + len(ra.final_rows)
             stats.wire_encode_seconds += body.wire_encode_seconds
-            if c.search_book is not None:
-                c.search_book.count_round(body)
+            if c.round_hooks is not None:
+                c.round_hooks.round_arrived(body)
         self.expected[key] = cycle + 1
         self.deadline[key] = time.monotonic() + self.round_timeout_s
         if cycle == rect.T:
@@ -499,14 +524,14 @@ class CollectionRun:
         if len(fs) and (int(fs.min()) < 0 or int(fs.max()) >= len(slots)):
             raise ValueError("final_slots out of range")
         rect.store_step(cycle - 1, slots, ra.reward, ra.terminated, ra.truncated, ra.deploy_status, fs, ra.final_rows)
-        book = self.collector.search_book
-        if book is not None and ra.search_slots is not None and len(ra.search_slots):
+        hooks = self.collector.round_hooks
+        if hooks is not None and ra.search_slots is not None and len(ra.search_slots):
             ss = ra.search_slots.astype(np.int64)
             if int(ss.min()) < 0 or int(ss.max()) >= len(slots):
                 raise ValueError("search_slots out of range")
             # the search of the step this round closes: the moves played and the rows' targets
-            for g, move, log_prior in book.complete(cycle - 1, slots[ss], ra.search_candidates, ra.search_q,
-                                                    ra.search_moves):
+            for g, move, log_prior in hooks.step_closed(cycle - 1, slots[ss], ra.search_candidates, ra.search_q,
+                                                        ra.search_moves):
                 rect.actions[cycle - 1, g], rect.log_probs[cycle - 1, g] = move, log_prior
         self.stats.env_steps += len(slots) // 2
         learner_acted = (ra.deploy_status > 0) & (rect.group[cycle - 1, slots] == GROUP_LEARNER)
@@ -528,14 +553,15 @@ class CollectionRun:
         rect, fh, stats = self.rect, self.frame_history, self.stats
         t0 = time.perf_counter()
         by_episode = getattr(self.policy, "acts_by_episode", False)  # DQN's Thompson behaviour
-        requests = [(rect.rows[r.cycle, r.learner], rect.n_legal[r.cycle, r.learner],
-                     self.uniforms("learner", r.cycle)[r.learner],
-                     None if fh is None else fh.at(r.cycle, r.learner),
-                     episode_keys(r.cycle, r.learner, r.group, r.arrays.ordinal, self.slot_map) if by_episode else None)
+        requests = [InferRequest(rect.rows[r.cycle, r.learner], rect.n_legal[r.cycle, r.learner],
+                                 self.uniforms("learner", r.cycle)[r.learner],
+                                 None if fh is None else fh.at(r.cycle, r.learner),
+                                 episode_keys(r.cycle, r.learner, r.group, r.arrays.ordinal, self.slot_map)
+                                 if by_episode else None)
                     for r in rounds]
         places: list = []
-        c = self.collector
-        answers = infer_rounds(self.policy, requests, c.batch_rows if c.batched else 0, stats.batch_rows, places)
+        b = self.collector.batching
+        answers = infer_rounds(self.policy, requests, b.max_rows if b.batched else 0, stats.batch_rows, places)
         stats.inference_seconds += time.perf_counter() - t0
         for r, (actions, log_probs), place in zip(rounds, answers, places):
             self.send_step(r, actions, log_probs, place)
@@ -545,10 +571,10 @@ class CollectionRun:
         seats, stamp the decisions' provenance and send the shard its Step."""
         rect, fh, c, cycle, learner = self.rect, self.frame_history, self.collector, r.cycle, r.learner
         search: dict[str, np.ndarray] = {}
-        if c.search_book is not None:  # alphazero: the choice rows' candidates for the rollout's search
-            search = c.search_book.propose(self.policy, self.iteration, cycle, learner,
-                                           np.flatnonzero(r.group == GROUP_LEARNER), rect.rows[cycle, learner],
-                                           rect.n_legal[cycle, learner])
+        if c.round_hooks is not None:  # alphazero: the choice rows' candidates for the rollout's search
+            search = c.round_hooks.step_arrays(self.policy, self.iteration, cycle, r.member, r.body.shard, learner,
+                                               np.flatnonzero(r.group == GROUP_LEARNER), rect.rows[cycle, learner],
+                                               rect.n_legal[cycle, learner], actions)
         rect.actions[cycle, learner] = actions
         rect.log_probs[cycle, learner] = log_probs
         rect.acted[cycle, learner] = True
@@ -559,7 +585,7 @@ class CollectionRun:
         if len(r.frozen_slots):
             local = np.flatnonzero((r.group >= 0) & (r.group != GROUP_LEARNER))
             frozen_legal = rect.legal_counts(r.frozen_rows)
-            out[local], snapshot_ids = c._play_frozen(
+            out[local], snapshot_ids = c.play_frozen(
                 self.frozen, self.stats.frozen, self.slot_map.battle_ids[r.frozen_slots // 2], r.arrays.ordinal[local],
                 r.frozen_rows, frozen_legal, self.uniforms("frozen", cycle)[r.frozen_slots],
                 None if fh is None else fh.at(cycle, r.frozen_slots))
@@ -573,16 +599,28 @@ class CollectionRun:
             c.step_sent[(r.member.instance, r.body.shard)] = time.monotonic()
 
 
-def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list | None = None,
+class InferRequest(NamedTuple):
+    """One round's learner rows for central inference (``infer_rounds``)."""
+
+    rows: np.ndarray
+    """(n, row_bytes) uint8 packed rows."""
+    n_legal: np.ndarray
+    """(n,) legal actions of each."""
+    uniforms: np.ndarray
+    """(n,) float64 in [0, 1): each row's sampling draw."""
+    history: History | None = None
+    """Under frame stacking, ``shared.nn.frame_stack.History`` of the n rows; else None."""
+    episodes: np.ndarray | None = None
+    """(n, 5) int64 ``services.learner.dqn.behaviour.EPISODE_KEYS`` rows, for a policy that
+    ``acts_by_episode`` (DQN's Thompson behaviour); else None."""
+
+
+def infer_rounds(policy, requests: list[InferRequest], max_batch_rows: int, batch_sizes: list | None = None,
                  places: list | None = None) -> list:
-    """Actions and log-probs for each request ``(rows (n, row_bytes) uint8, n_legal (n,),
-    uniforms (n,) float64, history)``, in request order: [(actions (n,) int64, log_probs (n,)
-    float32)]. ``history`` (under frame stacking, ``shared.nn.frame_stack.History`` of the n
-    rows; else None) travels with its rows into a batched forward, as ``policy.act``'s
-    ``history`` keyword. A request may carry a fifth element, its rows' ``episodes`` keys
-    ((n, 5) int64, ``services.learner.dqn.behaviour.EPISODE_KEYS``) for a policy that
-    ``acts_by_episode`` (DQN's Thompson behaviour), passed as the ``episodes`` keyword when it
-    is not None and concatenated like the rows in a batched forward.
+    """Actions and log-probs for each ``InferRequest``, in request order: [(actions (n,) int64,
+    log_probs (n,) float32)]. A request's ``history`` travels with its rows into a batched
+    forward, as ``policy.act``'s ``history`` keyword; its ``episodes``, when not None, are
+    passed as the ``episodes`` keyword and concatenated like the rows in a batched forward.
 
     ``max_batch_rows`` 0: one ``policy.act`` per request (the canonical composition: a
     request's answer depends on its rows alone, bit for bit). Otherwise consecutive requests are
@@ -594,18 +632,20 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
     choice rows (``Policy.act`` forwards only those), for the replay stamp (provenance.py)."""
     if places is None:
         places = []
+    requests = [InferRequest(*r) for r in requests]  # a plain tuple names its fields by position
 
-    def episodes_kw(r) -> dict:  # only a policy that acts by episode is handed the keys
-        return {} if len(r) < 5 or r[4] is None else {"episodes": r[4]}
+    def act(r: InferRequest) -> tuple:
+        kw = {} if r.episodes is None else {"episodes": r.episodes}  # only a policy that acts by episode
+        return policy.act(r.rows, r.n_legal, r.uniforms, history=r.history, **kw)
 
     out: list = []
     if not max_batch_rows:
-        out = [policy.act(*r[:3], history=r[3], **episodes_kw(r)) for r in requests]
+        out = [act(r) for r in requests]
         if batch_sizes is not None:
-            batch_sizes.extend(len(r[0]) for r in requests)
+            batch_sizes.extend(len(r.rows) for r in requests)
         places.extend([None] * len(requests))
         return out
-    group: list = []
+    group: list[InferRequest] = []
     rows_in = 0
 
     def flush():
@@ -613,30 +653,29 @@ def infer_rounds(policy, requests: list, max_batch_rows: int, batch_sizes: list 
             return
         if len(group) == 1:
             places.append(None)
+            out.append(act(group[0]))
         else:
-            choice = [int(np.count_nonzero(g[1] > 1)) for g in group]
+            choice = [int(np.count_nonzero(g.n_legal > 1)) for g in group]
             offsets = np.cumsum([0] + choice[:-1])
             places.extend((int(o), sum(choice)) for o in offsets)
-        if len(group) == 1:
-            out.append(policy.act(*group[0][:3], history=group[0][3], **episodes_kw(group[0])))
-        else:
-            joined = [np.concatenate([g[i] for g in group]) for i in range(3)]
-            history = None if group[0][3] is None else History(np.concatenate([g[3].rows for g in group]),
-                                                                np.concatenate([g[3].valid for g in group]))
-            kw = {} if not episodes_kw(group[0]) else {"episodes": np.concatenate([g[4] for g in group])}
-            actions, log_probs = policy.act(*joined, history=history, **kw)
-            cuts = np.cumsum([len(g[0]) for g in group])[:-1]
+            joined = InferRequest(
+                *(np.concatenate([g[i] for g in group]) for i in range(3)),
+                history=None if group[0].history is None else History(
+                    np.concatenate([g.history.rows for g in group]), np.concatenate([g.history.valid for g in group])),
+                episodes=None if group[0].episodes is None else np.concatenate([g.episodes for g in group]))
+            actions, log_probs = act(joined)
+            cuts = np.cumsum([len(g.rows) for g in group])[:-1]
             out.extend(zip(np.split(actions, cuts), np.split(log_probs, cuts)))
         if batch_sizes is not None:
-            batch_sizes.append(sum(len(g[0]) for g in group))
+            batch_sizes.append(sum(len(g.rows) for g in group))
         group.clear()
 
     for r in requests:
-        if group and rows_in + len(r[0]) > max_batch_rows:
+        if group and rows_in + len(r.rows) > max_batch_rows:
             flush()
             rows_in = 0
         group.append(r)
-        rows_in += len(r[0])
+        rows_in += len(r.rows)
     flush()
     return out
 
@@ -650,3 +689,54 @@ def episode_keys(cycle: int, learner: np.ndarray, group: np.ndarray, ordinal: np
     return np.stack([np.full(len(learner), cycle, np.int64), learner, slot_map.battle_ids[learner // 2].astype(np.int64),
                      learner % 2, np.asarray(ordinal, np.int64)[local]], axis=1)
 
+
+
+class RunView:
+    """A running collection as its algorithm's mid-step answers see it
+    (``round_hooks.CollectionView``): the shard's awaited step, its deadline, the refusal count,
+    the socket, the pool's assignments and frozen actors, nothing else."""
+
+    def __init__(self, run: CollectionRun):
+        self._run = run
+        self.iteration = run.iteration
+        self.row_bytes = run.rect.row_bytes
+
+    @property
+    def policy(self):
+        return self._run.policy
+
+    def holds(self, member: Member) -> bool:
+        return member.instance in self._run.by_instance
+
+    def awaited_cycle(self, member: Member, shard: int) -> int | None:
+        nxt = self._run.expected.get((member.instance, shard))
+        return None if nxt is None or not 0 < nxt <= self._run.rect.T else nxt - 1
+
+    def at_work(self, member: Member, shard: int) -> None:
+        self._run.deadline[(member.instance, shard)] = time.monotonic() + self._run.round_timeout_s
+
+    def refuse(self, reason: str, text: str) -> None:
+        self._run.collector._refused(reason, text)
+
+    def send(self, member: Member, body, arrays: dict) -> bool:
+        c = self._run.collector
+        if c.send(member.identity, body, arrays):
+            return True
+        c.say(f"could not send {type(body).__name__} to {member.label()}")
+        return False
+
+    def legal_counts(self, rows: np.ndarray) -> np.ndarray:
+        return self._run.rect.legal_counts(rows)
+
+    def assignment(self, battle: int, ordinal: int) -> Assignment | None:
+        return self._run.collector.fleet.assignment(battle, ordinal)
+
+    def play_frozen(self, battle: int, ordinal: int, rows: np.ndarray, n_legal: np.ndarray,
+                    uniforms: np.ndarray) -> np.ndarray:
+        n = len(rows)
+        actions, _ = self._run.collector.play_frozen(self._run.frozen, FrozenStats(), np.full(n, battle),
+                                                     np.full(n, ordinal), rows, n_legal, uniforms)
+        return actions
+
+    def count_inference(self, seconds: float) -> None:
+        self._run.stats.inference_seconds += seconds

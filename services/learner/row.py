@@ -12,32 +12,33 @@ import msgspec
 import numpy as np
 
 from services.learner import metric_log
-from services.learner.advantages import Advantages
-from services.learner.collection import Collected
 from services.learner.frozen import frozen_metrics
 from services.learner.gae import credit_horizon_seconds
-from services.learner.overlap import lag_metrics
 from services.learner.measures import (
-    choice_metrics, episode_metrics, lost_cells, play_metrics, progress_line,
+    choice_metrics, episode_metrics, lost_cells, overlap_rows_frac, play_metrics, progress_line,
 )
-from services.learner.update import UpdateResult
 
 if TYPE_CHECKING:
-    from services.learner.parts import LearnerParts
-    from services.learner.service import Learner
+    from services.learner.algorithm import RowKeys, TrainResult
+    from services.learner.collected import Collected
+    from services.learner.parts import IterationState, LearnerParts
 
 
-def assemble_row(learner: Learner, c: Collected, adv: Advantages, upd: UpdateResult, learner_eps: list) -> tuple[dict, list]:
-    """The row's keys known once the update ran (the counters already advanced), and the
-    episodes to report to the result log (those whose frozen seat could play)."""
-    cfg, rect, stats, T = learner.parts.cfg, c.rect, c.stats, c.T
+def assemble_row(parts: LearnerParts, state: IterationState, t_start: float, c: Collected, result: TrainResult,
+                 keys: RowKeys, learner_eps: list) -> tuple[dict, list]:
+    """The row's keys known once the update ran (the counters in ``state`` already advanced;
+    ``t_start``: ``time.monotonic()`` at the process's start), the algorithm's ``keys`` at
+    their anchors, and the episodes to report to the result log (those whose frozen seat could
+    play)."""
+    adv, upd = result.advantages, result.update
+    cfg, rect, stats, T = parts.cfg, c.rect, c.stats, c.T
     t_collect, n_train = c.seconds, upd.n_train
     gamma, lam = c.sched["gamma"], cfg.advantage.gae_lambda
     lost = lost_cells(rect, T)
     row = {
-        "run/iteration": c.iteration, "run/timesteps": learner.state.timesteps, "run/env_steps": learner.state.env_steps,
-        "run/episodes": learner.state.episodes, "run/wall_seconds": time.monotonic() - learner.options.t_start,
-        "run/gamma": gamma, "run/credit_horizon_seconds": credit_horizon_seconds(gamma, lam, learner.parts.pf.spec.decision_ms),
+        "run/iteration": c.iteration, "run/timesteps": state.timesteps, "run/env_steps": state.env_steps,
+        "run/episodes": state.episodes, "run/wall_seconds": time.monotonic() - t_start,
+        "run/gamma": gamma, "run/credit_horizon_seconds": credit_horizon_seconds(gamma, lam, parts.pf.spec.decision_ms),
         "run/cycles": T, "run/slots": rect.R, "run/battles": c.slot_map.n_battles, "run/learner_rows_per_cycle": c.learner_rows,
         "throughput/collected_steps_per_second": n_train / t_collect if t_collect > 0 else 0.0,
         "throughput/env_steps_per_second": stats.env_steps / t_collect if t_collect > 0 else 0.0,
@@ -53,12 +54,11 @@ def assemble_row(learner: Learner, c: Collected, adv: Advantages, upd: UpdateRes
         "health/obs_codec_clipped": stats.codec_clipped, "health/obs_codec_rounded": stats.codec_rounded,
         "health/buffer_fill_frac": rect.writes / ((T + 1) * rect.R),
         "throughput/rollout_capacity_ratio": upd.seconds / t_collect if t_collect > 0 else 0.0,
-        "ppo/ent_coef": c.sched["ent_coef"], "ppo/ent_coef_noop": c.sched["ent_coef_noop"],
     }
-    row.update(play_metrics(rect, learner.parts.pf, T))
+    row.update(keys.after_schedule)
+    row.update(play_metrics(rect, parts.pf, T))
     row.update(choice_metrics(rect, adv.trainable))
-    row.update(adv.scale_stats)
-    row.update(learner.parts.lr_backoff.metrics(learner.parts.opt_actor, learner.parts.opt_critic))
+    row.update(keys.after_choice)
     if stats.batch_rows:
         row["throughput/inference_batch_rows_mean"] = float(np.mean(stats.batch_rows))
         row["throughput/inference_batch_rows_p90"] = float(np.percentile(stats.batch_rows, 90))
@@ -67,28 +67,28 @@ def assemble_row(learner: Learner, c: Collected, adv: Advantages, upd: UpdateRes
         row["throughput/wire_bytes_per_row"] = stats.wire_bytes / stats.rows_received
         row["throughput/wire_encode_us_per_row"] = 1e6 * stats.wire_encode_seconds / stats.rows_received
         row["throughput/wire_decode_us_per_row"] = 1e6 * stats.wire_decode_seconds / stats.rows_received
-    if learner.parts.device.type == "cuda":  # CUDA only: a CPU learner has no device memory to watch
+    if parts.device.type == "cuda":  # CUDA only: a CPU learner has no device memory to watch
         from services.learner.vram import vram_row
 
-        row.update(vram_row(learner.parts.device))
+        row.update(vram_row(parts.device))
     if c.inference_precision:
         row["run/inference_precision"] = c.inference_precision
     if n_train:
-        row["run/train_precision"] = learner.parts.model.last_precision.get("critic", "fp32")
-        row["ppo/advantage_mean"] = float(adv.advantages[adv.trainable].mean())
-        row["ppo/return_mean"] = float(adv.returns[adv.trainable].mean())
-    row.update(upd.stats)
+        row["run/train_precision"] = parts.model.last_precision.get("critic", "fp32")
+    row.update(keys.after_update)
     row.update(episode_metrics(learner_eps, cfg.env.max_steps, stats.frozen.tainted))
     # an episode whose frozen seat played the no-op (its snapshot could not play) was
     # no game against that snapshot: kept out of the result log (services/learner/frozen.py).
     reported = [e for e in stats.episodes if (e.battle, e.ordinal) not in stats.frozen.tainted]
-    actors = c.frozen_counts if c.frozen_counts is not None else learner.parts.frozen
+    actors = c.frozen_counts if c.frozen_counts is not None else parts.frozen
     row.update(frozen_metrics(stats.frozen, actors, len(stats.episodes) - len(reported)))
-    row.update(lag_metrics(rect, adv.trainable))
+    row.update(keys.after_frozen)
+    row.update(overlap_rows_frac(rect, adv.trainable))
     if stats.frozen.noop_rows:
-        learner.parts.say(f"learner: {sum(stats.frozen.noop_rows.values())} frozen-seat rows played the no-op "
+        parts.say(f"learner: {sum(stats.frozen.noop_rows.values())} frozen-seat rows played the no-op "
                     f"({', '.join(f'{k} {v}' for k, v in sorted(stats.frozen.noop_rows.items()))}); "
                     f"{len(stats.episodes) - len(reported)} seat-episodes kept out of the result log")
+    row.update(keys.end)
     return row, reported
 
 

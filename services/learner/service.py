@@ -4,37 +4,40 @@ The learner reads as the steps of docs/iteration.md, one module each; ``Learner.
 and ``train_and_report`` below call them in order (the numbers are the document's):
 
 1-2. the boundary and the collection with central inference (``collection.collect_iteration``:
-     ``boundary.py`` takes the rollouts registered now, derives the rectangle, asks the ladder
-     for the plan and sends it; ``rounds.py`` files the rounds and answers them), or the
-     collection an overlapped thread ran during the previous update (``overlap.py``);
-3-4. the value pass and GAE (``advantages.values_and_advantages``);
-5.   the PPO update (``update.run_update``), or the DQN learner's (``dqn/learner.py``);
+     it takes the rollouts registered now, derives the rectangle, asks the ladder for the plan
+     and sends it; ``rounds.py`` files the rounds and answers them, with the
+     algorithm's behaviour and round hooks), or the collection an overlapped thread ran during
+     the previous update (``overlap.py``);
+3-5. the algorithm's training (``parts.algorithm.train``: ``ppo/learner.py``, ``dqn/learner.py``,
+     ``alphazero/learner.py``, behind ``algorithm.Algorithm``; ``registry.py`` picks it by
+     ``learner.algorithm``);
 6.   the counters, a pool candidate when due (``pool_client.PoolClient``), the metric row
-     (``row.assemble_row``), published (``publish.publish``: the result log,
-     ``runs/<run>/metrics.jsonl``, ``/metrics``, the alarms);
+     (``row.assemble_row``, with the algorithm's ``row_keys``), published (``publish.publish``:
+     the result log, ``runs/<run>/metrics.jsonl``, ``/metrics``, the alarms);
 7.   with the checkpoint of its state (``checkpointing.capture``, ``checkpointing.save_checkpoint``).
 
 Around them: the parts (``parts.py``) and the start-up that builds them (``startup.py``), the
 loop, the halts and the shutdown (``lifecycle.py``), the resume (``resume.py``), the command
-line (``main.py``, which imports this module, never the other way round). SIGINT/SIGTERM stop
-the learner at the next safe point: a checkpoint of the state the last metric row describes is
+line (``main.py``, which imports this module, never the other way round). Only this module
+holds a ``Learner``: every step takes the parts and state it uses. SIGINT/SIGTERM stop the
+learner at the next safe point: a checkpoint of the state the last metric row describes is
 written (never weights an unwritten row would have to describe), then it exits.
 """
 
 from __future__ import annotations
 
-from services.learner import checkpointing, extension_hooks, lifecycle, resume, startup
-from services.learner.advantages import values_and_advantages
-from services.learner.boundary import JOIN_WAIT_S, STARTUP_WAIT_S, wait_for_rollouts
-from services.learner.collection import Collected, collect_iteration, evaluate_schedules
+from services.learner import lifecycle, startup
+from services.learner.algorithm import TrainContext, TrainResult
+from services.learner.collected import Collected
+from services.learner.collection import JOIN_WAIT_S, STARTUP_WAIT_S, collect_iteration, evaluate_schedules
 from services.learner.determinism import DeterminismError, apply_determinism
+from services.learner.measures import progress_line
+from services.learner.overlap_steps import count_untrained, start_overlap, take_collection
 from services.learner.parts import IterationState, LearnerParts, RunOptions, Say
 from services.learner.pool_client import strength_due
 from services.learner.publish import publish
 from services.learner.row import assemble_row
-from services.learner.measures import progress_line
 from services.learner.stops import AlarmHalt, SaveHalt, StopRequested
-from services.learner.update import run_update
 from shared.config import RunConfig
 
 # Names other modules and the tests import from here.
@@ -84,116 +87,73 @@ class Learner:
     def stopping(self) -> bool:
         return self.parts.collector.stop_requested
 
-    # ------------------------------------------------------------------ state a checkpoint holds
-
-    def counters(self) -> checkpointing.Counters:
-        st = self.state
-        return checkpointing.Counters(iteration=st.iteration, timesteps=st.timesteps, env_steps=st.env_steps,
-                                      episodes=st.episodes)
-
-    def update_state(self) -> dict:
-        """State of the update that lives outside the optimizers (return scaler, LR backoff, and
-        the extensions' own under ``extensions`` when the run has any)."""
-        out = {"return_scaler": self.parts.return_scaler.state(), "lr_backoff": self.parts.lr_backoff.state()}
-        if self.parts.extensions:
-            out["extensions"] = extension_hooks.states(self.parts.extensions)
-        return out
-
-    def load_update_state(self, state: dict) -> None:
-        self.parts.return_scaler.load_state(state["return_scaler"])
-        self.parts.lr_backoff.load_state(state["lr_backoff"])
-        extension_hooks.load_states(self.parts.extensions, state.get("extensions", {}))
-
-    def resume(self) -> None:
-        resume.resume_run(self)
-
-    def wait_for_rollouts(self) -> list:
-        """Step 1's wait (``boundary.wait_for_rollouts``): the members of the next rectangle."""
-        p = self.parts
-        return wait_for_rollouts(p.collector, self.state, min_rollouts=self.options.min_rollouts,
-                                 round_timeout_s=p.cfg.rollout.round_timeout_s,
-                                 forgotten=p.metrics.rollouts_forgotten, say=p.say)
-
     # ------------------------------------------------------------------ one iteration, stage by stage
 
     def run_iteration(self) -> dict:
         """One iteration; returns its metric row. Steps 1-2 here (or, under ``rollout.overlap``,
         the rectangle collected while the previous iteration trained), 3-7 in ``train_and_report``.
         Raises StopRequested when a stop ended the collection (nothing trains on it)."""
-        from services.learner.overlap import count_untrained, join_overlap
+        p, st = self.parts, self.state
 
-        overlapped = self.state.overlapped is not None
-        if overlapped:
-            c = join_overlap(self)
-        else:
-            dqn, az = self.parts.dqn, self.parts.alphazero
-            policy = dqn.behaviour(self.state.iteration + 1) if dqn is not None else self.parts.policy
-            if az is not None:
-                # the search book starts the iteration empty, with the critic's reward scale for leaves
-                policy = az.behaviour(policy, self.parts.return_scaler.divisor())
-            c = collect_iteration(self, self.state.iteration + 1, self.state.env_steps, policy)
+        def collect() -> Collected:
+            behaviour = p.algorithm.behaviour(st.iteration + 1, p.policy, p.return_scaler.divisor())
+            return collect_iteration(p, st, self.options.min_rollouts, st.iteration + 1, st.env_steps, behaviour)
+
+        c, untrained = take_collection(st, collect)  # the overlapped thread's, or collected here
         if self.stopping or c is None:
-            if overlapped:
-                # every row it inferred goes untrained, lag 0 or 1 (after the update ended the
-                # live actor inferred the rest): counted, never silently dropped
-                count_untrained(self, c)
+            # an overlapped collection's rows go untrained, lag 0 or 1 (after the update ended
+            # the live actor inferred the rest): counted, never silently dropped
+            count_untrained(p, st, untrained)
             raise StopRequested
         return self.train_and_report(c)
 
     def train_and_report(self, c: Collected) -> dict:
-        """Steps 3-7 over a collected rectangle: values and GAE, the update, the counters and
-        the row's keys, the row published with its checkpoint."""
-        from services.learner.overlap import count_untrained, start_overlap
-
+        """Steps 3-7 over a collected rectangle: the algorithm's training, the counters and the
+        row's keys, the row published with its checkpoint."""
+        p, st = self.parts, self.state
         for m in c.members:
             m.fresh = False
         # Every battle is idle at the point its cycle-T round describes: the rollouts save their
         # states now, while the update runs, and the row's checkpoint reads them (gather).
-        self.parts.battle_states.request(self.parts.sock, c.members, c.iteration)
-        c.ordinals = dict(self.parts.fleet.ordinal)  # the boundary's: an overlapped collection moves fleet.ordinal on
-        behaviour = start_overlap(self, c)  # iteration + 1 collects during this update
+        p.battle_states.request(p.sock, c.members, c.iteration)
+        c.ordinals = dict(p.fleet.ordinal)  # the boundary's: an overlapped collection moves fleet.ordinal on
+        behaviour = start_overlap(p, st, self.options, c)  # iteration + 1 collects during this update
+        context = self.train_context()
         try:
-            adv, upd, extra = self.train(c)
+            result = p.algorithm.train(c, context)
         except StopRequested:
-            # the stop abandoned this update (update.py): its rows are trained by no one, and
-            # the checkpoint written is the previous row's state; the overlapped collection's
+            # the stop abandoned this update: its rows are trained by no one, and the
+            # checkpoint written is the previous row's state; the overlapped collection's
             # rows are counted when shutdown joins it
-            count_untrained(self, c, "whose update the stop abandoned")
+            count_untrained(p, st, c, "whose update the stop abandoned")
             raise
         if behaviour is not None:
-            behaviour.switch(self.parts.policy, 0)  # the rest of iteration + 1 is inferred by the updated actor
-        learner_eps = self.advance(c, upd)
-        row, reported = assemble_row(self, c, adv, upd, learner_eps)
-        if extra is not None:  # DQN, AlphaZero: no PPO ran, its keys would describe an update that did not happen
-            row = {k: v for k, v in row.items() if not k.startswith("ppo/")} | extra
-        return publish(self, c, row, reported)
+            behaviour.switch(p.policy, 0)  # the rest of iteration + 1 is inferred by the updated actor
+        learner_eps = self.advance(c, result)
+        keys = p.algorithm.row_keys(c, result, context)
+        row, reported = assemble_row(p, st, self.options.t_start, c, result, keys, learner_eps)
+        return publish(p, st, c, row, reported)
 
-    def train(self, c: Collected):
-        """Steps 3-5: (advantages, the update's result, the DQN's row keys or None)."""
+    def train_context(self) -> TrainContext:
+        """What the algorithm's ``train`` may use (``algorithm.TrainContext``)."""
         p = self.parts
-        if p.dqn is not None:
-            return p.dqn.train(c)
-        if p.alphazero is not None:
-            return p.alphazero.train(self, c)
-        a = p.cfg.advantage
-        adv = values_and_advantages(p.policy, c.rect, p.return_scaler, frame_history=p.frame_history,
-                                    gamma=c.sched["gamma"], lam=a.gae_lambda, standardize_rewards=a.standardize_rewards)
-        upd = run_update(self, c.rect, adv, iteration=c.iteration, sched=c.sched,
-                         inference_precision=c.inference_precision,
-                         behaviour_model=getattr(c.policy, "behaviour_model", None))
-        return adv, upd, None
+        return TrainContext(cfg=p.cfg, model=p.model, opt_actor=p.opt_actor, opt_critic=p.opt_critic, policy=p.policy,
+                            return_scaler=p.return_scaler, lr_backoff=p.lr_backoff, frame_history=p.frame_history,
+                            extensions=p.extensions, n_actions=p.pf.spec.n_actions, device=p.device,
+                            env_steps=self.state.env_steps, stopping=lambda: self.stopping)
 
-    def advance(self, c: Collected, upd) -> list:
+    def advance(self, c: Collected, result: TrainResult) -> list:
         """Step 6's counters, and a pool candidate (or a strength snapshot) when due; returns the
         learner's finished episodes of the iteration."""
         p, st, it = self.parts, self.state, c.iteration
+        n_train = result.update.n_train
         st.iteration = it
-        st.timesteps += upd.n_train
+        st.timesteps += n_train
         every = p.cfg.ladder.pool.candidate_every_env_steps
         crossed = (st.env_steps + c.stats.env_steps) // every > st.env_steps // every
         st.env_steps += c.stats.env_steps
         measure = strength_due(p.cfg.evaluation.strength.every_iterations, it)
-        if (crossed or measure) and upd.n_train:
+        if (crossed or measure) and n_train:
             p.pool.snapshot_actor(p.model.actor, run_id=p.run_id, identity=p.identity, iteration=st.iteration,
                                   env_steps=st.env_steps, timesteps=st.timesteps, candidate=crossed, strength=measure)
         learner_eps = [e for e in c.stats.episodes if e.player == "learner"]
@@ -204,13 +164,12 @@ class Learner:
 
     def run(self) -> int:
         """Resume, iterate, halt or stop; the exit code (``lifecycle.run``)."""
-        return lifecycle.run(self)
+        return lifecycle.run(self.parts, self.state, self.options, self.run_iteration)
 
     def shutdown(self, save: bool = True) -> None:
-        lifecycle.shutdown(self, save)
+        lifecycle.shutdown(self.parts, self.state, save)
 
     def close(self) -> None:
         """Nothing left to close (``shared.service_main`` calls it after ``run``): ``run`` shuts
         the learner down on every way it returns (``lifecycle.shutdown``), and a refusal it
         raises ends the process."""
-

@@ -4,8 +4,8 @@ from the config, in order, before a socket is bound where a refusal must leave n
 
 * ``build_model``: the device and the determinism tier, the preflight (codec table, engine
   build), the run identity and run id, the actor-critic with its optimizers (on CUDA the
-  update's memory checked first), the inference policy, the DQN stages when asked, the return
-  scaler and the LR backoff;
+  update's memory checked first), the inference policy, the algorithm of ``learner.algorithm``
+  (``registry.build_algorithm``), the return scaler and the LR backoff;
 * ``connect``: ``/metrics`` and the alarms, the rollouts' ROUTER socket, the ladder and
   checkpoint clients (behind a lock under ``rollout.overlap``), the pool client, the fleet, the
   frozen pool actors and the authenticated halt endpoint;
@@ -26,6 +26,7 @@ from typing import Any
 from services.learner.admission import HelloLimits
 from services.learner.battle_states import BattleStateBook
 from services.learner.determinism import apply_determinism
+from services.learner import extension_hooks
 from services.learner.extension_hooks import build_extensions
 from services.learner.fleet import Fleet
 from services.learner.fleet import IdleMeter
@@ -35,9 +36,11 @@ from services.learner.pool_client import PoolClient
 from shared import transport
 from shared.identity import action_digest_of, compute_identity, describe_device, run_id
 from services.learner.parts import LearnerParts, RunOptions, Say
+from services.learner.registry import build_algorithm
 from shared.config import RunConfig
 from shared.messages import Decoder, FromCheckpoint, FromLadder, ToLearner, Welcome
 from shared.preflight import Preflight
+from shared.search.spec import RolloutSearch
 from shared.run_dir import RunDir
 from shared.seeding import stream
 from shared.writer_token import checkpoint_token
@@ -67,8 +70,9 @@ def build_model(cfg: RunConfig, runs_dir: str, say: Say) -> dict[str, Any]:
     does not fit the GPU), both before anything is bound."""
     import torch
 
+    from services.learner.algorithm import AlgorithmParts
     from services.learner.lr_backoff import LrBackoff
-    from services.learner.ppo import make_optimizers
+    from services.learner.ppo.update import make_optimizers
     from services.learner.returns import ReturnScaler
     from shared.codec import describe_table, table_digest
     from shared.nn.model import ActorCritic
@@ -102,24 +106,17 @@ def build_model(cfg: RunConfig, runs_dir: str, say: Say) -> dict[str, Any]:
     say(f"learner: actor {counts['actor']:,} parameters, critic {counts['critic']:,}; device {device}, "
         f"{cfg.determinism.torch_threads} threads, tier {cfg.determinism.tier}")
     policy = Policy(model, pf.codec, device)
-    dqn = None  # the DQN learner's stages and state (services/learner/dqn/learner.py)
-    if cfg.learner.algorithm == "dqn":
-        from services.learner.dqn.learner import DqnLearner
-
-        dqn = DqnLearner(cfg, pf, model, device, policy, say)
-    alphazero = None  # the AlphaZero learner's stages (services/learner/alphazero/learner.py)
-    if cfg.learner.algorithm == "alphazero":
-        from services.learner.alphazero.learner import AlphaZeroLearner
-
-        alphazero = AlphaZeroLearner(cfg)
+    algorithm = build_algorithm(AlgorithmParts(cfg, pf, model, device, policy, say))  # services/learner/registry.py
     extensions = build_extensions(cfg.extensions)  # shared/learner_extension.py: the sections' learner hooks
-    if extensions and (dqn is not None or alphazero is not None):
-        raise SystemExit(f"learner: the extension sections {sorted(cfg.extensions)} hook into the PPO update; "
-                         f"learner.algorithm is {cfg.learner.algorithm}: remove them or train with ppo")
+    unhonoured = extension_hooks.unhonoured(extensions, algorithm.extension_hooks)
+    if unhonoured:
+        raise SystemExit(f"learner: the extension sections {sorted(cfg.extensions)} hook into the PPO update "
+                         f"({', '.join(unhonoured)}), which learner.algorithm {cfg.learner.algorithm} does not run: "
+                         "remove them or train with ppo")
     return dict(device=device, run_dir=run_dir, pf=pf, codec_digest=codec_digest, identity=identity,
                 run_id=run_id(identity), model=model, opt_actor=opt_actor, opt_critic=opt_critic, policy=policy,
-                dqn=dqn, alphazero=alphazero, return_scaler=ReturnScaler(cfg.advantage.reward_clip), lr_backoff=LrBackoff(cfg.ppo.lr_backoff),
-                extensions=extensions)
+                algorithm=algorithm, return_scaler=ReturnScaler(cfg.advantage.reward_clip),
+                lr_backoff=LrBackoff(cfg.ppo.lr_backoff), extensions=extensions)
 
 
 def connect(cfg: RunConfig, model: dict[str, Any], options: RunOptions, *, bind: str, ladder: str, checkpoint: str,
@@ -173,15 +170,9 @@ def connect(cfg: RunConfig, model: dict[str, Any], options: RunOptions, *, bind:
                 pool=pool, fleet=Fleet(), frozen=frozen, halt_endpoint=halt_endpoint)
 
 
-def welcome(cfg: RunConfig, pf: Preflight, wire_codec: int) -> Welcome:
-    """What a registered rollout is told (the collector sends it)."""
-    search = None
-    if cfg.learner.algorithm == "alphazero":  # the rollouts search the learner's choice decisions
-        from shared.search.spec import RolloutSearch
-
-        a = cfg.alphazero
-        search = RolloutSearch(candidates=a.candidates, depth=a.depth, c_scale=a.c_scale, leaf_value=a.leaf_value,
-                               sim_opponent=a.sim_opponent)
+def welcome(cfg: RunConfig, pf: Preflight, search: RolloutSearch | None, wire_codec: int) -> Welcome:
+    """What a registered rollout is told (the collector sends it); ``search``: what it
+    searches (``Algorithm.rollout_search``)."""
     return Welcome(env=cfg.env, master_seed=cfg.master_seed, codec=pf.table, engine=pf.engine,
                    random_legal_noop_prob=cfg.ladder.random_legal_noop_prob, rollout=cfg.rollout,
                    wire_codec=wire_codec, search=search)
@@ -190,21 +181,22 @@ def welcome(cfg: RunConfig, pf: Preflight, wire_codec: int) -> Welcome:
 def build_collector(cfg: RunConfig, model: dict[str, Any], links: dict[str, Any], say: Say) -> dict[str, Any]:
     """The collector, the frame history, the idle meter and the battle-state book (module
     docstring); ``model`` and ``links``: ``build_model``'s and ``connect``'s parts."""
-    from services.learner.rounds import Collector
+    from services.learner.rounds import Batching, Collector
     from shared.codec import RowDecompressor
 
-    pf = model["pf"]
-    c = Collector(
-        links["sock"], Decoder(ToLearner), links["fleet"], partial(welcome, cfg, pf), pf.engine, say,
-        links["metrics"].refused, HelloLimits.at_start(cfg, pf.codec.row_bytes), wire_codec=cfg.services.wire_codec,
-        decompressor=RowDecompressor(pf.codec.row_bytes, cfg.services.max_message_mb << 20))
-    c.configure_batching(cfg.determinism.tier, cfg.rollout.inference_max_batch_rows, cfg.rollout.inference_max_wait_ms)
+    pf, algorithm = model["pf"], model["algorithm"]
     frame_history = make_frame_history(cfg.obs.frame_stack, pf.codec.row_bytes)  # obs.frame_stack
-    c.frame_history = frame_history if cfg.obs.frame_stack > 1 else None
-    c.user_code = model["identity"].user_code  # a Hello with other user code is refused
-    if model["alphazero"] is not None:  # searched rounds: targets and moves (alphazero/book.py)
-        c.search_book = model["alphazero"].book
     battle_states = BattleStateBook(pf.engine, say)  # exact battles in the checkpoint
-    c.on_states = battle_states.on_message
+    c = Collector(
+        links["sock"], Decoder(ToLearner), links["fleet"], partial(welcome, cfg, pf, algorithm.rollout_search()),
+        pf.engine, say, links["metrics"].refused, HelloLimits.at_start(cfg, pf.codec.row_bytes),
+        wire_codec=cfg.services.wire_codec,
+        decompressor=RowDecompressor(pf.codec.row_bytes, cfg.services.max_message_mb << 20),
+        batching=Batching.of(cfg.determinism.tier, cfg.rollout.inference_max_batch_rows,
+                             cfg.rollout.inference_max_wait_ms),
+        frame_history=frame_history if cfg.obs.frame_stack > 1 else None,
+        user_code=model["identity"].user_code,  # a Hello with other user code is refused
+        round_hooks=algorithm.round_hooks,  # the algorithm's part in the rounds (AlphaZero's search)
+        on_states=battle_states.on_message)
     return dict(collector=c, frame_history=frame_history, idle_meter=IdleMeter(),  # throughput/rollout_idle_frac
                 battle_states=battle_states)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.learner.parts import Say
+from shared.service_main import Say
 
 PANEL = (
     ("iteration", "run/iteration"),

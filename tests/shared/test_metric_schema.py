@@ -84,7 +84,7 @@ def test_every_key_ppo_update_returns_is_in_the_schema(ppo_metrics):
 # ----------------------------------------------------------------------------- the service's keys
 
 
-ROW_MODULES = ("service.py", "publish.py", "row.py", "measures.py", "collection.py", "advantages.py", "update.py", "overlap.py",
+ROW_MODULES = ("service.py", "publish.py", "row.py", "measures.py", "collection.py", "advantages.py", "ppo/learner.py", "overlap.py",
                "fleet.py")
 """The learner's stages that write keys of the metric row (services/learner/)."""
 

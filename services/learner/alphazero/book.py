@@ -17,10 +17,12 @@ update.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from shared.search.lookahead import candidates_with_noop, gumbel_top_k
 from shared.search.targets import completed_q_policy, gumbel_move_index
 from shared.seeding import stream
 
@@ -43,19 +45,23 @@ class _Pending:
     log_prior: np.ndarray
     candidates: np.ndarray
     keys: np.ndarray
+    prior_action: int = -1
+    """The action the live actor sampled for the row at inference (what the network plays
+    without the search); -1: not given."""
 
 
 def gumbel_candidates(log_prior: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(candidates int64 (min(k, legal),), keys float64): the top-k legal actions of
-    g + ``log_prior`` (g ~ Gumbel(0, 1), one per legal action in ascending id order), in key
-    order, with the no-op (0) in place of the last when it was not drawn, and each candidate's
-    key g + log prior."""
-    legal = np.flatnonzero(np.isfinite(log_prior))
-    keys = log_prior[legal] + rng.gumbel(size=len(legal))
-    order = np.argsort(-keys, kind="stable")[:k]
-    if 0 not in legal[order] and 0 in legal:
-        order = np.concatenate([order[: len(order) - 1], np.flatnonzero(legal == 0)])
-    return legal[order].astype(np.int64), keys[order]
+    g + ``log_prior`` (``shared.search.lookahead.gumbel_top_k``: g ~ Gumbel(0, 1), one per legal
+    action in ascending id order), in key order, with the no-op (0) in place of the last when it
+    was not drawn and is legal (``candidates_with_noop``), and each candidate's key g + log prior.
+    The keys are the draw ``gumbel_top_k`` makes, read from a copy of ``rng`` taken before it."""
+    lp = np.asarray(log_prior, np.float64)
+    legal = np.flatnonzero(np.isfinite(lp))
+    g = copy.deepcopy(rng).gumbel(size=len(legal))  # the same draw, in the same order
+    drawn = gumbel_top_k(lp, k, rng)
+    cand = np.asarray(candidates_with_noop(drawn, k) if 0 in legal else drawn[:k], np.int64)
+    return cand, lp[cand] + g[np.searchsorted(legal, cand)]
 
 
 @dataclass
@@ -79,16 +85,25 @@ class SearchBook:
     """Leaves valued by ``leaf_values`` this iteration (``alphazero.leaf_value`` "critic")."""
     opponent_rows: int = 0
     """A network opponent's simulated decisions answered this iteration (``SimActQuery``)."""
+    prior_noop: int = 0
+    """Searched decisions whose prior's own sample (``propose``'s ``actions``) was the no-op."""
+    move_noop: int = 0
+    """Searched decisions whose move (the search's) was the no-op."""
+    prior_agree: int = 0
+    """Searched decisions whose move is the prior's own sample."""
+    prior_seen: int = 0
+    """Searched decisions whose prior's sample was given (the three counts' denominator)."""
 
     def begin(self, reward_divisor: float = 1.0) -> None:
         """Empty the book for an iteration whose rewards the critic sees divided by ``reward_divisor``."""
         self.targets.clear()
         self.pending.clear()
         self.refused = self.sim_steps = self.simulations = self.critic_leaves = self.opponent_rows = 0
+        self.prior_noop = self.move_noop = self.prior_agree = self.prior_seen = 0
         self.sim_seconds = self.env_seconds = 0.0
         self.reward_divisor = float(reward_divisor)
 
-    def leaf_values(self, policy, rows: np.ndarray, returns: np.ndarray, discounts: np.ndarray,
+    def leaf_values(self, policy, rows: np.ndarray | None, returns: np.ndarray | None, discounts: np.ndarray | None,
                     row_bytes: int) -> np.ndarray:
         """A ``LeafQuery``'s scores: (n,) float32 ``returns / reward_divisor + discounts * V(rows)``,
         the n-step return of each simulated candidate with the live critic at its leaf
@@ -117,10 +132,12 @@ class SearchBook:
         self.env_seconds += body.env_seconds
 
     def propose(self, policy, iteration: int, cycle: int, learner: np.ndarray, local: np.ndarray, rows: np.ndarray,
-                n_legal: np.ndarray) -> dict[str, np.ndarray]:
+                n_legal: np.ndarray, actions: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The Step's search arrays for one round: ``learner`` (m,) its learner slots (global),
         ``local`` (m,) the same slots' indices in the round, ``rows`` (m, row_bytes) and
-        ``n_legal`` (m,) theirs. Empty dict when no row has a choice."""
+        ``n_legal`` (m,) theirs; ``actions`` (m,), when given, the live actor's own samples of
+        those rows (what the network plays: counted beside the search's moves, ``row``). Empty
+        dict when no row has a choice."""
         choice = np.flatnonzero(n_legal > 1)
         if not len(choice):
             return {}
@@ -134,7 +151,8 @@ class SearchBook:
                          iteration=iteration, cycle=cycle, slot=slot)
             cand, key = gumbel_candidates(lp, k, rng)
             cands[n, : len(cand)], keys[n, : len(cand)] = cand, key
-            self.pending[(cycle, slot)] = _Pending(lp, cand, keys[n, : len(cand)].copy())
+            prior = -1 if actions is None else int(actions[j])
+            self.pending[(cycle, slot)] = _Pending(lp, cand, keys[n, : len(cand)].copy(), prior)
         return {"search_slots": np.asarray(local, np.int16)[choice], "search_candidates": cands, "search_keys": keys}
 
     def complete(self, cycle: int, slots: np.ndarray, candidates: np.ndarray, q: np.ndarray,
@@ -161,6 +179,11 @@ class SearchBook:
             self.targets[(cycle, int(slot))] = SearchTarget(ids.astype(np.int16), probs.astype(np.float32), entropy,
                                                             kl, int(move) != int(p.candidates[0]))
             self.simulations += n
+            if p.prior_action >= 0:  # the network's own play beside the search's
+                self.prior_seen += 1
+                self.prior_noop += p.prior_action == 0
+                self.move_noop += int(move) == 0
+                self.prior_agree += p.prior_action == int(move)
             out.append((int(slot), int(move), float(p.log_prior[int(move)])))
         return out
 
@@ -188,4 +211,8 @@ class SearchBook:
             out["search/target_entropy"] = float(np.mean([x.entropy for x in t]))
             out["search/target_kl_prior"] = float(np.mean([x.kl_prior for x in t]))
             out["search/changed_frac"] = float(np.mean([x.changed for x in t]))
+        if self.prior_seen:  # what the network plays without the search, beside what the search played
+            out["search/prior_noop_rate"] = self.prior_noop / self.prior_seen
+            out["search/move_noop_rate"] = self.move_noop / self.prior_seen
+            out["search/prior_agree_frac"] = self.prior_agree / self.prior_seen
         return out

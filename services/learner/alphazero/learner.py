@@ -25,17 +25,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from services.learner import extension_hooks
 from services.learner.advantages import Advantages, values_and_advantages
+from services.learner.algorithm import RowKeys, TrainResult, UpdateResult
 from services.learner.alphazero.book import SearchBook
+from services.learner.alphazero.rounds import SearchRounds
 from services.learner.alphazero.update import az_update
 from services.learner.stops import StopRequested
-from services.learner.update import UpdateResult
 from shared.batches import AlphaZeroBatch, PackedObs
+from shared.search.spec import RolloutSearch
 from shared.seeding import stream
 
 if TYPE_CHECKING:
+    from services.learner.algorithm import AlgorithmParts, TrainContext
+    from services.learner.collected import Collected
     from services.learner.rectangle import Rectangle
-    from services.learner.service import Learner
 
 
 def az_batch(rect: Rectangle, adv: Advantages, book: SearchBook, n_actions: int) -> AlphaZeroBatch:
@@ -62,35 +66,52 @@ def az_batch(rect: Rectangle, adv: Advantages, book: SearchBook, n_actions: int)
                           n_actions=n_actions)
 
 
-class AlphaZeroLearner:
-    """The AlphaZero stages of the learner (module docstring)."""
+class AlphaZeroAlgorithm:
+    """AlphaZero behind the learner's algorithm boundary (``algorithm.Algorithm``; module
+    docstring), registered as ``learner.algorithm = "alphazero"``. Its round hooks
+    (``rounds.SearchRounds``) name the candidates, keep the targets and answer the mid-step
+    questions; its state is the generic checkpoint's (no components of its own)."""
 
-    def __init__(self, cfg):
+    name = "alphazero"
+    extension_hooks = frozenset({"fresh_start", "resumed", "actor_lr_multiplier", "state", "load_state"})
+    """A warm start from a clone (``warm_start``: the weights at a fresh start, the actor held
+    still for its first iterations); not the PPO actor-loss terms (imitation, KL anchor)."""
+    components = ()
+
+    def __init__(self, parts: AlgorithmParts):
+        cfg = parts.cfg
         self.cfg = cfg
         self.book = SearchBook(c_scale=cfg.alphazero.c_scale, candidates=cfg.alphazero.candidates,
                                master_seed=cfg.master_seed)
+        self.round_hooks = SearchRounds(self.book)
 
-    def behaviour(self, policy, reward_divisor: float = 1.0):
+    def rollout_search(self) -> RolloutSearch:
+        """The rollouts search the learner's choice decisions (``alphazero`` section)."""
+        a = self.cfg.alphazero
+        return RolloutSearch(candidates=a.candidates, depth=a.depth, c_scale=a.c_scale, leaf_value=a.leaf_value,
+                             sim_opponent=a.sim_opponent)
+
+    def behaviour(self, iteration: int, policy, reward_divisor: float = 1.0):
         """The collection's policy (the live actor); empties the book for the iteration, whose
         critic sees rewards divided by ``reward_divisor`` (the leaves' simulated rewards too)."""
         self.book.begin(reward_divisor if self.cfg.advantage.standardize_rewards else 1.0)
         return policy
 
-    def train(self, learner: Learner, c) -> tuple[Advantages, UpdateResult, dict]:
-        """Values, returns and the update over ``c`` (a ``Collected``); returns the advantages
-        the row reads, the update's result and the ``search/`` and ``az/`` keys."""
-        p, cfg = learner.parts, self.cfg
-        adv = values_and_advantages(p.policy, c.rect, p.return_scaler, frame_history=None, gamma=c.sched["gamma"],
+    def train(self, collected: Collected, context: TrainContext) -> TrainResult:
+        """Values, returns and the update over ``collected``; returns the advantages the row
+        reads, the update's result and the ``search/`` keys (read before the update)."""
+        c, ctx, cfg = collected, context, self.cfg
+        adv = values_and_advantages(ctx.policy, c.rect, ctx.return_scaler, frame_history=None, gamma=c.sched["gamma"],
                                     lam=cfg.alphazero.value_lambda, standardize_rewards=cfg.advantage.standardize_rewards)
-        extra = self.book.row(c.seconds, c.stats.env_steps)
+        search = self.book.row(c.seconds, c.stats.env_steps)
         t0 = time.perf_counter()
-        batch = az_batch(c.rect, adv, self.book, p.pf.spec.n_actions)
+        batch = az_batch(c.rect, adv, self.book, ctx.n_actions)
         if adv.nan_trips or not len(batch):
-            return adv, UpdateResult(0, {}, time.perf_counter() - t0), extra
-        batch_of = p.policy.fetcher(batch.obs.rows, batch.obs.index)
+            return TrainResult(adv, UpdateResult(0, {}, time.perf_counter() - t0), search)
+        batch_of = ctx.policy.fetcher(batch.obs.rows, batch.obs.index)
 
         def fetch(cells):
-            if learner.stopping:  # a stop abandons the update at the next minibatch (update.py's rule)
+            if ctx.stopping():  # a stop abandons the update at the next minibatch (ppo/learner.py's rule)
                 raise StopRequested
             return batch_of(cells)
 
@@ -98,5 +119,12 @@ class AlphaZeroLearner:
             return stream(cfg.master_seed, "az/minibatch/iteration/{iteration}/epoch/{epoch}", iteration=c.iteration,
                           epoch=e)
 
-        stats = az_update(p.model, p.opt_actor, p.opt_critic, batch, fetch, cfg.ppo, epoch_rng, p.device)
-        return adv, UpdateResult(len(batch), stats, time.perf_counter() - t0), extra | stats
+        exts = ctx.extensions  # the warm start's hold: the actor's learning rate times 0 for its iterations
+        lr_mult = extension_hooks.lr_multiplier(exts, c.iteration, ctx.env_steps) if exts else 1.0
+        with extension_hooks.scaled_lr(ctx.opt_actor, lr_mult):
+            stats = az_update(ctx.model, ctx.opt_actor, ctx.opt_critic, batch, fetch, cfg.ppo, epoch_rng, ctx.device)
+        return TrainResult(adv, UpdateResult(len(batch), stats, time.perf_counter() - t0), search)
+
+    def row_keys(self, collected: Collected, result: TrainResult, context: TrainContext) -> RowKeys:
+        """The update's ``az/`` keys, then the search's ``search/`` (and its ``throughput/``) keys."""
+        return RowKeys(after_update=result.update.stats, end=result.row)

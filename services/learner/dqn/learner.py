@@ -27,13 +27,15 @@ continues the same buffer and the same minibatches.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 import numpy as np
 import torch
 
 from services.learner.advantages import Advantages
+from services.learner.algorithm import RowKeys, TrainResult, UpdateResult
+from services.learner.checkpoint_types import Component
 from services.learner.dqn.behaviour import EPISODE_KEYS, MEAN_HEAD, DqnBehaviour, bootstrap_masks, epsilon
 from services.learner.dqn.network import make_target
 from services.learner.dqn.pointer_q import PointerQ, played_actor
@@ -42,16 +44,13 @@ from services.learner.dqn.state_files import (REPLAY_FILES, WINDOW_FILES, replay
                                               windows_from_files, windows_to_files)
 from services.learner.dqn.update import DqnUpdateSpec, dqn_update
 from services.learner.dqn.windows import WindowBuilder, feed_rectangle
-from services.learner.parts import Say
-from services.learner.update import UpdateResult
 from shared.nn.statefiles import bytes_to_module, bytes_to_optimizer, module_to_bytes, optimizer_to_bytes
 from shared.seeding import stream
 
 if TYPE_CHECKING:
-    from shared.config import RunConfig
-    from shared.nn.model import ActorCritic
+    from services.learner.algorithm import AlgorithmParts, TrainContext
+    from services.learner.collected import Collected
     from shared.nn.policy import Policy
-    from shared.preflight import Preflight
 
 STATE_FILES = ("dqn/online.safetensors", "dqn/target.safetensors", "dqn/optimizer.safetensors", "dqn/optimizer.json",
                "dqn/counters.json")
@@ -112,12 +111,17 @@ class TallyBehaviour(DqnBehaviour):
         return out
 
 
-class DqnLearner:
-    """The DQN stages of the learner: built by ``startup.build_model`` from the parts it uses."""
+class DqnAlgorithm:
+    """DQN behind the learner's algorithm boundary (``algorithm.Algorithm``; module docstring),
+    registered as ``learner.algorithm = "dqn"``."""
 
-    def __init__(self, run_cfg: RunConfig, pf: Preflight, model: ActorCritic, device: torch.device, policy: Policy,
-                 say: Say):
-        cfg, d = run_cfg, run_cfg.dqn
+    name = "dqn"
+    extension_hooks: frozenset[str] = frozenset()
+    round_hooks = None
+
+    def __init__(self, parts: AlgorithmParts):
+        cfg, d, pf, model, device, policy, say = (parts.cfg, parts.cfg.dqn, parts.pf, parts.model, parts.device,
+                                                  parts.policy, parts.say)
         self.cfg, self.master_seed, self.policy, self.pf, self.model, self.device = d, cfg.master_seed, policy, pf, model, device
         codec = pf.codec
         self.replay = PrioritizedReplay(d.replay_capacity, codec.row_bytes, d.heads, alpha=d.per_alpha, beta=d.per_beta,
@@ -143,8 +147,16 @@ class DqnLearner:
         """Optimizer steps since the run began (the target period counts across iterations)."""
         say(f"learner: DQN replay of {d.replay_capacity:,} records, {self.replay.nbytes / 2**20:.0f} MiB "
                     f"(budget {d.replay_memory_mb:.0f} MiB)")
+        self.components = (Component("dqn", FILES, lambda p, s: self.checkpoint_files(),
+                                     lambda p, s, f: self.load_checkpoint_files(f), state=True, owner="dqn"),)
+        """The target network, the optimizer, the replay and the open windows (``FILES``)."""
 
-    def behaviour(self, iteration: int) -> TallyBehaviour:
+    def rollout_search(self) -> None:
+        return None
+
+    def behaviour(self, iteration: int, policy: Policy | None = None, reward_divisor: float = 1.0) -> TallyBehaviour:
+        """Epsilon-greedy (or Thompson) over the Q rows at ``iteration``'s epsilon; the live
+        actor's ``policy`` only packs the rows."""
         eps = epsilon(iteration - 1, start=self.cfg.epsilon_start, floor=self.cfg.epsilon_floor,
                       decay_iterations=self.cfg.epsilon_decay_iterations)
 
@@ -156,15 +168,16 @@ class DqnLearner:
         return TallyBehaviour(q_rows, eps, self.model, thompson=thompson,
                               mean_head=MEAN_HEAD if self.cfg.heads > 1 else 0)
 
-    def train(self, c) -> tuple[Advantages, UpdateResult, dict]:
-        """Windows, replay, update over ``c`` (a ``Collected``). Returns the (value-free)
-        ``Advantages`` the row reads (trainable cells, NaN count), the update result and the
-        behaviour's row keys."""
+    def train(self, collected: Collected, context: TrainContext | None = None) -> TrainResult:
+        """Windows, replay, update over ``collected``. Returns the (value-free) ``Advantages``
+        the row reads (trainable cells, NaN count), the update result and the behaviour's row
+        keys. Its parts are its own (``context`` unused)."""
+        c = collected
         d, rect, it = self.cfg, c.rect, c.iteration
         t0 = time.perf_counter()
         trainable = rect.trainable()
         nan_trips = int(np.count_nonzero(~np.isfinite(rect.reward[trainable])))
-        behaviour = c.policy
+        behaviour = cast(TallyBehaviour, c.policy)  # what ``behaviour`` gave the collection
         # The schedule's gamma at the iteration's start sums this iteration's windows (a window's
         # discount is gamma^k of the gamma it was summed with: no caller-side gamma later).
         self.builder.gamma = float(c.sched["gamma"])
@@ -187,7 +200,11 @@ class DqnLearner:
         zeros = np.zeros(trainable.shape, np.float32)
         adv = Advantages(np.zeros((rect.T + 1, rect.R), np.float32), zeros, zeros, zeros, trainable, nan_trips)
         n_train = int(trainable.sum()) if not nan_trips else 0
-        return adv, UpdateResult(n_train, stats, time.perf_counter() - t0), behaviour.row(d.epsilon_floor)
+        return TrainResult(adv, UpdateResult(n_train, stats, time.perf_counter() - t0), behaviour.row(d.epsilon_floor))
+
+    def row_keys(self, collected: Collected, result: TrainResult, context: TrainContext) -> RowKeys:
+        """The ``dqn/`` keys: the update's, then the behaviour's (epsilon, heads, exploration)."""
+        return RowKeys(after_update=result.update.stats, end=result.row)
 
     # -------------------------------------------------------------- checkpoint
 

@@ -100,7 +100,8 @@ def build_learner(runs_dir: str, cfg: RunConfig | None = None, *, say=None, opti
     metrics = LearnerMetrics(None)
     ladder, ckpt = FakeLadder(), FakeCheckpoint()
     fleet = Fleet()
-    collector = Collector(None, None, fleet, lambda codec: startup.welcome(cfg, pf, codec), pf.engine, say)
+    collector = Collector(None, None, fleet, lambda codec: startup.welcome(cfg, pf, None, codec), pf.engine, say,
+                          round_hooks=model["algorithm"].round_hooks)
     ident = model["identity"]
     parts = LearnerParts(
         cfg=cfg, say=say, **model, metrics=metrics,

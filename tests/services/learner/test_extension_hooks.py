@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from services.learner import extension_hooks
+from services.learner import checkpointing, extension_hooks
 from services.learner.extensions.imitation import ImitationSection, KlAnchor, adapt_beta, kl_to_reference
 from services.learner.extensions.warm_start import WarmStart, WarmStartSection
 from services.learner.ppo import ppo_update
@@ -278,7 +278,7 @@ def test_the_kl_budget_follows_its_schedule_over_env_steps():
 def test_a_run_without_extensions_checkpoints_the_update_state_it_always_did(tmp_path):
     learner = build_learner(str(tmp_path))
     assert learner.parts.extensions == ()
-    assert set(learner.update_state()) == {"return_scaler", "lr_backoff"}
+    assert set(checkpointing.update_state(learner.parts)) == {"return_scaler", "lr_backoff"}
 
 
 def choice_rectangle(learner):
@@ -301,23 +301,23 @@ def choice_rectangle(learner):
 
 
 def test_the_update_holds_the_actor_for_the_warm_starts_iterations_and_a_plain_run_writes_no_extension_key(tmp_path):
-    from services.learner.update import run_update
+    from services.learner.ppo.learner import run_update
 
     held = build_learner(str(tmp_path), tiny_config(run_name="held-update", warm_start={
         "snapshot": "snap:0123456789abcdef", "hold_actor_iterations": 1}))
     c, adv = choice_rectangle(held)
     sched = {"gamma": 0.99, "ent_coef": 0.01, "ent_coef_noop": 0.0}
     lr = [g["lr"] for g in held.parts.opt_actor.param_groups]
-    one = run_update(held, c.rect, adv, iteration=1, sched=sched, inference_precision=None).stats
+    one = run_update(held.train_context(), c.rect, adv, iteration=1, sched=sched, inference_precision=None).stats
     assert (one["ppo/actor_lr_multiplier"], one["ppo/actor_frozen"], one["ppo/update_magnitude_actor"]) == (0.0, 1.0, 0.0)
     assert one["ppo/update_magnitude_critic"] > 0.0
     assert [g["lr"] for g in held.parts.opt_actor.param_groups] == lr  # restored after the update
-    two = run_update(held, c.rect, adv, iteration=2, sched=sched, inference_precision=None).stats
+    two = run_update(held.train_context(), c.rect, adv, iteration=2, sched=sched, inference_precision=None).stats
     assert (two["ppo/actor_lr_multiplier"], two["ppo/actor_frozen"]) == (1.0, 0.0)
     assert two["ppo/update_magnitude_actor"] > 0.0
     plain = build_learner(str(tmp_path), tiny_config(run_name="plain-update"))  # its own cached model: it trains
     c, adv = choice_rectangle(plain)
-    stats = run_update(plain, c.rect, adv, iteration=1, sched=sched, inference_precision=None).stats
+    stats = run_update(plain.train_context(), c.rect, adv, iteration=1, sched=sched, inference_precision=None).stats
     assert stats["ppo/update_magnitude_actor"] > 0.0
     assert not [k for k in stats if k.startswith(("imitation/", "ext/")) or k in ("ppo/actor_lr_multiplier", "ppo/actor_frozen")]
 
@@ -342,3 +342,56 @@ def test_a_snapshot_without_probe_rows_and_a_clone_without_a_critic(tmp_path):
             assert torch.equal(w, critic[name]), name
     finally:
         learner.parts.model.actor.load_state_dict(actor)
+
+
+def test_alphazero_takes_a_warm_start_and_a_hook_its_update_does_not_run_is_refused_by_name(tmp_path):
+    """Issue 37 item 4: AlphaZero honours the warm start's hooks (the weights at a fresh start,
+    the actor's learning rate held at 0); the imitation anchor's actor-loss term, which only the
+    PPO update runs, is refused naming the hook, and DQN, which runs none, refuses the warm start."""
+    from services.learner import startup
+
+    warm = {"snapshot": "snap:0123456789abcdef", "hold_actor_iterations": 1}
+    parts = startup.build_model(tiny_config(run_name="az-warm", learner={"algorithm": "alphazero"}, warm_start=warm),
+                                str(tmp_path), lambda text: None)
+    assert parts["algorithm"].name == "alphazero" and [type(e).__name__ for e in parts["extensions"]] == ["WarmStart"]
+    with pytest.raises(SystemExit) as exc:
+        startup.build_model(tiny_config(run_name="az-anchor", learner={"algorithm": "alphazero"},
+                                        imitation={"reference": "snap:0123456789abcdef"}),
+                            str(tmp_path), lambda text: None)
+    assert str(exc.value) == ("learner: the extension sections ['imitation'] hook into the PPO update "
+                              "(KlAnchor.actor_loss, KlAnchor.end_update), which learner.algorithm alphazero does not "
+                              "run: remove them or train with ppo")
+    with pytest.raises(SystemExit) as exc:
+        startup.build_model(tiny_config(run_name="dqn-warm", learner={"algorithm": "dqn"}, warm_start=warm),
+                            str(tmp_path), lambda text: None)
+    assert "WarmStart.fresh_start, WarmStart.resumed, WarmStart.actor_lr_multiplier" in str(exc.value)
+
+
+def test_alphazero_holds_the_actor_still_for_the_warm_starts_iterations(tmp_path):
+    """warm_start.hold_actor_iterations 1 under AlphaZero: iteration 1's update moves the critic
+    and leaves every actor weight as it was (its learning rate times 0); iteration 2's moves it."""
+    import dataclasses
+
+    from services.learner.alphazero.book import SearchTarget
+    from tests.services.learner.test_stages import T
+
+    cfg = tiny_config(run_name="az-hold", learner={"algorithm": "alphazero"},
+                      warm_start={"snapshot": "snap:0123456789abcdef", "hold_actor_iterations": 1})
+    learner = build_learner(str(tmp_path), cfg)
+    az, model = learner.parts.algorithm, learner.parts.model
+    c, _ = choice_rectangle(learner)
+    c.rect.obs_valid[:, 0] = True  # both transitions of the learner's seat arrived
+    c.rect.step_valid[:, 0] = True
+    probs = np.zeros(40, np.float32)
+    probs[7] = 1.0  # the search's target: all on action 7 of the 40 legal
+    for t in range(T):
+        az.book.targets[(t, 0)] = SearchTarget(np.arange(40, dtype=np.int16), probs, 0.0, 1.0, True)
+    actor, critic = (copy.deepcopy(m.state_dict()) for m in (model.actor, model.critic))
+    lr = [g["lr"] for g in learner.parts.opt_actor.param_groups]
+    assert az.train(c, learner.train_context()).update.n_train == T
+    assert all(torch.equal(w, actor[n]) for n, w in model.actor.state_dict().items())
+    assert not all(torch.equal(w, critic[n]) for n, w in model.critic.state_dict().items())
+    assert [g["lr"] for g in learner.parts.opt_actor.param_groups] == lr  # restored after the update
+    az.train(dataclasses.replace(c, iteration=2), learner.train_context())
+    assert not all(torch.equal(w, actor[n]) for n, w in model.actor.state_dict().items())
+

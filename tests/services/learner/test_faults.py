@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from services.learner.rounds import Collector
 from services.learner.fleet import Fleet, Member
-from services.learner.boundary import JOIN_WAIT_S, wait_for_rollouts
+from services.learner.collection import JOIN_WAIT_S, wait_for_rollouts
 from services.learner.parts import IterationState
 from shared import transport
 from shared.config import load_config

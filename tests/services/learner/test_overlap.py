@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from services.learner.measures import overlap_rows_frac, policy_lag_metrics
+from services.learner.overlap import INLINE
 from services.learner.overlap import (
-    BehaviourPolicy, behaviour_ratio_dev, behaviour_snapshot, first_batch, lag_metrics, overlap_threads,
+    BehaviourPolicy, behaviour_ratio_dev, behaviour_snapshot, first_batch, overlap_threads,
 )
 from services.learner.rectangle import Rectangle
 from shared.alarms import AlarmState, evaluate
@@ -118,9 +120,9 @@ def test_lag_metrics_over_the_trainable_rows():
     rect.policy_lag[:2] = 1  # cycles 0-1 inferred during the update
     trainable = np.ones((4, 3), bool)
     trainable[3, 2] = False
-    m = lag_metrics(rect, trainable)
-    assert m == {"ppo/policy_lag_mean": 6 / 11, "ppo/policy_lag_max": 1, "throughput/overlap_rows_frac": 6 / 11}
-    assert lag_metrics(rect, np.zeros((4, 3), bool)) == {}
+    assert policy_lag_metrics(rect, trainable) == {"ppo/policy_lag_mean": 6 / 11, "ppo/policy_lag_max": 1}
+    assert overlap_rows_frac(rect, trainable) == {"throughput/overlap_rows_frac": 6 / 11}
+    assert policy_lag_metrics(rect, np.zeros((4, 3), bool)) == overlap_rows_frac(rect, np.zeros((4, 3), bool)) == {}
 
 
 @pytest.mark.parametrize("threads,override,want", [(2, 0, 1), (1, 0, 1), (8, 0, 4), (8, 3, 3)])
@@ -155,7 +157,7 @@ def test_dqn_with_frame_stacking_is_refused_naming_the_field():
 
 
 def test_a_stop_that_abandons_the_update_counts_its_rows_and_re_raises():
-    """A stop during update k (update.py raises StopRequested at the next minibatch): iteration
+    """A stop during update k (ppo/learner.py raises StopRequested at the next minibatch): iteration
     k's inferred learner cells are counted untrained with the reason, the counters and the
     metric move by exactly that many, and the stop still ends the run."""
     from types import SimpleNamespace
@@ -169,19 +171,19 @@ def test_a_stop_that_abandons_the_update_counts_its_rows_and_re_raises():
     c = SimpleNamespace(iteration=3, members=[SimpleNamespace(fresh=True)], rect=SimpleNamespace(acted=acted))
     said, inc = [], []
 
-    def train(_c):
+    def train(_c, _context):
         raise StopRequested
 
     # the parts train_and_report reaches before the update (a whole LearnerParts needs sockets)
     parts = SimpleNamespace(
         sock=None, say=said.append, battle_states=SimpleNamespace(request=lambda *a: None),
         fleet=SimpleNamespace(ordinal={}), metrics=SimpleNamespace(untrained_rows=SimpleNamespace(inc=inc.append)),
-        cfg=load_config({"profile": "tiny"}))
+        cfg=load_config({"profile": "tiny"}), algorithm=SimpleNamespace(train=train))
     fake = SimpleNamespace(parts=parts, state=IterationState(iteration=2, untrained_rows=4), options=RunOptions(),
-                           train=train)
+                           train_context=lambda: None)
     with pytest.raises(StopRequested):
         Learner.train_and_report(fake, c)
     assert fake.state.untrained_rows == 4 + 15 and inc == [15]
     assert said == ["learner: 15 rows of iteration 3 whose update the stop abandoned are not trained (the run stops "
                     "at iteration 2); counted in royalefleet_learner_untrained_rows_total"]
-    assert fake.state.overlapped is None  # overlap off: nothing else was started
+    assert fake.state.collection is INLINE  # overlap off: nothing else was started

@@ -12,9 +12,9 @@ import msgspec
 import numpy as np
 import pytest
 
-from services.learner import boundary, lifecycle, startup
+from services.learner import collection, lifecycle, startup
 from services.learner.advantages import Advantages
-from services.learner.rounds import CollectStats
+from services.learner.rounds import CollectionStats
 from services.learner.collection import Collected, collect_iteration
 from services.learner.fleet import Member, SlotMap
 from services.learner.frozen import FrozenCounts
@@ -24,7 +24,7 @@ from services.learner.rectangle import Rectangle
 from services.learner.row import assemble_row, write_row
 from services.learner.measures import progress_line
 from services.learner.stops import SaveHalt, StopRequested
-from services.learner.update import UpdateResult
+from services.learner.algorithm import TrainResult, UpdateResult
 from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, Plan, PlanReply
 from shared.run_dir import RunDir
 from tests.services.learner.rig import build_learner, tiny_config
@@ -38,7 +38,7 @@ def collected(learner, *, iteration: int = 1, env_steps: int = 4) -> Collected:
     rect = Rectangle.for_codec(T, 2, learner.parts.pf.codec)
     rect.group[:, 0], rect.group[:, 1] = GROUP_LEARNER, GROUP_SCRIPTED
     rect.acted[:T, 0] = True
-    stats = CollectStats(rounds=T + 1, inference_seconds=0.25, env_steps=env_steps)
+    stats = CollectionStats(rounds=T + 1, inference_seconds=0.25, env_steps=env_steps)
     return Collected(iteration, {"gamma": 0.99, "ent_coef": 0.01, "ent_coef_noop": 0.0}, [],
                      SlotMap(1, np.array([0]), {("a", 0): np.array([0, 1])}), T, 1, [], rect, stats, 2.0, None,
                      time.perf_counter() - 3.0, None, FrozenCounts(1, 2, 0, ["s1"]), {0: 0})
@@ -48,7 +48,9 @@ def full_row(learner, c: Collected) -> tuple[dict, list]:
     """``assemble_row``'s row of ``c``: every learner cell trained, 2 rows."""
     trainable = np.zeros((T, 2), bool)
     trainable[:, 0] = True
-    return assemble_row(learner, c, advantages(trainable), UpdateResult(2, {"ppo/kl": 0.0}, 1.0), [])
+    result = TrainResult(advantages(trainable), UpdateResult(2, {"ppo/kl": 0.0}, 1.0))
+    keys = learner.parts.algorithm.row_keys(c, result, learner.train_context())
+    return assemble_row(learner.parts, learner.state, learner.options.t_start, c, result, keys, [])
 
 
 def advantages(trainable: np.ndarray) -> Advantages:
@@ -102,7 +104,7 @@ def test_publish_writes_the_row_and_the_checkpoint_of_its_state(tmp_path):
     learner = build_learner(str(tmp_path))
     learner.state.iteration = 1
     c = collected(learner)
-    row = publish(learner, c, *full_row(learner, c))
+    row = publish(learner.parts, learner.state, c, *full_row(learner, c))
     snapshot = learner.state.snapshot
     assert snapshot is not None and snapshot.iteration == 1
     assert row["run/state_digest"] == snapshot.state_digest and row["run/run_id"] == learner.parts.run_id
@@ -120,7 +122,7 @@ def test_publish_halts_after_the_failed_saves_the_config_allows(tmp_path, monkey
     learner.state.iteration = 1
     with pytest.raises(SaveHalt, match="1 checkpoint saves in a row failed"):
         c = collected(learner)
-        publish(learner, c, *full_row(learner, c))
+        publish(learner.parts, learner.state, c, *full_row(learner, c))
     assert learner.state.failed_saves == 1 and learner.state.saved_iteration == -1
 
 
@@ -141,7 +143,7 @@ def test_a_halted_run_refuses_to_start_with_exit_3(tmp_path):
     said: list[str] = []
     learner = build_learner(str(tmp_path), say=said.append)
     RunDir(learner.parts.run_dir).mark_halted(7, "alarm x")
-    assert lifecycle.run(learner) == 3
+    assert lifecycle.run(learner.parts, learner.state, learner.options, learner.run_iteration) == 3
     assert learner.state.closed and learner.parts.ckpt.saved == {}
     assert any("was halted at iteration 7: alarm x" in s for s in said)
 
@@ -150,12 +152,12 @@ def test_shutdown_saves_the_last_rows_checkpoint_once(tmp_path):
     learner = build_learner(str(tmp_path))
     learner.state.iteration = 1
     c = collected(learner)
-    publish(learner, c, *full_row(learner, c))
+    publish(learner.parts, learner.state, c, *full_row(learner, c))
     learner.parts.ckpt.saved.clear()
-    lifecycle.shutdown(learner)
+    lifecycle.shutdown(learner.parts, learner.state)
     assert learner.parts.ckpt.saved == {}  # iteration 1 is saved already
     learner.state.saved_iteration = 0
-    lifecycle.shutdown(learner)
+    lifecycle.shutdown(learner.parts, learner.state)
     assert list(learner.parts.ckpt.saved) == [1] and learner.parts.sock.closed
 
 
@@ -173,11 +175,16 @@ def test_the_boundary_waits_for_a_ready_rollout_and_a_stop_ends_the_wait(tmp_pat
     learner.parts.collector.poll = lambda timeout_ms, on_round: 0
     learner.state.first_iteration = False
     m = ready_member(learner)
-    assert learner.wait_for_rollouts() == [m] and m.battle_ids == [0]
+    def wait():
+        p = learner.parts
+        return collection.wait_for_rollouts(p.collector, learner.state, min_rollouts=1, round_timeout_s=5.0,
+                                          forgotten=p.metrics.rollouts_forgotten, say=p.say)
+
+    assert wait() == [m] and m.battle_ids == [0]
     learner.parts.fleet.members.clear()
     learner.parts.collector.stop_requested = True
     with pytest.raises(StopRequested):
-        learner.wait_for_rollouts()
+        wait()
 
 
 def test_send_plans_sends_each_member_its_plan_from_the_ladders_reply(tmp_path):
@@ -194,7 +201,7 @@ def test_send_plans_sends_each_member_its_plan_from_the_ladders_reply(tmp_path):
         return PlanReply(request_id=req.request_id, assignments=[], role_counts=[1, 0])
 
     learner.parts.pool.request_plan = request_plan
-    T_, rows, roles = boundary.send_plans(learner, members, slot_map, 0.99, 1)
+    T_, rows, roles = collection.send_plans(learner.parts, members, slot_map, 0.99, 1)
     assert (asked[0].iteration, asked[0].n_battles, asked[0].battles) == (1, 1, [0])
     assert [(i, type(p)) for i, p in sent] == [(b"id-a", Plan)]
     plan = sent[0][1]
@@ -215,10 +222,10 @@ def test_collect_iteration_returns_the_boundarys_and_the_collections_record(tmp_
 
     def collect(iteration, members, slot_map, rect, policy, master_seed, round_timeout_s, frozen=None):
         seen.append((iteration, [m.instance for m in members], rect.T, master_seed))
-        return CollectStats(env_steps=3)
+        return CollectionStats(env_steps=3)
 
     c.collect = collect
-    got = collect_iteration(learner, 5, 0, learner.parts.policy)
+    got = collect_iteration(learner.parts, learner.state, 1, 5, 0, learner.parts.policy)
     cfg = learner.parts.cfg
     assert seen == [(5, ["a"], got.T, cfg.master_seed)]
     assert got.iteration == 5 and got.stats.env_steps == 3 and got.rect.R == 2 and got.slot_map.n_battles == 1
@@ -235,14 +242,14 @@ def test_build_model_declares_what_the_run_identity_and_the_policy_are(tmp_path)
     assert set(parts) <= {f for f in LearnerParts.__dataclass_fields__}
     assert parts["run_dir"] == str(tmp_path / "unit") and (tmp_path / "unit").is_dir()
     assert parts["identity"].codec_table_digest == parts["codec_digest"] and len(parts["run_id"]) == 16
-    assert parts["dqn"] is None and parts["policy"].model is parts["model"]
+    assert parts["algorithm"].name == "ppo" and parts["policy"].model is parts["model"]
     assert any(s.startswith("learner: actor ") for s in said)
 
 
 def test_the_welcome_carries_the_config_and_the_codec(tmp_path):
     cfg = tiny_config()
     pf = build_learner(str(tmp_path)).parts.pf
-    w = startup.welcome(cfg, pf, 2)
+    w = startup.welcome(cfg, pf, None, 2)
     assert w.wire_codec == 2 and w.master_seed == cfg.master_seed and w.codec == pf.table and w.engine == pf.engine
 
 

@@ -122,6 +122,29 @@ def test_gumbel_candidates_are_the_top_k_of_the_keys_with_the_no_op():
     assert gumbel_candidates(np.array([0.0, -np.inf]), 8, rng)[0].tolist() == [0]
 
 
+def test_the_books_candidates_are_the_searchs_gumbel_top_k_over_many_priors():
+    """One Gumbel-top-k (issue 36): over 500 random priors (illegal actions among them, the no-op
+    legal or not), k and seeds, the book's candidates are ``shared.search.lookahead``'s draw on
+    the same stream with the no-op put last when legal and not drawn, and each key is the
+    candidate's log prior plus its Gumbel noise."""
+    from shared.search.lookahead import gumbel_top_k
+
+    r = np.random.default_rng(36)
+    for _ in range(500):
+        A, k, seed = int(r.integers(1, 12)), int(r.integers(1, 6)), int(r.integers(2**31))
+        legal = r.random(A) < 0.6
+        legal[0] = r.random() < 0.9
+        legal[int(r.integers(A))] = True
+        lp = np.full(A, -np.inf)
+        lp[legal] = np.log(r.dirichlet(np.ones(int(legal.sum()))))
+        cand, keys = gumbel_candidates(lp, k, np.random.default_rng(seed))
+        drawn = gumbel_top_k(lp, k, np.random.default_rng(seed)).tolist()
+        want = drawn if 0 in drawn or not legal[0] else drawn[: k - 1] + [0]
+        assert cand.tolist() == want
+        g = np.random.default_rng(seed).gumbel(size=int(legal.sum()))
+        np.testing.assert_array_equal(keys, lp[cand] + g[np.searchsorted(np.flatnonzero(legal), cand)])
+
+
 def test_the_book_proposes_candidates_and_completes_the_target_when_the_scores_arrive():
     book = SearchBook(c_scale=0.1, candidates=2, master_seed=9)
     learner, local = np.array([40, 41]), np.array([0, 1])  # a mirror battle's two seats
@@ -148,6 +171,31 @@ def test_the_book_proposes_candidates_and_completes_the_target_when_the_scores_a
     assert row["search/decisions"] == 1.0 and row["throughput/searched_decisions_per_second"] == 0.5
     assert row["throughput/engine_steps_per_second"] == 20.0 and row["throughput/search_time_frac"] == 0.75
     assert row["search/simulations_per_decision"] == 2.0 and row["search/refused"] == 1.0
+
+
+def test_the_row_reports_the_prior_the_network_plays_beside_the_searched_move():
+    """Issue 37 item 4: three searched decisions whose live-actor samples were 0, 0 and 2 and
+    whose moves were 0, 1 and 2: the prior played the no-op on 2/3, the search on 1/3, and they
+    agreed on 2/3. A book not given the samples reports none of the three keys."""
+    book = SearchBook(c_scale=0.1, candidates=3, master_seed=9)
+    rows, n_legal = np.zeros((3, 4), np.uint8), np.array([3, 3, 3])
+    slots = np.array([10, 11, 12])
+    req = book.propose(_Policy(), 1, 0, slots, np.arange(3), rows, n_legal, np.array([0, 0, 2]))
+    cands, keys = req["search_candidates"], req["search_keys"]
+    want = {10: 0, 11: 1, 12: 2}  # the move each slot's scores make the rule play
+    q = np.zeros((3, 3), np.float32)
+    for i, slot in enumerate(slots.tolist()):
+        q[i, cands[i].tolist().index(want[slot])] = 1e3  # a large score: the rule plays that candidate
+    moves = np.array([int(cands[i][gumbel_move_index(keys[i], q[i], c_scale=0.1)]) for i in range(3)])
+    assert moves.tolist() == [0, 1, 2]
+    assert len(book.complete(0, slots, cands, q, moves)) == 3
+    row = book.row(collect_seconds=1.0, env_steps=3)
+    assert (row["search/prior_noop_rate"], row["search/move_noop_rate"], row["search/prior_agree_frac"]) == (
+        2 / 3, 1 / 3, 2 / 3)
+    book.begin()
+    book.propose(_Policy(), 1, 0, slots, np.arange(3), rows, n_legal)
+    book.complete(0, slots, cands, q, moves)
+    assert not {"search/prior_noop_rate", "search/move_noop_rate", "search/prior_agree_frac"} & set(book.row(1.0, 3))
 
 
 def test_replay_refuses_a_learner_seat_of_an_alphazero_run_by_name(tmp_path):

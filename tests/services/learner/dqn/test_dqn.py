@@ -381,7 +381,7 @@ def test_thompson_heads_are_a_pure_function_of_seed_slot_and_episode():
 def test_ppo_batch_holds_the_trainable_cells_in_cycle_slot_order_by_reference():
     from services.learner.advantages import Advantages
     from services.learner.rectangle import Rectangle
-    from services.learner.update import ppo_batch
+    from services.learner.ppo.learner import ppo_batch
 
     rng = np.random.default_rng(4)
     T, R, A = 3, 4, 13

@@ -1,0 +1,53 @@
+"""The learner's algorithms by their ``learner.algorithm`` name (``algorithm.Algorithm``).
+
+Adding one is a folder beside ``ppo/``, ``dqn/`` and ``alphazero/`` that implements the
+protocol, and one line here (docs/iteration.md, "Adding a learner algorithm"); the config's
+``learner.algorithm`` choices (shared/config.py) name it. The name only picks an entry of this
+fixed table: a config never chooses a module to import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.learner.algorithm import Algorithm, AlgorithmParts
+
+
+def _ppo(parts: AlgorithmParts) -> Algorithm:
+    from services.learner.ppo.learner import PpoAlgorithm
+
+    return PpoAlgorithm(parts)
+
+
+def _dqn(parts: AlgorithmParts) -> Algorithm:
+    from services.learner.dqn.learner import DqnAlgorithm
+
+    return DqnAlgorithm(parts)
+
+
+def _alphazero(parts: AlgorithmParts) -> Algorithm:
+    from services.learner.alphazero.learner import AlphaZeroAlgorithm
+
+    return AlphaZeroAlgorithm(parts)
+
+
+ALGORITHMS: dict[str, Callable[[AlgorithmParts], Algorithm]] = {
+    "ppo": _ppo,
+    "dqn": _dqn,
+    "alphazero": _alphazero,
+}
+"""``learner.algorithm`` -> the factory of its ``Algorithm`` (imported when chosen: a PPO run
+never imports the DQN learner)."""
+
+
+def build_algorithm(parts: AlgorithmParts) -> Algorithm:
+    """The ``Algorithm`` of ``parts.cfg.learner.algorithm``. Raises SystemExit naming the
+    value and the registered ones when it has no entry."""
+    name = parts.cfg.learner.algorithm
+    factory = ALGORITHMS.get(name)
+    if factory is None:
+        raise SystemExit(f"learner: learner.algorithm {name!r} is not registered; registered: "
+                         f"{', '.join(sorted(ALGORITHMS))} (services/learner/registry.py)")
+    return factory(parts)
