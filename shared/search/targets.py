@@ -31,12 +31,30 @@ C_VISIT = 50.0
 """Gumbel MuZero's c_visit (the paper's 50)."""
 
 
+def fixed_scale(q: np.ndarray, value_scale: float) -> np.ndarray:
+    """Scores on a fixed value scale: tanh(q / ``value_scale``) in [-1, 1] (``q`` in tower HP, the
+    board difference). Unlike the min-max rescaling, a 1-HP difference stays a 1-HP difference:
+    it moves the target by ~1 / ``value_scale`` of sigma's range, not all of it."""
+    if not value_scale > 0:
+        raise ValueError(f"fixed_scale: value_scale {value_scale!r} must be > 0 (tower HP a unit of value)")
+    return np.tanh(np.asarray(q, np.float64) / value_scale)
+
+
+def root_value(candidates_q: np.ndarray, move_index: int) -> float:
+    """The searched root value, the value target of a searched decision: the score of the move
+    played (its mean over its playouts), in the scores' own units."""
+    return float(np.asarray(candidates_q, np.float64)[int(move_index)])
+
+
 def completed_q_policy(log_prior: np.ndarray, candidates: np.ndarray, q: np.ndarray, *, c_scale: float,
-                       c_visit: float = C_VISIT) -> np.ndarray:
+                       c_visit: float = C_VISIT, value_scale: float = 0.0) -> np.ndarray:
     """(A,) float64 improved policy pi' over the legal set (0 where ``log_prior`` is -inf).
 
     ``log_prior`` (A,) float, finite exactly on the legal set; ``candidates`` (k,) int distinct
-    legal ids (k >= 1); ``q`` (k,) float their scores. Raises ValueError naming the candidate
+    legal ids (k >= 1); ``q`` (k,) float their scores. ``value_scale`` 0 rescales completed Q by
+    the candidates' min and max (the original target); > 0 puts it on the fixed scale
+    tanh(Q / value_scale) in [-1, 1] (``fixed_scale``), so sigma = (c_visit + 1) c_scale Q is a
+    temperature 1 / ((c_visit + 1) c_scale) on that scale. Raises ValueError naming the candidate
     for an illegal or repeated candidate, or a non-finite score."""
     lp = np.asarray(log_prior, np.float64)
     cand = np.asarray(candidates, np.int64)
@@ -52,8 +70,11 @@ def completed_q_policy(log_prior: np.ndarray, candidates: np.ndarray, q: np.ndar
     v_mix = float((prior * q).sum() / prior.sum())
     completed = np.full(lp.shape, v_mix)
     completed[cand] = q
-    lo, hi = float(q.min()), float(q.max())
-    scaled = (completed - lo) / (hi - lo) if hi > lo else np.zeros(lp.shape)
+    if value_scale > 0:
+        scaled = fixed_scale(completed, value_scale)
+    else:
+        lo, hi = float(q.min()), float(q.max())
+        scaled = (completed - lo) / (hi - lo) if hi > lo else np.zeros(lp.shape)
     sigma = (c_visit + 1.0) * c_scale * scaled
     logits = np.where(legal, lp + sigma, -np.inf)
     out = np.exp(logits - logits[legal].max())
