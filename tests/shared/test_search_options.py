@@ -144,4 +144,4 @@ def test_under_pure_noise_keep_leaves_the_own_pick_and_two_seeds_agree():
             b = evaluate(_Noisy({}), None, "blue", list(range(8)), [None], s2, spec).index
             agree[name] += int(a == b)
     assert agree["old"] < 60  # ~1/8 by chance
-    assert agree["new"] >= 180  # 192 of 200 as written (the old rule: about 25)
+    assert agree["new"] >= 180  # 192 of 200 as written (the old rule: 18)
