@@ -14,7 +14,9 @@ the search's seed, so two seeds try different candidates: agreement then needs t
 leave the player's own pick only for a difference it finds again.
 
 Prints the decisions searched, the agreement (with its Wilson 95 % interval), the share where the
-search left the player's own pick, and the search's cost. A figure, not a test.
+search left the player's own pick, and the search's cost; with ``--engine`` also the engine alone
+stepping the same battles (decisions/s) beside the search's simulated decisions per second of
+search (issue 37's bench target: at least 0.8 of it). A figure, not a test.
 """
 
 from __future__ import annotations
@@ -95,15 +97,41 @@ def measure(env, searched, opponent, *, battles: int, master_seed: int, first_ba
     return out
 
 
-def report(player: str, opponent: str, battles: int, s: Stability) -> str:
-    """The figure's lines."""
+def engine_alone(env, *, battles: int, master_seed: int, first_battle: int = 0, decisions: int = 600) -> float:
+    """Decisions/s of the engine alone on the same battles (their env seeds): both seats
+    ``mask_only`` (as a simulation's scripted seats are) playing RoyaleGym's ``random``, up to
+    ``decisions`` a battle; what a simulated decision costs without the search around it."""
+    from royalegym import RandomLegalOpponent
+
+    from shared.seeding import derive_int, stream_path
+
+    bot, rng, steps = RandomLegalOpponent(0.7), np.random.default_rng(master_seed), 0
+    t0 = time.perf_counter()
+    for b in range(first_battle, first_battle + battles):
+        env_seed = derive_int(master_seed, stream_path("env/battle/{battle}/ordinal/{ordinal}", battle=b, ordinal=0))
+        obs, _ = env.reset(seed=int(env_seed), options={"mask_only": ["blue", "red"]})
+        for _ in range(decisions):
+            obs, _, term, trunc, _ = env.step({s: int(bot.act(obs[s], obs[s]["action_mask"], rng)) for s in obs})
+            steps += 1
+            if term["blue"] or trunc["blue"]:
+                break
+    return steps / max(time.perf_counter() - t0, 1e-9)
+
+
+def report(player: str, opponent: str, battles: int, s: Stability, engine: float | None = None) -> str:
+    """The figure's lines; with ``engine`` (``engine_alone``'s decisions/s) the search's simulated
+    decisions per second of search beside it."""
     lo, hi = wilson(s.agree, s.decisions)
+    tail = "" if engine is None else (
+        f"  the engine alone on the same battles: {engine:,.0f} decisions/s; the search simulated "
+        f"{s.sim_steps / max(s.seconds, 1e-9):,.0f} decisions per second of search "
+        f"({s.sim_steps / max(s.seconds, 1e-9) / max(engine, 1e-9):.2f} of it)\n")
     return (f"search stability: {player} against {opponent}, {battles} battles\n"
             f"  {s.decisions} searched decisions, each searched with two seeds: top-1 agreement "
             f"{s.agreement:.3f} [{lo:.3f}, {hi:.3f}] (target >= {STABLE_TARGET:.2f})\n"
             f"  the first search left the player's own pick at {s.overruled / max(s.decisions, 1):.3f} of them\n"
             f"  {s.seconds:.1f} s, {2 * s.decisions / max(s.seconds, 1e-9):.2f} searches/s, "
-            f"{s.sim_steps / max(s.seconds, 1e-9):,.0f} simulated decisions/s\n")
+            f"{s.sim_steps / max(s.seconds, 1e-9):,.0f} simulated decisions/s\n" + tail)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--opponent", default="scripted:defend", help="the unsearched opponent (default scripted:defend)")
     ap.add_argument("--battles", type=int, default=4, help="battles to play (default 4)")
     ap.add_argument("--first-battle", type=int, default=0, help="the first battle id (default 0)")
+    ap.add_argument("--engine", action="store_true", help="also time the engine alone on the same battles")
     add_run_options(ap)
     args = ap.parse_args(argv)
     from royalefleet.players import LocalPlayers
@@ -130,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     env = build_env(eval_env_config(cfg.env))
     s = measure(env, searched, opponent, battles=args.battles, master_seed=cfg.master_seed,
                 first_battle=args.first_battle)
-    sys.stdout.write(report(args.player, args.opponent, args.battles, s))
+    engine = engine_alone(env, battles=args.battles, master_seed=cfg.master_seed,
+                          first_battle=args.first_battle) if args.engine else None
+    sys.stdout.write(report(args.player, args.opponent, args.battles, s, engine))
     return 0
 
 
