@@ -46,6 +46,8 @@ STREAMS: dict[str, str] = {
     "eval/act/job/{job}/seed/{seed}/side/{side}/seat/{seat}":
         "one seat's action uniforms (and a scripted player's draws) in one evaluation game",
     "demos/teacher/battle/{battle}/seat/{seat}": "a teacher's draws on one recorded seat of one demonstration battle",
+    "demos/apprentice/battle/{battle}/seat/{seat}": "a DAgger apprentice's draws on one recorded seat of one battle",
+    "demos/dagger/battle/{battle}/seat/{seat}": "the coins that give a DAgger apprentice its share of the decisions",
     "clone/split": "which demonstration battles a clone holds out for validation",
     "clone/init": "a clone's initial network weights",
     "clone/epoch/{epoch}": "the row order of one clone epoch",
