@@ -123,3 +123,58 @@ def set_aside_folders(checkpoints: str | os.PathLike) -> list[tuple[Path, list[i
             its = []
         out.append((folder, its))
     return out
+
+
+ONE_SHOT_ENV = ("ROYALEFLEET_CONFIG", "ROYALEFLEET_RUNS_DIR", "ROYALEFLEET_CHECKPOINTS_RUNS_DIR")
+"""What the one-shot form reads (compose.yaml's ``resume-checkpoint``; the Kubernetes Job in
+docs/kubernetes.md): the learner's config file (its ``run_name``), the folder holding the run's
+``metrics.jsonl`` (the learner's volume) and the one holding its ``checkpoints/`` (the
+checkpoint service's volume), each as ``<folder>/<run_name>/...``."""
+
+
+def main(argv: list[str] | None = None, environ=os.environ) -> int:
+    """``python -m royalefleet.checkpoint_choice N``: ``resume --checkpoint N`` for a stack whose
+    learner and checkpoint service are stopped (Compose, Kubernetes): verify N and set the later
+    checkpoints aside (``set_aside_after``); the next start of the learner resumes from N.
+    Exit 0 done, 2 refused (the reason and the run's checkpoints printed)."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m royalefleet.checkpoint_choice",
+                                description="Go on from checkpoint N: verify it and set the later ones aside "
+                                            "(the learner and the checkpoint service stopped). docs/compose.md.")
+    p.add_argument("checkpoint", type=int, metavar="N", help="the checkpoint's iteration (`royalefleet checkpoints`)")
+    args = p.parse_args(argv)
+    missing = [name for name in ONE_SHOT_ENV if not environ.get(name)]
+    if missing:
+        print(f"resume-checkpoint: {', '.join(missing)} not set (compose.yaml's resume-checkpoint service sets them)",
+              file=sys.stderr)
+        return 2
+    from shared.config import load_config
+
+    try:
+        run_name = load_config(environ["ROYALEFLEET_CONFIG"]).run_name
+    except (OSError, ValueError) as exc:
+        print(f"resume-checkpoint: {exc}", file=sys.stderr)
+        return 2
+    from shared.run_dir import RunDir
+
+    checkpoints = RunDir.of(environ["ROYALEFLEET_CHECKPOINTS_RUNS_DIR"], run_name).checkpoints
+    metrics = RunDir.of(environ["ROYALEFLEET_RUNS_DIR"], run_name).metrics
+    try:
+        folder, moved = set_aside_after(checkpoints, args.checkpoint, metrics)
+    except (ChoiceRefused, OSError) as exc:
+        print(f"resume-checkpoint: {exc}", file=sys.stderr)
+        return 2
+    if moved:
+        print(f"resume-checkpoint: checkpoint {args.checkpoint} of run {run_name!r} verifies; the later checkpoint(s) "
+              f"{', '.join(map(str, moved))} set aside in {folder} (kept); start the learner: it resumes from "
+              f"{args.checkpoint}")
+    else:
+        print(f"resume-checkpoint: checkpoint {args.checkpoint} of run {run_name!r} verifies and is the newest; "
+              "nothing set aside")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -396,6 +396,9 @@ def add_module_commands(sub) -> None:
     cmd_keys.add_parser(sub)
     cmd_k8s.add_parser(sub)
     chaos.add_parser(sub)
+    from royalefleet import cmd_alerts
+
+    cmd_alerts.add_parser(sub)
 
 
 def add_config_command(sub) -> None:

@@ -34,6 +34,9 @@ when every check is ok, 1 with warnings only, 2 with a failure. The checks:
   legal action seen.
 * ``compose`` (with ``--compose``): ``docker compose config`` of compose.yaml (and
   compose.gpu.yaml, compose.rollout.yaml) parses.
+* ``alerts`` (with ``--compose``): ``ALERT_WEBHOOK_URL`` is set (the environment, else ``.env``
+  beside compose.yaml) to an http(s) URL: unset, Alertmanager posts every alert to a dead
+  address and nobody is told (docs/alarms.md).
 
 ``royalefleet up`` runs the fast subset (``FAST``: everything but the measured memory and
 Compose) before it starts anything, and refuses with the same lines when one fails.
@@ -512,13 +515,47 @@ def check_compose(root: Path | None = None, docker: str | None = None) -> Check:
     return Check("compose", OK, "docker compose config parses " + ", ".join(results))
 
 
+def env_file_value(path: Path, name: str) -> str | None:
+    """``name``'s value in a Compose ``.env`` file (``NAME=value`` lines, the last one wins,
+    surrounding quotes dropped, ``#`` lines skipped), or None when the file or the line is absent."""
+    if not path.exists():
+        return None
+    value = None
+    for line in path.read_text(errors="replace").splitlines():
+        key, sep, rest = line.strip().removeprefix("export ").partition("=")
+        if sep and key.strip() == name:
+            rest = rest.strip()
+            value = rest[1:-1] if len(rest) >= 2 and rest[0] == rest[-1] and rest[0] in "'\"" else rest
+    return value
+
+
+def check_alert_receiver(root: Path | None = None, environ=os.environ) -> Check:
+    """FAIL when ``ALERT_WEBHOOK_URL`` is unset or not an http(s) URL, naming the variable."""
+    from royalefleet.alert_names import ALERT_WEBHOOK_VAR
+
+    root = root or Path(__file__).resolve().parent.parent
+    url = environ.get(ALERT_WEBHOOK_VAR)
+    where = "the environment"
+    if url is None:
+        url, where = env_file_value(root / ".env", ALERT_WEBHOOK_VAR), str(root / ".env")
+    fix = (f"echo {ALERT_WEBHOOK_VAR}=https://ntfy.sh/<topic> >> .env (any URL that takes a POST), then "
+           "`royalefleet alerts test` once the monitoring profile is up (docs/alarms.md)")
+    if not url:
+        return Check("alerts", FAIL, f"{ALERT_WEBHOOK_VAR} is not set (neither in the environment nor in "
+                     f"{root / '.env'}): Alertmanager would post every alert to a dead address", fix)
+    if not url.startswith(("http://", "https://")):
+        return Check("alerts", FAIL, f"{ALERT_WEBHOOK_VAR}={url!r} (from {where}) is not an http:// or https:// URL",
+                     fix)
+    return Check("alerts", OK, f"{ALERT_WEBHOOK_VAR} is set (from {where}): alerts go to {url.split('?')[0]}")
+
+
 # ----------------------------------------------------------------------------- running them
 
 
 def run_checks(cfg, *, only: Iterable[str] | None = None, compose: bool = False, memory_bytes: int | None = None,
                say: Callable[[str], None] = print) -> list[Check]:
     """Run the checks (``only``: those names; default all), printing each line as it comes."""
-    names = list(only) if only is not None else list(FAST) + ["memory"] + (["compose"] if compose else [])
+    names = list(only) if only is not None else list(FAST) + ["memory"] + (["compose", "alerts"] if compose else [])
     out: list[Check] = []
 
     def add(c: Check | None) -> None:
@@ -550,6 +587,8 @@ def run_checks(cfg, *, only: Iterable[str] | None = None, compose: bool = False,
                 add(check_vram(cfg, m))
             elif name == "compose":
                 add(check_compose())
+            elif name == "alerts":
+                add(check_alert_receiver())
             else:
                 raise ValueError(f"unknown check {name!r}")
         except (ImportError, OSError, RuntimeError, ValueError) as exc:

@@ -392,7 +392,9 @@ class Stack:
         old_int = signal.signal(signal.SIGINT, self._on_signal)
         old_term = signal.signal(signal.SIGTERM, self._on_signal)
         self.say(f"run folder {self.run_dir}; service logs in {self.log_dir}")
+        relay = None
         try:
+            relay = self._start_alert_relay()  # from the end of alarms.jsonl before this start
             for name in SERVICE_ORDER:
                 self.children[name].start(self.say)
             for name, c in self.children.items():
@@ -407,8 +409,19 @@ class Stack:
             return self._watch()
         finally:
             self._stop_all()
+            if relay is not None:
+                relay.stop()
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
+
+    def _start_alert_relay(self):
+        """Fired alarms to ``ALERT_WEBHOOK_URL`` when it is set (royalefleet/alert_relay.py)."""
+        from royalefleet.alert_relay import relay_for
+
+        relay = relay_for(self.run_dir, str(RunDir(self.run_dir).alarms), say=self.say)
+        if relay is not None:
+            relay.start()
+        return relay
 
     def _watch(self) -> int:
         """Supervise every child until the stack ends; returns the launcher's exit code."""

@@ -12,6 +12,8 @@ Mechanics (the reference's, reproduced exactly):
 - thresholds are ``AlarmConfig`` fields under the reference's names (never part of the run
   identity); ``disabled``, ``patience_overrides`` and ``severity_overrides`` adjust single alarms
   and refuse a name that is not in the table;
+- an alarm with ``muted`` (``ANCHOR_HOLDS``) is not evaluated on a row in that state: the
+  clone-shaped alarms while a warm start's KL anchor binds;
 - ``warn`` is logged; ``halt`` makes the learner write a checkpoint and a diagnostic bundle and
   stop (services/learner/alarms.py). The learner does this on its own: nothing here depends on
   Prometheus or Grafana being up.
@@ -68,6 +70,26 @@ VRAM_FROZEN_KEY = "ppo/actor_frozen"
 """Read by ``vram_spilling`` when present (not a declared key): separate bests per value."""
 
 
+class Mute(msgspec.Struct, frozen=True, kw_only=True):
+    """A row state in which an alarm is not evaluated: ``row[key] == equals`` (the key present
+    and a number), with the reason the learner logs when the mute starts and ends."""
+
+    key: str
+    equals: float
+    reason: str
+
+
+ANCHOR_HOLDS = Mute(
+    key="imitation/beta_at_floor", equals=0.0,
+    reason="the KL anchor of a warm start holds the policy near its clone (imitation/beta above imitation.beta_min), "
+           "and a clone's plays are concentrated by construction (one tile, a near-deterministic play-or-wait "
+           "choice); the alarm is evaluated again once the anchor stops binding (imitation/beta_at_floor = 1) or "
+           "in a run without it")
+"""While a warm start's KL anchor binds (``services/learner/extensions/imitation.py``), the
+clone-shaped alarms (``tile_spam``, ``noop_entropy_floor``) would warn every iteration: they are
+muted, with this reason logged, until the anchor lets go."""
+
+
 class Alarm(msgspec.Struct, frozen=True, kw_only=True):
     """One row of the table.
 
@@ -86,6 +108,8 @@ class Alarm(msgspec.Struct, frozen=True, kw_only=True):
     floor: float | None = None
     bundle: bool = False
     """Write a diagnostic bundle when it fires even at warn severity (artefact_exploit)."""
+    muted: Mute | None = None
+    """A row state in which the alarm is not evaluated (``ANCHOR_HOLDS``)."""
 
 
 ALARMS: tuple[Alarm, ...] = (
@@ -191,13 +215,13 @@ ALARMS: tuple[Alarm, ...] = (
     ),
     Alarm(
         name="noop_entropy_floor", keys=("ppo/noop_entropy",), condition="lt", threshold=("noop_entropy_floor",),
-        severity="warn", patience=5,
+        severity="warn", patience=5, muted=ANCHOR_HOLDS,
         meaning="the play-vs-wait choice has become nearly deterministic",
         what_to_do="check policy/cards_per_match: near 22 it is a confident policy, falling it is a collapse",
     ),
     Alarm(
         name="tile_spam", keys=("policy/tile_top1_share",), condition="gt", threshold=("tile_top1_share",),
-        severity="warn", patience=5,
+        severity="warn", patience=5, muted=ANCHOR_HOLDS,
         meaning="one tile takes more than a quarter of the learner's card plays",
         what_to_do="look at where the plays land; a single tile usually means a placement the engine rewards "
                    "by accident",
@@ -332,6 +356,8 @@ class AlarmResult(msgspec.Struct, frozen=True, kw_only=True):
     values: dict[str, float]
     thresholds: tuple[float, ...]
     bundle: bool = False
+    muted: str = ""
+    """The reason the alarm was not evaluated on this row (``Alarm.muted``), else empty."""
 
 
 class AlarmState:
@@ -462,7 +488,8 @@ def evaluate(row: dict, cfg: AlarmConfig, state: AlarmState, extra: tuple[Alarm,
         severity, patience = effective(alarm, cfg)
         t = thresholds(alarm, cfg)
         values = [_number(row, k) for k in alarm.keys]
-        evaluated = all(v is not None for v in values)
+        muted = alarm.muted is not None and _number(row, alarm.muted.key) == alarm.muted.equals
+        evaluated = not muted and all(v is not None for v in values)
         holds = evaluated and _holds(alarm, tuple(values), t, row, state)
         consecutive = state.consecutive.get(alarm.name, 0) + 1 if holds else 0
         state.consecutive[alarm.name] = consecutive
@@ -470,7 +497,7 @@ def evaluate(row: dict, cfg: AlarmConfig, state: AlarmState, extra: tuple[Alarm,
             name=alarm.name, holds=holds, consecutive=consecutive, fired=holds and consecutive >= patience,
             severity=severity, patience=patience, evaluated=evaluated,
             values={k: v for k, v in zip(alarm.keys, values) if v is not None}, thresholds=t,
-            bundle=alarm.bundle,
+            bundle=alarm.bundle, muted=alarm.muted.reason if muted and alarm.muted else "",
         ))
     return results
 

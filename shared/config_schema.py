@@ -798,6 +798,11 @@ class EvaluationConfig(_Cfg):
     replays_per_strength_job: NonNegInt = 1
     """Games recorded from each strength job (a champion's games against the scripted anchors
     that make its anchor record): the job's first games. 0: none."""
+    replays_per_strength_snapshot: NonNegInt = 2
+    """Games recorded of each snapshot the standing strength measurement plays
+    (``evaluation.strength``, every ``every_iterations``; a searched form of it counts as its own
+    snapshot): the first games of its first job, against the first anchor. A young run has
+    something to watch before its pool has a champion. 0: none."""
     strength: StrengthConfig = msgspec.field(default_factory=StrengthConfig)
     """The standing strength measurement against the scripted anchors (StrengthConfig)."""
     replays_keep: PosInt = 100

@@ -10,19 +10,22 @@ Files (paths from the repository root):
   ``$PROMETHEUS_URL``;
 - ``grafana/provisioning/dashboards/royalefleet.yaml``: the file provider for ``grafana/dashboards``;
 - ``grafana/dashboards/{training,ladder,fleet}.json``;
-- ``grafana/provisioning/alerting/alarms.yaml``: one Grafana-managed alert rule per alarm;
-- ``grafana/provisioning/alerting/contact-points.yaml``: the person's webhook
-  (``$ALERT_WEBHOOK_URL``, the policy's root), the learner-halt webhook and the route that sends
-  only rules labelled ``action=halt`` to it;
+- ``grafana/provisioning/alerting/contact-points.yaml``: Alertmanager (``$ALERTMANAGER_URL``,
+  the policy's root, for rules an operator adds in Grafana), the learner-halt webhook and the
+  route that sends only rules labelled ``action=halt`` to it;
 - ``prometheus/prometheus.yml`` (scrape jobs, rule files, the Alertmanager),
-  ``prometheus/rules/alarms.yml`` (the same alarms as Prometheus alerting rules) and
-  ``prometheus/tests/alarms_test.yml`` (``promtool test rules``: for every alarm a series that
-  fires after its patience, one that stays quiet, one that resets);
-- ``alertmanager/alertmanager.yml``: every alert Prometheus sends, to the same webhook.
+  ``prometheus/rules/alarms.yml`` (one alerting rule per alarm: the learner's own verdict,
+  ``royalefleet_learner_alarm_consecutive >= royalefleet_learner_alarm_patience``) and
+  ``prometheus/tests/alarms_test.yml`` (``promtool test rules``: for every alarm the learner's
+  counts for a series that fires after its patience, one that stays quiet, one that resets, one
+  under a run's own patience and severity);
+- ``alertmanager/alertmanager.yml``: every alert Prometheus (and Grafana) sends, to
+  ``ALERT_WEBHOOK_URL``: the one path to a person.
 
-Both rule files also hold the service alerts (``shared/service_alerts.py``: a core service
+The rule file also holds the service alerts (``shared/service_alerts.py``: a core service
 down, training stalled, the fleet below its size), in a group of their own, with promtool tests
-of their own.
+of their own. Grafana evaluates no generated rule: it shows Prometheus's (the fleet
+dashboard's first panel reads Prometheus's ``ALERTS`` series).
 
 Interpolation: Grafana expands ``$VAR``/``${VAR}`` in provisioning values (os.ExpandEnv: no
 ``${VAR:-default}``, an unset variable is empty; ``$$`` is a literal dollar) but not in alert
@@ -30,20 +33,20 @@ annotations or query models, which it takes raw; so the ``{{ $labels.x }}`` temp
 written as they are, and every other value holds no ``$`` but the three variables named here.
 Prometheus does not interpolate its configuration at all.
 
-Patience is counted in iterations by the learner (``royalefleet_learner_alarm_consecutive``);
-Prometheus and Grafana see time, so their rules wait ``(patience - 1) x ITERATION_SECONDS``.
+Patience is counted in iterations by the learner, under the run's own config; the rules read
+its count and its patience (``alert_text.alarm_expr``) and assume no iteration time.
 
 The package, one module per kind of file (paths under ``royalefleet/grafana/``):
 
-- ``common.py``: the datasource uid, folder, environment variables, ``ITERATION_SECONDS``,
+- ``common.py``: the datasource uid, folder, environment variables, ``SEVERITY``,
   the YAML header, ``learner(key)`` (a metric-row key's gauge), ``duration``;
 - ``emit.py``: ``to_yaml`` (PyYAML) and ``to_json``;
 - ``provisioning.py``: the datasource, the dashboard provider, contact points and policy;
 - ``panels.py``: ``ts`` (a panel) and ``dashboard`` (rows laid out on the grid);
 - ``dashboards/{training,ladder,fleet}.py``: one function a row, ``ROWS`` in order, ``build()``;
   ``dashboards/__init__.py`` lists them (``DASHBOARDS``);
-- ``alert_text.py``: the labels, summary and description both rule formats give an alert;
-- ``grafana_rules.py``, ``prometheus.py``: the Grafana rules; the Prometheus config and rules;
+- ``alert_text.py``: an alarm rule's expression, labels, summary and description;
+- ``prometheus.py``: the Prometheus config and rules;
 - ``alertmanager.py``: Alertmanager's route and receiver;
 - ``promtool_tests.py``: the promtool scenarios; ``alarms_doc.py``: docs/alarms.md;
 - ``files.py``: ``render`` (path -> content of every file), ``stale``, ``write``, ``main``.
@@ -59,21 +62,25 @@ returning its panels in the dashboard's module and a ``(title, function)`` line 
 from __future__ import annotations
 
 from royalefleet.grafana.alarms_doc import alarms_doc
-from royalefleet.grafana.alert_text import alarm_description, alarm_labels, alarm_summary, rule_uid
+from royalefleet.grafana.alert_text import (CONSECUTIVE, PATIENCE, alarm_description, alarm_expr, alarm_labels,
+                                            alarm_summary, rule_uid)
 from royalefleet.grafana.alertmanager import PLACEHOLDER, alertmanager_config
-from royalefleet.grafana.common import (ALERT_WEBHOOK_UNSET, ALERT_WEBHOOK_VAR, DATASOURCE, DATASOURCE_UID,
-                                        DEFAULT_RECEIVER, ENV_VARS, FOLDER, HALT_RECEIVER, HEADER, ITERATION_SECONDS,
-                                        NOTIFY_RECEIVER, ROOT, duration, learner, num, pending_seconds)
+from royalefleet.grafana.common import (ALERT_WEBHOOK_UNSET, ALERT_WEBHOOK_VAR, ALERTMANAGER_RECEIVER,
+                                        ALERTMANAGER_VAR, DATASOURCE, DATASOURCE_UID, DEFAULT_RECEIVER, ENV_VARS,
+                                        FOLDER, HALT_RECEIVER, HEADER, NOTIFY_RECEIVER, ROOT, SEVERITY, duration,
+                                        learner, num)
 from royalefleet.grafana.dashboards import DASHBOARDS, dashboards, fleet, ladder, training
 from royalefleet.grafana.emit import to_json, to_yaml
 from royalefleet.grafana.files import main, render, stale, write
-from royalefleet.grafana.grafana_rules import grafana_alert_rules, grafana_rule, grafana_service_rule
 from royalefleet.grafana.panels import alert_list, dashboard, dashboard_exprs, ts
 from royalefleet.grafana.prometheus import (ALERTMANAGER_TARGET, ROLLOUT_HOSTS_FILES, ROLLOUT_HOSTS_JOB, SCALED_TARGETS,
                                             SCRAPE_TARGETS, prometheus_config, prometheus_rule, prometheus_rules,
                                             prometheus_service_rule)
-from royalefleet.grafana.promtool_tests import HEALTHY, TOLERANT, firing_values, prometheus_tests, scenarios
+from royalefleet.grafana.promtool_tests import (HEALTHY, TOLERANT, counts, firing_values, overridden, prometheus_tests,
+                                               scenarios)
 from royalefleet.grafana.provisioning import NOTIFY_TIMING, contact_points, dashboard_provider, datasource
+
+from shared.alarms import BY_NAME as ALARMS_BY_NAME
 
 ALARM_PANEL = training.ALARM_PANEL
 training_dashboard, ladder_dashboard, fleet_dashboard = training.build, ladder.build, fleet.build

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from royalefleet.grafana.common import ALERT_WEBHOOK_UNSET, ALERT_WEBHOOK_VAR, ITERATION_SECONDS, NOTIFY_RECEIVER, duration
+from royalefleet.grafana.alert_text import CONSECUTIVE, PATIENCE
+from royalefleet.grafana.common import ALERT_WEBHOOK_UNSET, ALERT_WEBHOOK_VAR, NOTIFY_RECEIVER, SEVERITY, duration
 from royalefleet.grafana.dashboards.fleet import FIRING_PANEL
 from royalefleet.grafana.dashboards.training import ALARM_PANEL
 from royalefleet.grafana.prometheus import ROLLOUT_HOSTS_FILES
 from royalefleet.grafana.provisioning import NOTIFY_TIMING
-from shared.alarms import ALARMS, describe
+from shared.alarms import ALARMS, ANCHOR_HOLDS, describe
 from shared.config import AlarmConfig
 from shared.service_alerts import EXPECTED_ROLLOUTS_METRIC, PROGRESS_METRIC, SERVICE_ALERTS
 
@@ -31,10 +32,16 @@ def alarms_doc() -> str:
         "|---|---|---|---|---|---|",
     ]
     for alarm in ALARMS:
-        cells = [f"`{alarm.name}`", alarm.severity, str(alarm.patience), describe(alarm, cfg),
+        muted = f" (not while `{alarm.muted.key}` is {alarm.muted.equals:g}: muted)" if alarm.muted else ""
+        cells = [f"`{alarm.name}`", f"{alarm.severity} ({SEVERITY[alarm.severity]})", str(alarm.patience),
+                 describe(alarm, cfg) + muted,
                  alarm.meaning, alarm.what_to_do]
         lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     lines += [
+        "",
+        "Muted alarms: " + ", ".join(f"`{a.name}`" for a in ALARMS if a.muted) + " are not evaluated while "
+        "a warm start's KL anchor binds (`imitation/beta_at_floor` is 0): " + ANCHOR_HOLDS.reason + ". The learner "
+        "says `alarm <name> muted: <reason>` when the mute starts and `alarm <name> evaluated again` when it ends.",
         "",
         "## Adjusting single alarms",
         "",
@@ -53,26 +60,27 @@ def alarms_doc() -> str:
         '            "severity_overrides": {"noop_collapse_severe": "warn"}}}',
         "```",
         "",
-        "## Grafana and Prometheus use the defaults",
+        "## The alert rules read the learner's verdict",
         "",
-        "The alert rules in `grafana/provisioning/alerting/alarms.yaml` and",
-        "`prometheus/rules/alarms.yml` are generated once from this table with the DEFAULT",
-        "thresholds, severities and patience; a run's `\"alarms\"` config does not reach them.",
-        "They also turn patience into time: a rule waits `(patience - 1) x ITERATION_SECONDS`",
-        f"before it fires (`royalefleet/grafana/common.py` ITERATION_SECONDS, {ITERATION_SECONDS} s; a `cpu`-profile "
-        "iteration",
-        "takes one to two minutes, `docs/throughput.md`). So a run with its own thresholds,",
-        "overrides or disabled alarms, or with iterations of another length, fires differently in",
-        "the learner and in Grafana. The learner's evaluation is the one that acts (`alarms.jsonl`,",
-        "the halt); the training dashboard's panel",
-        f"\"{ALARM_PANEL}\" shows the learner's own counts.",
+        "Each alarm's rule in `prometheus/rules/alarms.yml` reads the learner's own state, not the",
+        f"metric again: `{CONSECUTIVE}` (iterations in a row the condition",
+        f"has held) against `{PATIENCE}` (the patience it fires at), both",
+        "exported by the learner with the run's `\"alarms\"` config applied. So the alert fires on the",
+        "iteration the learner fires the alarm, whatever an iteration takes, with the run's",
+        "thresholds, patience and severity overrides; an alarm the run disables exports nothing and",
+        "never fires; the alert's value is the count. The alarms a learner extension adds",
+        "(docs/extending.md) share one rule, `learner_extension_alarm`, on the same verdict. A `halt` alarm stops the learner right after",
+        "that row (checkpoint, bundle, exit 3): Prometheus sees it when a scrape (every 15 s) falls",
+        "between the row and the exit, and `service_down` follows in any case, its text naming the",
+        "halt. The training dashboard's panel",
+        f"\"{ALARM_PANEL}\" shows the same counts.",
         "",
         "## Service alerts",
         "",
-        f"{('Two', 'Three', 'Four', 'Five')[len(SERVICE_ALERTS) - 2]} more rules, in both rule files above "
-        "(Grafana's and Prometheus's), that no metric row",
+        f"{('Two', 'Three', 'Four', 'Five')[len(SERVICE_ALERTS) - 2]} more rules, in the same rule file, "
+        "that no metric row",
         "can raise because the process that would write it is gone or stuck",
-        "(`shared/service_alerts.py`; Prometheus and Grafana only). An alert fires once its",
+        "(`shared/service_alerts.py`; Prometheus only). An alert fires once its",
         "condition has held for the time in the `for` column: `training_stalled` 21 minutes after the",
         "last row (20 minutes, then 1).",
         "",
@@ -108,51 +116,54 @@ def _routing_section() -> list[str]:
     return [
         "## Where alerts show and how they reach you",
         "",
-        "Under Compose with the `monitoring` profile (`docker compose --profile monitoring up -d`,",
-        "docs/compose.md):",
+        f"One variable, `{ALERT_WEBHOOK_VAR}`: a URL that takes a POST (a Slack or Discord incoming",
+        "webhook, an ntfy topic such as `https://ntfy.sh/<topic>`, any HTTP endpoint). Every alert",
+        f"reaches it once, by one path, in Alertmanager's webhook JSON (`receiver` `{NOTIFY_RECEIVER}`,",
+        "`status`, `alerts`, each alert with its `labels`, `severity` `critical` or `warning`, and",
+        "its `annotations`).",
         "",
-        "- **Grafana**, <http://127.0.0.1:3000>: the fleet dashboard's first panel,",
-        f"  \"{FIRING_PANEL}\", lists every rule above that fires or is pending; Alerting, Alert",
-        "  rules shows them all with their state.",
-        "- **Prometheus**, <http://127.0.0.1:9090/alerts>: the same rules, evaluated by Prometheus,",
-        "  which sends the firing ones to **Alertmanager**, <http://127.0.0.1:9093> (silences too).",
-        "- **The learner's own log and files**: the table's alarms print `alarm [warn|halt] ...` and",
-        "  go to `runs/<run>/alarms.jsonl` (this is the evaluation that acts; the rules above use the",
-        "  defaults).",
-        "",
-        f"To be told, set one variable, `{ALERT_WEBHOOK_VAR}`, to a URL that takes a POST (a Slack or",
-        "Discord incoming webhook, an ntfy topic such as `https://ntfy.sh/<topic>`, any HTTP endpoint),",
-        "in `.env` beside `compose.yaml`, and bring the stack up again:",
+        "**Under Compose** (the `monitoring` profile, docs/compose.md), Prometheus evaluates the rules",
+        "above and **Alertmanager** posts the firing ones. Put the variable in `.env` beside",
+        "`compose.yaml`, bring the stack up, and fire a test alert through Alertmanager:",
         "",
         "```",
         f"echo {ALERT_WEBHOOK_VAR}=https://ntfy.sh/my-fleet-alerts >> .env",
         "docker compose --profile monitoring up -d",
+        "royalefleet alerts test        # reaches the URL within about 30 s",
         "```",
         "",
-        f"Two senders post there, both named `{NOTIFY_RECEIVER}`: Grafana's contact point (Grafana's",
-        "webhook JSON: `title`, `message`, `alerts`) and Alertmanager's receiver (Alertmanager's webhook",
-        "JSON: `receiver`, `status`, `alerts`, each alert with its `labels` and `annotations`). Both",
-        f"wait {t['group_wait']} to gather an alert's companions, send an update of a group at most",
-        f"every {t['group_interval']}, repeat a firing alert every {t['repeat_interval']} and say when it resolves. The",
-        "two evaluate the same rules, so a firing alert arrives once from each.",
-        "To keep Alertmanager's only, give Grafana's copy of the variable a dead address in a",
-        "`compose.override.yaml` beside `compose.yaml` (Compose reads it with every command):",
+        f"Alertmanager waits {t['group_wait']} to gather an alert's companions, sends an update of a",
+        f"group at most every {t['group_interval']}, repeats a firing alert every {t['repeat_interval']} "
+        "and says when it",
+        f"resolves. Unset, `{ALERT_WEBHOOK_VAR}` is `{ALERT_WEBHOOK_UNSET}`: nothing",
+        "listens there, every delivery fails and Alertmanager's log names the variable;",
+        f"`royalefleet doctor --compose` fails until it is set, naming `{ALERT_WEBHOOK_VAR}`.",
         "",
-        "```yaml",
-        "services:",
-        "  grafana:",
-        "    environment:",
-        f"      {ALERT_WEBHOOK_VAR}: {ALERT_WEBHOOK_UNSET}",
+        "Where they show: Grafana, <http://127.0.0.1:3000>: the fleet dashboard's first panel,",
+        f"\"{FIRING_PANEL}\", lists the rules that fire or are pending (Prometheus's `ALERTS`",
+        "series), and Alerting, Alert rules lists Prometheus's rules read-only. Prometheus,",
+        "<http://127.0.0.1:9090/alerts>; Alertmanager, <http://127.0.0.1:9093> (silences too).",
+        "Grafana evaluates none of these rules and posts nothing itself: its notification policy",
+        "sends any rule an operator adds in Grafana to Alertmanager (`ALERTMANAGER_URL`), the same",
+        "one path, and rules labelled `action=halt` to the learner's halt endpoint. To have Grafana",
+        "post to a receiver of its own as well, add that contact point and its route in",
+        "`royalefleet/grafana/provisioning.py` and run `python -m royalefleet.grafana`.",
+        "",
+        "**Under `make run`** (`royalefleet up`), with no Prometheus: export the variable before",
+        "starting, and the launcher posts each alarm the learner fires to it, in the same JSON, when it",
+        "starts firing and every 4 hours while it goes on (royalefleet/alert_relay.py, from",
+        "`runs/<run>/alarms.jsonl`; a halt is posted `critical` before the stack stops). The service",
+        "alerts are Prometheus's only: the launcher restarts a dead service itself.",
+        "",
+        "```",
+        f"export {ALERT_WEBHOOK_VAR}=https://ntfy.sh/my-fleet-alerts",
+        "royalefleet alerts test --direct   # posts a test alert straight to the URL",
+        "make run",
         "```",
         "",
-        f"Unset, `{ALERT_WEBHOOK_VAR}` is `{ALERT_WEBHOOK_UNSET}`:",
-        "nothing listens there, every delivery fails, and both services' logs name the variable.",
-        "",
-        "Another receiver (mail, PagerDuty, routes by severity): Grafana's policy tree is provisioned,",
-        "so read-only in its UI; add the contact point and its route in",
-        "`royalefleet/grafana/provisioning.py` and run `python -m royalefleet.grafana`. For Alertmanager, copy the generated",
+        "Another receiver (mail, PagerDuty, routes by severity): copy the generated",
         "`alertmanager/alertmanager.yml`, edit the copy and mount it at",
         "`/etc/alertmanager/alertmanager.yml` in a `compose.override.yaml` (`start.sh` reads that path).",
-        "Prometheus's rules are the same text as Grafana's; `tests/system/test_live_metrics.py` fires",
-        "one on a running stack's metrics through Prometheus and Alertmanager to a local receiver.",
+        "`tests/system/test_live_metrics.py` fires a rule on a running stack's metrics through",
+        "Prometheus and Alertmanager to a local receiver, and the test alert through Alertmanager.",
     ]

@@ -12,7 +12,6 @@ from royalefleet.grafana.alertmanager import alertmanager_config
 from royalefleet.grafana.common import ROOT
 from royalefleet.grafana.dashboards import dashboards
 from royalefleet.grafana.emit import to_json, to_yaml
-from royalefleet.grafana.grafana_rules import grafana_alert_rules
 from royalefleet.grafana.prometheus import prometheus_config, prometheus_rules
 from royalefleet.grafana.promtool_tests import prometheus_tests
 from royalefleet.grafana.provisioning import contact_points, dashboard_provider, datasource
@@ -26,7 +25,6 @@ def render() -> dict[str, str]:
         "docs/alarms.md": alarms_doc(),
         "grafana/provisioning/datasources/prometheus.yaml": to_yaml(datasource()),
         "grafana/provisioning/dashboards/royalefleet.yaml": to_yaml(dashboard_provider()),
-        "grafana/provisioning/alerting/alarms.yaml": to_yaml(grafana_alert_rules()),
         "grafana/provisioning/alerting/contact-points.yaml": to_yaml(contact_points()),
         "prometheus/prometheus.yml": to_yaml(prometheus_config()),
         "prometheus/rules/alarms.yml": to_yaml(prometheus_rules()),

@@ -1,5 +1,5 @@
-"""The pieces every dashboard is built of: ``ts`` (a panel of queries), ``alert_list`` (Grafana's
-list of alerts) and ``dashboard`` (rows of panels laid out on Grafana's 24-column grid, ids given
+"""The pieces every dashboard is built of: ``ts`` (a panel of queries), ``alert_list`` (the
+alerts that fire) and ``dashboard`` (rows of panels laid out on Grafana's 24-column grid, ids given
 in order of appearance)."""
 
 from __future__ import annotations
@@ -30,26 +30,26 @@ def ts(title: str, targets: list[tuple[str, str]], unit: str = "short", descript
     }
 
 
+FIRING_QUERY = 'ALERTS{alertstate=~"firing|pending"}'
+"""Prometheus's own series of every alert that fires or waits out its ``for``, with its labels."""
+
+
 def alert_list(title: str, description: str = "", width: int = 24) -> dict:
-    """Grafana's alert list panel (``alertlist``): the alert instances of this Grafana's rules
-    that fire, are pending or failed to evaluate, newest state first, one line each."""
+    """A table of the alerts Prometheus's rules hold now (``FIRING_QUERY``, instant), one line an
+    alert: its name, state, severity, alarm, instance. Prometheus evaluates every generated rule;
+    Grafana evaluates none, so this reads Prometheus's ``ALERTS`` series, not Grafana's list."""
     return {
-        "type": "alertlist",
+        "type": "table",
         "title": title,
         "description": description,
         "datasource": DATASOURCE,
-        "options": {
-            "viewMode": "list",
-            "groupMode": "default",
-            "groupBy": [],
-            "maxItems": 50,
-            "sortOrder": 1,
-            "dashboardAlerts": False,
-            "alertName": "",
-            "alertInstanceLabelFilter": "",
-            "showInstances": True,
-            "stateFilter": {"firing": True, "pending": True, "error": True, "noData": False, "normal": False},
-        },
+        "fieldConfig": {"defaults": {}, "overrides": []},
+        "options": {"showHeader": True, "sortBy": [{"displayName": "severity", "desc": False}]},
+        "targets": [{"refId": "A", "datasource": DATASOURCE, "expr": FIRING_QUERY, "format": "table",
+                     "instant": True, "range": False}],
+        "transformations": [{"id": "organize", "options": {
+            "excludeByName": {"Time": True, "Value": True, "__name__": True},
+            "indexByName": {"alertname": 0, "alertstate": 1, "severity": 2, "alarm": 3, "instance": 4}}}],
         "_width": width,
     }
 

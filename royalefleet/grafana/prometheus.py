@@ -4,10 +4,11 @@ the table's alarms and the service alerts)."""
 
 from __future__ import annotations
 
-from royalefleet.grafana.alert_text import (alarm_description, alarm_labels, alarm_summary, service_description,
-                                            service_labels)
-from royalefleet.grafana.common import duration, pending_seconds
-from shared.alarms import ALARMS, Alarm, promql
+from royalefleet.grafana.alert_text import (EXTENSION_ALERT, alarm_description, alarm_expr, alarm_labels,
+                                            alarm_summary, extension_annotations, extension_expr,
+                                            service_description, service_labels)
+from royalefleet.grafana.common import duration
+from shared.alarms import ALARMS, Alarm
 from shared.service_alerts import ROLLOUT_HOSTS_JOB, SERVICE_ALERTS, ServiceAlert
 
 SCRAPE_TARGETS = {"learner": "learner:9100", "ladder": "ladder:9101", "checkpoint": "checkpoint:9102"}
@@ -44,12 +45,10 @@ def prometheus_config() -> dict:
 
 
 def prometheus_rule(alarm: Alarm) -> dict:
-    rule = {"alert": alarm.name, "expr": promql(alarm)}
-    if alarm.patience > 1:
-        rule["for"] = duration(pending_seconds(alarm.patience))
-    rule["labels"] = alarm_labels(alarm)
-    rule["annotations"] = {"summary": alarm_summary(alarm, "{{ $value }}"), "description": alarm_description(alarm)}
-    return rule
+    """The alarm's rule: the learner's own verdict (``alert_text.alarm_expr``), so no ``for``:
+    the learner has already counted the iterations."""
+    return {"alert": alarm.name, "expr": alarm_expr(alarm), "labels": alarm_labels(alarm),
+            "annotations": {"summary": alarm_summary(alarm, "{{ $value }}"), "description": alarm_description(alarm)}}
 
 
 def prometheus_service_rule(alert: ServiceAlert) -> dict:
@@ -59,5 +58,7 @@ def prometheus_service_rule(alert: ServiceAlert) -> dict:
 
 
 def prometheus_rules() -> dict:
-    return {"groups": [{"name": "royalefleet-alarms", "rules": [prometheus_rule(a) for a in ALARMS]},
+    extension = {"alert": EXTENSION_ALERT, "expr": extension_expr(ALARMS), "labels": {"service": "learner"},
+                 "annotations": extension_annotations()}
+    return {"groups": [{"name": "royalefleet-alarms", "rules": [prometheus_rule(a) for a in ALARMS] + [extension]},
                        {"name": "royalefleet-services", "rules": [prometheus_service_rule(a) for a in SERVICE_ALERTS]}]}

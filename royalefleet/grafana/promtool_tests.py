@@ -1,14 +1,17 @@
 """promtool unit tests of the Prometheus rules (``prometheus/tests/alarms_test.yml``): for every
-alarm a series that fires after its patience, one that stays quiet, one that resets; for every
+alarm the learner's gauges as its evaluator counts a series that fires after its patience, one
+that stays quiet, one that resets, and one under a run's own patience and severity; for every
 service alert one that fires when its ``for`` has passed and one that never does.
-``tests/royalefleet/test_grafana.py`` feeds the same scenarios to the Python evaluator."""
+``tests/royalefleet/test_grafana.py`` checks the scenarios fire in the Python evaluator where
+the tests expect."""
 
 from __future__ import annotations
 
-from royalefleet.grafana.alert_text import (alarm_description, alarm_labels, alarm_summary, service_description,
+from royalefleet.grafana.alert_text import (CONSECUTIVE, EXTENSION_ALERT, PATIENCE, alarm_description, alarm_labels,
+                                            alarm_summary, extension_annotations, service_description,
                                             service_labels)
-from royalefleet.grafana.common import learner, num
-from shared.alarms import ALARMS, RATIO_ATOL, Alarm, thresholds
+from royalefleet.grafana.common import SEVERITY, num
+from shared.alarms import ALARMS, RATIO_ATOL, Alarm, AlarmState, effective, evaluate, thresholds
 from shared.config import AlarmConfig
 from shared.service_alerts import EXPECTED_ROLLOUTS_METRIC, PROGRESS_METRIC, SERVICE_ALERTS, STALL_SECONDS, ServiceAlert
 
@@ -109,41 +112,90 @@ def scenarios(alarm: Alarm, cfg: AlarmConfig | None = None) -> tuple[dict[str, l
     return runs, warmup + p - 1
 
 
-def _series_values(rows: list[dict[str, float]], key: str) -> str:
-    return " ".join(num(r[key]) for r in rows)
+def counts(alarm: Alarm, rows: list[dict[str, float]], cfg: AlarmConfig | None = None) -> list[int]:
+    """The learner's count of ``alarm`` after each row (``shared.alarms.evaluate``, the evaluator
+    the learner runs): what it exports as ``royalefleet_learner_alarm_consecutive``."""
+    state, out = AlarmState(), []
+    for row in rows:
+        out.append(next(r.consecutive for r in evaluate(row, cfg or AlarmConfig(), state) if r.name == alarm.name))
+    return out
+
+
+def overridden(alarm: Alarm) -> AlarmConfig:
+    """A run's own config for ``alarm``: one more iteration of patience, the other severity."""
+    return AlarmConfig(patience_overrides={alarm.name: alarm.patience + 1},
+                       severity_overrides={alarm.name: "warn" if alarm.severity == "halt" else "halt"})
 
 
 def _minutes(i: int) -> str:
     return f"{i}m"
 
 
+def alarm_test(alarm: Alarm) -> dict:
+    """The learner's gauges for the scenarios (``scenarios``), one instance each, and ``config``:
+    the ``fire`` rows under a run's own patience and severity (``overridden``). Just before the
+    patience is spent nothing fires; at it only ``fire`` does, valued its count; one iteration
+    later ``config`` too, with its own severity; at the end still those two (``reset`` broke its
+    run, ``quiet`` never held)."""
+    runs, fire_at = scenarios(alarm)
+    instances = {name: (counts(alarm, rows), AlarmConfig()) for name, rows in runs.items()}
+    instances["config"] = (counts(alarm, runs["fire"], overridden(alarm)), overridden(alarm))
+    series = []
+    for name, (n_held, cfg) in instances.items():
+        severity, patience = effective(alarm, cfg)
+        labels = f'{{job="learner",instance="{name}",alarm="{alarm.name}",severity="{severity}"}}'
+        series.append({"series": CONSECUTIVE + labels, "values": " ".join(str(c) for c in n_held)})
+        series.append({"series": PATIENCE + labels, "values": f"{patience}x{len(n_held) - 1}"})
+
+    def fired(name: str, at: int) -> dict:
+        severity, _ = effective(alarm, instances[name][1])
+        return {"exp_labels": {**alarm_labels(alarm), "alarm": alarm.name, "severity": SEVERITY[severity],
+                               "job": "learner", "instance": name},
+                "exp_annotations": {
+                    "summary": alarm_summary(alarm, num(instances[name][0][at])).replace("{{ $labels.instance }}", name)
+                    .replace("{{ $labels.severity }}", SEVERITY[severity]),
+                    "description": alarm_description(alarm)}}
+
+    last = len(runs["fire"]) - 1
+    checks = []
+    if fire_at > 0:
+        checks.append({"eval_time": _minutes(fire_at - 1), "alertname": alarm.name, "exp_alerts": []})
+    checks.append({"eval_time": _minutes(fire_at), "alertname": alarm.name, "exp_alerts": [fired("fire", fire_at)]})
+    checks.append({"eval_time": _minutes(fire_at + 1), "alertname": alarm.name,
+                   "exp_alerts": [fired("fire", fire_at + 1), fired("config", fire_at + 1)]})
+    checks.append({"eval_time": _minutes(last), "alertname": alarm.name,
+                   "exp_alerts": [fired("fire", last), fired("config", last)]})
+    return {"name": alarm.name, "interval": "1m", "input_series": series, "alert_rule_test": checks}
+
+
 def prometheus_tests() -> dict:
-    """One test group per alarm, the three scenarios as three instances of the same series: just
-    before its patience is spent nothing fires (pending), at it only ``fire`` does, and at the end
-    still only ``fire`` (``reset`` broke its run, ``quiet`` never held)."""
-    tests = []
-    for alarm in ALARMS:
-        runs, fire_at = scenarios(alarm)
-        series = [
-            {"series": f'{learner(key)}{{job="learner",instance="{name}"}}', "values": _series_values(rows, key)}
-            for name, rows in runs.items() for key in alarm.keys
-        ]
-        value_key = alarm.keys[1] if alarm.condition == "ci_outside" else alarm.keys[0]
-        fired = {
-            "exp_labels": {**alarm_labels(alarm), "job": "learner", "instance": "fire"},
-            "exp_annotations": {
-                "summary": alarm_summary(alarm, num(runs["fire"][fire_at][value_key]))
-                .replace("{{ $labels.instance }}", "fire"),
-                "description": alarm_description(alarm),
-            },
-        }
-        checks = []
-        if fire_at > 0:
-            checks.append({"eval_time": _minutes(fire_at - 1), "alertname": alarm.name, "exp_alerts": []})
-        checks.append({"eval_time": _minutes(fire_at), "alertname": alarm.name, "exp_alerts": [fired]})
-        checks.append({"eval_time": _minutes(len(runs["fire"]) - 1), "alertname": alarm.name, "exp_alerts": [fired]})
-        tests.append({"name": alarm.name, "interval": "1m", "input_series": series, "alert_rule_test": checks})
+    """One test group per alarm (``alarm_test``) and the service alerts' (``service_tests``)."""
+    tests = [alarm_test(alarm) for alarm in ALARMS] + [extension_test()]
     return {"rule_files": ["../rules/alarms.yml"], "evaluation_interval": "1m", "tests": tests + service_tests()}
+
+
+def extension_test() -> dict:
+    """A learner extension's alarm (``my_extension_alarm``, patience 2, halt) fires the one
+    extension rule at its patience, as ``critical``; a table alarm's series at its patience does
+    not (its own rule does)."""
+    ext = '{job="learner",instance="learner:9100",alarm="my_extension_alarm",severity="halt"}'
+    table = f'{{job="learner",instance="learner:9100",alarm="{ALARMS[0].name}",severity="{ALARMS[0].severity}"}}'
+    summary = (extension_annotations()["summary"].replace("{{ $labels.alarm }}", "my_extension_alarm")
+               .replace("{{ $labels.severity }}", "critical").replace("{{ $value }}", "2")
+               .replace("{{ $labels.instance }}", "learner:9100"))
+    return {"name": EXTENSION_ALERT, "interval": "1m",
+            "input_series": [{"series": CONSECUTIVE + ext, "values": "0 1 2 0"},
+                             {"series": PATIENCE + ext, "values": "2x3"},
+                             {"series": CONSECUTIVE + table, "values": "1 1 1 1"},
+                             {"series": PATIENCE + table, "values": "1x3"}],
+            "alert_rule_test": [
+                {"eval_time": "1m", "alertname": EXTENSION_ALERT, "exp_alerts": []},
+                {"eval_time": "2m", "alertname": EXTENSION_ALERT, "exp_alerts": [{
+                    "exp_labels": {"service": "learner", "alarm": "my_extension_alarm", "severity": "critical",
+                                   "job": "learner", "instance": "learner:9100"},
+                    "exp_annotations": {"summary": summary,
+                                        "description": extension_annotations()["description"]}}]},
+                {"eval_time": "3m", "alertname": EXTENSION_ALERT, "exp_alerts": []}]}
 
 
 def service_tests() -> list[dict]:

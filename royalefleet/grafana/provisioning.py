@@ -1,11 +1,13 @@
 """Grafana provisioning: the Prometheus datasource, the dashboard file provider, and the
-contact points with the notification policy (every alert to ``ALERT_WEBHOOK_URL``; operator
-rules labelled ``action=halt`` to the learner-halt webhook)."""
+contact points with the notification policy. Grafana evaluates none of the generated rules
+(Prometheus does, and Grafana lists them through the datasource); a rule an operator adds in
+Grafana goes to Alertmanager (``$ALERTMANAGER_URL``), the one path to ``ALERT_WEBHOOK_URL``,
+or, labelled ``action=halt``, to the learner-halt webhook."""
 
 from __future__ import annotations
 
-from royalefleet.grafana.common import (ALERT_WEBHOOK_VAR, DATASOURCE_UID, DEFAULT_RECEIVER, FOLDER, HALT_RECEIVER,
-                                        NOTIFY_RECEIVER)
+from royalefleet.grafana.common import (ALERTMANAGER_RECEIVER, ALERTMANAGER_VAR, DATASOURCE_UID, DEFAULT_RECEIVER,
+                                        FOLDER, HALT_RECEIVER)
 
 
 def datasource() -> dict:
@@ -20,7 +22,8 @@ def datasource() -> dict:
             "url": "$PROMETHEUS_URL",
             "isDefault": True,
             "editable": False,
-            "jsonData": {"timeInterval": "15s", "httpMethod": "POST"},
+            # manageAlerts: Grafana's Alerting pages list Prometheus's rules (read-only).
+            "jsonData": {"timeInterval": "15s", "httpMethod": "POST", "manageAlerts": True},
         }],
     }
 
@@ -46,23 +49,24 @@ def dashboard_provider() -> dict:
 
 
 NOTIFY_TIMING = {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"}
-"""How soon and how often a person hears of a firing alert, the same in Grafana and Alertmanager:
-30 s to gather an alert's companions, 5 minutes between updates of a group, a reminder every
-4 hours while it fires."""
+"""How soon and how often a person hears of a firing alert (Alertmanager's route): 30 s to
+gather an alert's companions, 5 minutes between updates of a group, a reminder every 4 hours
+while it fires."""
 
 
 def contact_points() -> dict:
-    """The person's webhook (the policy's root) and the learner's halt webhook (``action=halt``)."""
+    """Alertmanager (the policy's root: Grafana posts nothing to a person itself) and the
+    learner's halt webhook (``action=halt``)."""
     return {
         "apiVersion": 1,
         "contactPoints": [{
             "orgId": 1,
-            "name": NOTIFY_RECEIVER,
+            "name": ALERTMANAGER_RECEIVER,
             "receivers": [{
-                "uid": NOTIFY_RECEIVER,
-                "type": "webhook",
+                "uid": ALERTMANAGER_RECEIVER,
+                "type": "prometheus-alertmanager",
                 "disableResolveMessage": False,
-                "settings": {"url": f"${ALERT_WEBHOOK_VAR}", "httpMethod": "POST"},
+                "settings": {"url": f"${ALERTMANAGER_VAR}"},
             }],
         }, {
             "orgId": 1,

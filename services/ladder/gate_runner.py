@@ -331,7 +331,7 @@ def keep_replays(spec: JobSpec, rep: EvalReport, wanted: int, *, config: RunConf
 
     order = [(s, side) for s in spec.seeds for side in (0, 1)][:wanted]
     folder = replays_dir(runs_dir, config.run_name)
-    kind = "strength" if spec.condition.startswith("record:") else "gate"
+    kind = "strength" if spec.condition.startswith(("record:", "strength:")) else "gate"
     entries = []
     for g in rep.replays:
         if (g.seed, g.side) not in order:

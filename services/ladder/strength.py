@@ -17,6 +17,10 @@ With ``evaluation.strength.search`` budgets, each snapshot is planned once more 
 as the player ``snap:<id>+search:N`` (the same games, the snapshot searching at its choice
 decisions: docs/search.md), so the table shows what search adds beside it.
 
+The first ``evaluation.replays_per_strength_snapshot`` games of each snapshot (its first job's,
+against the first anchor) are recorded as a gate's are: trace and page in ``<run>/replays/``,
+``kind`` ``strength`` in its index (``gate_runner.keep_replays``).
+
 Only the newest waiting snapshot is kept: a strength request that arrives while another waits
 with no game handed out replaces it (said), so a slow evaluator fleet measures the newest
 actor instead of falling ever further behind. The learner never waits for any of it.
@@ -39,12 +43,12 @@ import msgspec
 
 from shared.config import RunConfig
 from shared.durable import replace_file
-from shared.evaluation import EVAL_ROLE, seeds_for_games, side_scores
+from shared.evaluation import EVAL_ROLE, eval_seed_set, seeds_for_games, side_scores
 from shared.messages import Ack, EpisodeRecord, EvalJob, EvalJobRequest, EvalReport, MeasureStrength, StrengthSummary
 from shared.search.spec import SearchSpec, split_search, with_search
 from shared.stats import wilson_interval
 
-from services.ladder.gate_runner import JobSpec, ReportRefused, check_report, split_seeds
+from services.ladder.gate_runner import JobSpec, ReportRefused, check_report, keep_replays, split_seeds
 from services.ladder.rating import games_from_results, fit_with
 from services.ladder.results import ResultLog, result_log_path
 from shared.run_dir import STRENGTH, RunDir
@@ -190,6 +194,7 @@ class StrengthRunner:
                                  if _whole(j, self.by_job.get(j.job_id))}
         self.issued: dict[int, tuple[float, str]] = {}
         self.summary: StrengthSummary | None = None
+        self.seed_set = eval_seed_set(config.master_seed, config.ladder.pool.eval_seed_count)
         self._refresh()
 
     @property
@@ -254,8 +259,16 @@ class StrengthRunner:
                 if issued is None or now - issued[0] >= ev.job_deadline_s:
                     self.issued[j.job_id] = (now, req.worker)
                     return EvalJob(request_id=req.request_id, job_id=j.job_id, run_name=self.run_name, a=j.a, b=j.b,
-                                   seeds=list(j.seeds), deadline_s=ev.job_deadline_s, record_games=0)
+                                   seeds=list(j.seeds), deadline_s=ev.job_deadline_s,
+                                   record_games=self.record_games(e, j))
         return None
+
+    def record_games(self, entry: StrengthEntry, spec: JobSpec) -> int:
+        """How many of ``spec``'s games the evaluator records: the snapshot's first
+        ``evaluation.replays_per_strength_snapshot`` games, in job order."""
+        before = sum(2 * len(j.seeds) for j in entry.jobs if j.job_id < spec.job_id)
+        wanted = self.config.evaluation.replays_per_strength_snapshot - before
+        return max(0, min(2 * len(spec.seeds), wanted))
 
     def report(self, rep: EvalReport) -> Ack:
         """Write a strength job's records to the result log and acknowledge; a snapshot whose
@@ -263,11 +276,14 @@ class StrengthRunner:
         exactly the job's games, OSError if the log cannot be written."""
         if rep.run_name != self.run_name:
             raise ReportRefused(f"run_name {rep.run_name!r}: this ladder measures run {self.run_name!r}")
-        spec = next(j for e in self.plan.entries for j in e.jobs if j.job_id == rep.job_id)
+        entry, spec = next((e, j) for e in self.plan.entries for j in e.jobs if j.job_id == rep.job_id)
         if spec.job_id in self.played:
             return Ack(request_id=rep.request_id, count=0)
         check_report(spec, rep.records)
         written = self.log.append(rep.records)
+        if rep.replays:  # after the records: a game not kept costs nothing else
+            keep_replays(spec, rep, self.record_games(entry, spec), config=self.config, runs_dir=self.runs_dir,
+                         seed_set=self.seed_set, iteration=entry.iteration, say=self.say)
         self.by_job[spec.job_id] = list(rep.records)
         self.played.add(spec.job_id)
         self.issued.pop(spec.job_id, None)

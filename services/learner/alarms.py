@@ -10,7 +10,9 @@ Per iteration (after the row is written to ``metrics.jsonl``, so a halting row i
 
 Exports ``royalefleet_learner_alarm_holds{alarm,severity}`` (1 while the condition holds on the
 last row, 0 otherwise, also when not evaluated) and ``royalefleet_learner_alarm_consecutive``
-(iterations in a row it has held). Fired alarms are appended to ``runs/<run>/alarms.jsonl``,
+(iterations in a row it has held) and ``royalefleet_learner_alarm_patience`` (the patience
+it fires at under this run's config, overrides included): Prometheus's rules fire on
+``consecutive >= patience``, the learner's own verdict. Fired alarms are appended to ``runs/<run>/alarms.jsonl``,
 one JSON object a line, flushed and fsynced like the metric rows. None of this needs Prometheus
 or Grafana: the learner halts on its own.
 """
@@ -75,6 +77,7 @@ class AlarmMonitor:
         self.by_name = {**BY_NAME, **{a.name: a for a in self.extra}}
         self.state = AlarmState()
         self.recent_rows: collections.deque[dict] = collections.deque(maxlen=RECENT_ROWS)
+        self.muted: set[str] = set()  # alarms muted on the last row (Alarm.muted), said when it changes
         registry = registry if registry is not None else CollectorRegistry()
         self.holds = Gauge("royalefleet_learner_alarm_holds",
                            "1 while the alarm's condition holds on the last metric row, else 0", ["alarm", "severity"],
@@ -82,13 +85,17 @@ class AlarmMonitor:
         self.consecutive = Gauge("royalefleet_learner_alarm_consecutive",
                                  "Consecutive iterations the alarm's condition has held (fires at its patience)",
                                  ["alarm", "severity"], registry=registry)
+        self.patience = Gauge("royalefleet_learner_alarm_patience",
+                              "Consecutive iterations the alarm fires at, under this run's config",
+                              ["alarm", "severity"], registry=registry)
         # Every enabled alarm is exported from the start (at 0), so a dashboard lists them all.
         if cfg.enabled:
             for alarm in ALARMS + self.extra:
                 if alarm.name not in cfg.disabled:
-                    severity, _ = effective(alarm, cfg)
+                    severity, patience = effective(alarm, cfg)
                     self.holds.labels(alarm.name, severity).set(0)
                     self.consecutive.labels(alarm.name, severity).set(0)
+                    self.patience.labels(alarm.name, severity).set(patience)
 
     @property
     def alarms_path(self) -> str | None:
@@ -102,6 +109,7 @@ class AlarmMonitor:
         for r in results:
             self.holds.labels(r.name, r.severity).set(1 if r.holds else 0)
             self.consecutive.labels(r.name, r.severity).set(r.consecutive)
+        self._say_mutes(results)
         fired = [r for r in results if r.fired]
         iteration = row.get("run/iteration")
         for r in fired:
@@ -115,6 +123,15 @@ class AlarmMonitor:
                 fh.flush()
                 os.fsync(fh.fileno())
         return AlarmVerdict(fired, any(r.severity == "halt" for r in fired), results)
+
+    def _say_mutes(self, results: list[AlarmResult]) -> None:
+        """Say once when an alarm starts being muted (with its reason) and when it stops."""
+        now = {r.name: r.muted for r in results if r.muted}
+        for name in sorted(now.keys() - self.muted):
+            self.say(f"alarm {name} muted: {now[name]}")
+        for name in sorted(self.muted - now.keys()):
+            self.say(f"alarm {name} evaluated again: its mute no longer holds")
+        self.muted = set(now)
 
 
 def resume_command(run_dir: str, config_path: str) -> str:

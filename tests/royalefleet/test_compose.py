@@ -37,7 +37,7 @@ from shared.transport import CURVE_DIR_ENV
 pytest.importorskip("check_jsonschema", reason="needs check-jsonschema (pip install check-jsonschema==0.39.0)")
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPOSE_FILES = ["compose.yaml", "compose.rollout.yaml", "compose.gpu.yaml"]
+COMPOSE_FILES = ["compose.yaml", "compose.rollout.yaml", "compose.gpu.yaml", "compose.viser.yaml"]
 ENV_FILES = sorted(p.name for p in (ROOT / "deploy" / "env").glob("*.env"))
 TRAINING = ("checkpoint", "ladder", "learner", "rollout")
 ROLLOUT_HOST_ENV = {"ROYALEFLEET_LEARNER": "tcp://learner-host.example:5555"}
@@ -295,6 +295,24 @@ def test_the_rollout_host_file_runs_the_same_rollout():
     assert interpolate(remote["ROYALEFLEET_LEARNER"], ROLLOUT_HOST_ENV) == ROLLOUT_HOST_ENV["ROYALEFLEET_LEARNER"]
 
 
+def test_the_viser_file_forwards_royalefleet_viser_to_the_learner_and_the_evaluator():
+    """compose.viser.yaml: both services read ROYALEFLEET_VISER as under `royalefleet up`, the
+    evaluator's stream on 9870 and the learner's status on 9871 (port + 1) published on loopback."""
+    from services.evaluator.main import parse_settings as evaluator_settings
+    from services.learner.main import parse_settings as learner_settings
+
+    services = compose("compose.viser.yaml")["services"]
+    assert set(services) == {"learner", "evaluator"}
+    for svc, parse in (("learner", learner_settings), ("evaluator", evaluator_settings)):
+        env = env_list(services[svc])
+        assert env == {"ROYALEFLEET_VISER": "0.0.0.0:9870"}
+        assert parse([], environ=env).viser == "0.0.0.0:9870"
+    assert services["evaluator"]["ports"] == ["127.0.0.1:9870:9870/udp"]
+    assert services["learner"]["ports"] == ["127.0.0.1:9871:9871/udp"]
+    base = compose("compose.yaml")["services"]
+    assert "ROYALEFLEET_VISER" not in env_list(base["learner"]) | env_list(base["evaluator"])  # off by default
+
+
 def test_the_env_files_match_their_machine_class():
     assert ENV_FILES == ["cpu.env", "laptop.env", "many_core.env", "workstation.env"]
     for name in ENV_FILES:
@@ -349,9 +367,9 @@ def test_the_rollout_scales():
     # A rollout host's own count, apart from the learner host's FLEET_ROLLOUTS and the run's battles.
     assert remote["deploy"]["replicas"] == "${FLEET_HOST_ROLLOUTS:-1}"
     # Its metrics: a host port a replica from a range, on loopback unless the host says otherwise.
-    assert remote["ports"] == ["${FLEET_METRICS_PUBLISH:-127.0.0.1:9110-9117}:9110"]
+    assert remote["ports"] == ["${FLEET_METRICS_PUBLISH:-127.0.0.1:9110-9173}:9110"]  # 64 replicas
     (published,) = interpolate(remote["ports"], {})
-    assert published == "127.0.0.1:9110-9117:9110"
+    assert published == "127.0.0.1:9110-9173:9110"
     assert interpolate(remote["deploy"], {"FLEET_ROLLOUTS": "12"})["replicas"] == "1"
     services = compose("compose.yaml")["services"]
     assert services["learner"]["environment"]["ROYALEFLEET_MIN_ROLLOUTS"] == "${FLEET_ROLLOUTS:-1}"
@@ -425,12 +443,15 @@ def test_the_learners_port_is_published_on_loopback_unless_a_rollout_host_needs_
 
 
 MONITORING = {"prometheus", "alertmanager", "grafana"}
+TOOLS = {"resume-checkpoint"}
+"""One-shots `docker compose run` starts by name, never `up`."""
 
 
 def test_monitoring_is_a_profile_and_training_runs_without_it():
     services = compose("compose.yaml")["services"]
-    assert {name for name, spec in services.items() if spec.get("profiles")} == MONITORING
+    assert {name for name, spec in services.items() if spec.get("profiles")} == MONITORING | TOOLS
     assert all(services[name]["profiles"] == ["monitoring"] for name in MONITORING)
+    assert all(services[name]["profiles"] == ["tools"] for name in TOOLS)
     # nothing of the training stack waits for a monitoring service
     for name, spec in services.items():
         if name not in MONITORING:
@@ -461,11 +482,14 @@ def test_alertmanager_is_fed_by_prometheus_and_posts_to_the_one_webhook_setting(
     assert am["image"] == services["prometheus"]["image"]  # Debian's prometheus-alertmanager is in that image
     assert "prometheus-alertmanager" in _dockerfile_stage("prometheus")
     assert "--cluster.listen-address=" in am["command"]  # one instance: no gossip port
-    # Grafana and Alertmanager read the same variable, with the same dead default
-    for svc in ("alertmanager", "grafana"):
-        value = services[svc]["environment"]["ALERT_WEBHOOK_URL"]
-        assert value == "${ALERT_WEBHOOK_URL:-" + gen.ALERT_WEBHOOK_UNSET + "}", svc
-        assert interpolate(value, {"ALERT_WEBHOOK_URL": "https://ntfy.sh/t"}) == "https://ntfy.sh/t"
+    # Alertmanager alone posts to the person (a dead default doctor --compose refuses); Grafana
+    # sends its own rules' alerts to Alertmanager
+    value = am["environment"]["ALERT_WEBHOOK_URL"]
+    assert value == "${ALERT_WEBHOOK_URL:-" + gen.ALERT_WEBHOOK_UNSET + "}"
+    assert interpolate(value, {"ALERT_WEBHOOK_URL": "https://ntfy.sh/t"}) == "https://ntfy.sh/t"
+    grafana_env = services["grafana"]["environment"]
+    assert "ALERT_WEBHOOK_URL" not in grafana_env
+    assert interpolate(grafana_env["ALERTMANAGER_URL"], {}) == f"http://{gen.ALERTMANAGER_TARGET}"
     assert "alertmanager-data" in compose("compose.yaml")["volumes"]
 
 

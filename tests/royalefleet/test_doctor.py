@@ -179,6 +179,21 @@ def test_compose_files_that_do_not_parse_fail(tmp_path):
         assert missing.level == FAIL and missing.text == "no `docker` command on PATH"
 
 
+def test_compose_without_an_alert_receiver_fails_naming_the_variable(tmp_path):
+    c = doc.check_alert_receiver(tmp_path, environ={})
+    assert c.level == FAIL and c.text == (f"ALERT_WEBHOOK_URL is not set (neither in the environment nor in "
+                                          f"{tmp_path / '.env'}): Alertmanager would post every alert to a dead address")
+    assert c.fix.startswith("echo ALERT_WEBHOOK_URL=https://ntfy.sh/<topic> >> .env")
+    (tmp_path / ".env").write_text("PROFILE=cpu\nALERT_WEBHOOK_URL=\n")
+    assert doc.check_alert_receiver(tmp_path, environ={}).level == FAIL  # empty is unset
+    (tmp_path / ".env").write_text("# ALERT_WEBHOOK_URL=https://x\nALERT_WEBHOOK_URL='https://ntfy.sh/t?a=1'\n")
+    ok = doc.check_alert_receiver(tmp_path, environ={})
+    assert ok.level == OK and ok.text == f"ALERT_WEBHOOK_URL is set (from {tmp_path / '.env'}): alerts go to https://ntfy.sh/t"
+    bad = doc.check_alert_receiver(tmp_path, environ={"ALERT_WEBHOOK_URL": "ntfy.sh/t"})  # the environment wins
+    assert bad.level == FAIL and bad.text == "ALERT_WEBHOOK_URL='ntfy.sh/t' (from the environment) is not an http:// or https:// URL"
+    assert [c.name for c in doc.run_checks(None, only=["alerts"], say=lambda s: None)] == ["alerts"]
+
+
 def test_exit_codes_are_0_1_2():
     assert doc.exit_code([Check("a", OK, "")]) == 0
     assert doc.exit_code([Check("a", OK, ""), Check("b", WARN, "")]) == 1

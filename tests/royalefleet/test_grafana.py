@@ -19,7 +19,7 @@ from services.ladder.service import Metrics as LadderMetrics
 from services.learner.alarms import AlarmMonitor
 from services.learner.metrics import LearnerMetrics
 from services.rollout.metrics import RolloutMetrics
-from shared.alarms import ALARMS, AlarmState, evaluate, promql
+from shared.alarms import ALARMS, AlarmState, evaluate
 from shared.config import AlarmConfig
 from shared.metric_schema import SCHEMA, prometheus_name
 from shared.service_alerts import SERVICE_ALERTS
@@ -40,9 +40,6 @@ BOUNDED_LABELS = {"job", "reason", "severity", "alarm", "le", "role", "opponent"
 def all_exprs() -> list[tuple[str, str]]:
     """(where, PromQL) for every expression of the generated files."""
     out = [(f"dashboard {name}", e) for name, d in gen.dashboards().items() for e in gen.dashboard_exprs(d)]
-    for group in gen.grafana_alert_rules()["groups"]:
-        for rule in group["rules"]:
-            out += [(f"grafana rule {rule['uid']}", q["model"]["expr"]) for q in rule["data"] if "expr" in q["model"]]
     for group in gen.prometheus_rules()["groups"]:
         out += [(f"prometheus rule {r['alert']}", r["expr"]) for r in group["rules"]]
     return out
@@ -50,14 +47,14 @@ def all_exprs() -> list[tuple[str, str]]:
 
 def exported_names() -> set[str]:
     """Sample names the services expose: each service's registry, the learner's row gauges
-    (schema keys and the pending ones) and Prometheus's own ``up``."""
+    (schema keys and the pending ones) and Prometheus's own ``up`` and ``ALERTS``."""
     registries = [LearnerMetrics(None).registry, RolloutMetrics(None).registry, LadderMetrics().registry,
                   EvaluatorMetrics().registry]
     reg = CollectorRegistry()
     CheckpointMetrics(reg)
     AlarmMonitor(AlarmConfig(), reg)
     registries.append(reg)
-    names = {"up"}
+    names = {"up", "ALERTS"}
     for r in registries:
         for m in r.collect():
             suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
@@ -109,7 +106,6 @@ def test_check_mode_reports_stale_files(tmp_path, capsys):
 
 def test_every_uid_is_valid_and_unique():
     uids = [gen.DATASOURCE_UID, gen.dashboard_provider()["providers"][0]["folderUid"], *(d["uid"] for d in gen.dashboards().values()),
-            *(r["uid"] for r in gen.grafana_alert_rules()["groups"][0]["rules"]),
             *(rc["uid"] for cp in gen.contact_points()["contactPoints"] for rc in cp["receivers"])]
     for uid in uids:
         assert UID.fullmatch(uid), f"uid {uid!r}: at most 40 of [A-Za-z0-9_-]"
@@ -132,42 +128,71 @@ def test_every_query_names_the_datasource_by_uid():
         walk(d, name)
         assert all("datasource" in p for p in d["panels"] if p["type"] != "row")
     assert gen.datasource()["datasources"][0]["uid"] == gen.DATASOURCE_UID
-    for rule in gen.grafana_alert_rules()["groups"][0]["rules"]:
-        walk(rule, rule["uid"])
-        for q in rule["data"]:
-            assert q["datasourceUid"] in (gen.DATASOURCE_UID, "__expr__")
-            assert q["datasourceUid"] == q["model"]["datasource"]["uid"]
 
 
-def test_alert_rules_come_from_the_table():
-    groups = gen.grafana_alert_rules()["groups"]
-    rules = groups[0]["rules"]
-    assert [r["title"] for r in rules] == [a.name for a in ALARMS]
-    training = gen.training_dashboard()
+def test_alert_rules_come_from_the_table_and_read_the_learners_verdict():
+    """One Prometheus rule per alarm, in table order, on the learner's count against its
+    patience (no ``for``: no iteration time assumed), critical/warning from the learner's
+    severity, the table's words in the annotations; Grafana evaluates none of them."""
+    (alarms_group, _) = gen.prometheus_rules()["groups"]
+    *rules, extension = alarms_group["rules"]
+    assert [r["alert"] for r in rules] == [a.name for a in ALARMS]
+    # the learner extensions' alarms (not in the table): one rule, the same verdict
+    assert extension["alert"] == "learner_extension_alarm" and "for" not in extension
+    assert 'royalefleet_learner_alarm_consecutive{alarm!~"illegal_actions|ratio_invariant|' in extension["expr"]
     for rule, alarm in zip(rules, ALARMS):
-        assert rule["labels"]["severity"] == alarm.severity and rule["labels"]["alarm"] == alarm.name
-        refs = [q["refId"] for q in rule["data"]]
-        assert rule["condition"] in refs and len(set(refs)) == len(refs)
-        assert rule["data"][0]["model"]["expr"] == promql(alarm)
-        assert rule["noDataState"] in ("NoData", "Alerting", "OK", "KeepLast")
-        assert rule["execErrState"] in ("Error", "Alerting", "OK", "KeepLast")
-        assert re.fullmatch(r"\d+[smh]", rule["for"])
+        assert rule["expr"] == (
+            'label_replace(label_replace(royalefleet_learner_alarm_consecutive{alarm="%s"} >= '
+            'royalefleet_learner_alarm_patience{alarm="%s"}, "severity", "critical", "severity", "halt"), '
+            '"severity", "warning", "severity", "warn")' % (alarm.name, alarm.name))
+        assert "for" not in rule and rule["labels"] == {"service": "learner"}
         assert alarm.name in rule["annotations"]["summary"] and alarm.what_to_do in rule["annotations"]["description"]
-        assert rule["dashboardUid"] == training["uid"]
-        assert any(p["id"] == rule["panelId"] for p in training["panels"])
-    assert all(re.fullmatch(r"\d+[smh]", g["interval"]) and g["folder"] and g["name"] for g in groups)
-    prom = gen.prometheus_rules()["groups"][0]["rules"]
-    assert [(r["alert"], r["expr"], r["labels"]["severity"]) for r in prom] == [
-        (a.name, promql(a), a.severity) for a in ALARMS]
+        assert "ITERATION" not in str(rule) and " s nominal" not in str(rule)
+    assert not (ROOT / "grafana/provisioning/alerting/alarms.yaml").exists()
+    assert [p for p in gen.render() if "alerting" in p] == ["grafana/provisioning/alerting/contact-points.yaml"]
+    assert not hasattr(gen, "ITERATION_SECONDS")
 
 
-def test_service_alerts_come_from_their_table_in_both_files():
-    grafana = gen.grafana_alert_rules()["groups"]
+def test_the_learner_exports_the_count_and_the_patience_the_rules_read():
+    """The two gauges the rules compare, with the run's overrides: a patience override moves the
+    patience gauge, a severity override the label, a disabled alarm exports neither."""
+    reg = CollectorRegistry()
+    cfg = AlarmConfig(patience_overrides={"kl_high": 7}, severity_overrides={"tile_spam": "halt"},
+                      disabled=["kl_dead"])
+    monitor = AlarmMonitor(cfg, reg)
+    assert reg.get_sample_value(gen.PATIENCE, {"alarm": "kl_high", "severity": "warn"}) == 7.0
+    assert reg.get_sample_value(gen.PATIENCE, {"alarm": "clip_pinned", "severity": "halt"}) == 3.0
+    assert reg.get_sample_value(gen.PATIENCE, {"alarm": "tile_spam", "severity": "halt"}) == 5.0
+    assert reg.get_sample_value(gen.PATIENCE, {"alarm": "tile_spam", "severity": "warn"}) is None
+    assert reg.get_sample_value(gen.PATIENCE, {"alarm": "kl_dead", "severity": "warn"}) is None
+    for n in range(1, 4):
+        monitor.observe({"ppo/kl": 0.5})
+        assert reg.get_sample_value(gen.CONSECUTIVE, {"alarm": "kl_high", "severity": "warn"}) == n
+    monitor.observe({"ppo/kl": 0.01})
+    assert reg.get_sample_value(gen.CONSECUTIVE, {"alarm": "kl_high", "severity": "warn"}) == 0
+
+
+def test_the_promtool_series_are_the_learners_counts():
+    """alarms_test.yml's gauges are what the learner's evaluator counts on the scenario rows
+    (the run's own config for ``config``), so promtool tests the rule on the learner's verdict."""
+    tests = {t["name"]: t for t in gen.prometheus_tests()["tests"]}
+    for alarm in ALARMS:
+        runs, fire_at = gen.scenarios(alarm)
+        series = {s["series"]: s["values"] for s in tests[alarm.name]["input_series"]}
+        sev = {"halt": "warn", "warn": "halt"}[alarm.severity]
+        config = (f'{gen.CONSECUTIVE}{{job="learner",instance="config",alarm="{alarm.name}",severity="{sev}"}}')
+        held = [int(x) for x in series[config].split()]
+        assert held == gen.counts(alarm, runs["fire"], gen.overridden(alarm))
+        assert held[fire_at] == alarm.patience and held[fire_at + 1] == alarm.patience + 1
+        patience = series[config.replace(gen.CONSECUTIVE, gen.PATIENCE)]
+        assert patience == f"{alarm.patience + 1}x{len(held) - 1}"
+        quiet = f'{gen.CONSECUTIVE}{{job="learner",instance="quiet",alarm="{alarm.name}",severity="{alarm.severity}"}}'
+        assert set(series[quiet].split()) == {"0"}
+
+
+def test_service_alerts_come_from_their_table():
     prom = gen.prometheus_rules()["groups"]
-    assert [g["name"] for g in grafana] == [g["name"] for g in prom] == ["royalefleet-alarms", "royalefleet-services"]
-    assert [(r["title"], r["data"][0]["model"]["expr"], r["for"], r["labels"]) for r in grafana[1]["rules"]] == [
-        (a.name, a.expr, gen.duration(a.for_seconds), {"severity": "critical", "alarm": a.name})
-        for a in SERVICE_ALERTS]
+    assert [g["name"] for g in prom] == ["royalefleet-alarms", "royalefleet-services"]
     assert [(r["alert"], r["expr"], r["for"], r["labels"]) for r in prom[1]["rules"]] == [
         (a.name, a.expr, gen.duration(a.for_seconds), {"severity": "critical", "alarm": a.name})
         for a in SERVICE_ALERTS]
@@ -178,9 +203,6 @@ def test_service_alerts_come_from_their_table_in_both_files():
     assert SERVICE_ALERTS[1].expr == "time() - royalefleet_learner_progress_timestamp_seconds > 1200"
     assert SERVICE_ALERTS[2].expr == ('(count(up{job="rollout"} == 1) or vector(0)) < '
                                       'max(royalefleet_learner_rollouts_expected)')
-    # Every uid across both groups is distinct (the alarm table and this one share a namespace).
-    uids = [r["uid"] for g in grafana for r in g["rules"]]
-    assert len(uids) == len(set(uids)) == len(ALARMS) + len(SERVICE_ALERTS)
     tests = {t["name"] for t in gen.prometheus_tests()["tests"]}
     assert {a.name for a in SERVICE_ALERTS} <= tests
 
@@ -205,23 +227,24 @@ def test_the_learner_exports_the_fleet_size_it_expects():
     assert m.registry.get_sample_value("royalefleet_learner_rollouts_expected") == 12.0
 
 
-def test_contact_point_and_policy():
+def test_grafana_sends_to_alertmanager_and_posts_nothing_itself():
     cp = gen.contact_points()
     points = {c["name"]: c["receivers"] for c in cp["contactPoints"]}
-    assert set(points) == {gen.NOTIFY_RECEIVER, gen.HALT_RECEIVER}
-    (notify,) = points[gen.NOTIFY_RECEIVER]
-    assert notify["type"] == "webhook" and notify["settings"] == {"url": "$ALERT_WEBHOOK_URL", "httpMethod": "POST"}
+    assert set(points) == {gen.ALERTMANAGER_RECEIVER, gen.HALT_RECEIVER}
+    (am,) = points[gen.ALERTMANAGER_RECEIVER]
+    assert am["type"] == "prometheus-alertmanager" and am["settings"] == {"url": "$ALERTMANAGER_URL"}
     (receiver,) = points[gen.HALT_RECEIVER]
     assert receiver["type"] == "webhook"
     assert receiver["settings"]["url"] == "$LEARNER_HALT_URL"
     assert receiver["settings"]["authorization_credentials"] == "$LEARNER_HALT_TOKEN"
+    # No contact point of Grafana's posts to the person's webhook: Alertmanager is the one path.
+    assert "ALERT_WEBHOOK_URL" not in gen.to_yaml(cp) and "ALERT_WEBHOOK_URL" not in gen.ENV_VARS
     policy = cp["policies"][0]
-    # Every alert reaches the person's webhook (Grafana's default email is set up nowhere) ...
-    assert policy["receiver"] == gen.NOTIFY_RECEIVER != "grafana-default-email"
+    assert policy["receiver"] == gen.ALERTMANAGER_RECEIVER != "grafana-default-email"
     assert all(r["receiver"] in points for r in policy["routes"])
-    # Only operator rules labelled action=halt reach the learner; no table rule carries it.
+    # Only operator rules labelled action=halt reach the learner.
     assert policy["routes"][0]["object_matchers"] == [["action", "=", "halt"]]
-    assert all("action" not in r["labels"] for r in gen.grafana_alert_rules()["groups"][0]["rules"])
+    assert gen.datasource()["datasources"][0]["jsonData"]["manageAlerts"] is True
 
 
 def test_only_the_named_environment_variables_are_interpolated():
@@ -242,7 +265,7 @@ def test_only_the_named_environment_variables_are_interpolated():
             else:
                 assert "$" not in env.sub("", obj), f"uninterpolated dollar in {obj!r}: write $$"
 
-    for doc in (gen.datasource(), gen.dashboard_provider(), gen.grafana_alert_rules(), gen.contact_points()):
+    for doc in (gen.datasource(), gen.dashboard_provider(), gen.contact_points()):
         walk(doc)
     used = set()
     for text in gen.render().values():
@@ -349,15 +372,14 @@ def test_every_dashboard_expression_parses(tmp_path):
     promtool("check", "rules", str(path))
 
 
-def test_alertmanager_routes_every_alert_to_the_same_webhook_as_grafana():
+def test_alertmanager_routes_every_alert_to_the_webhook():
     am = gen.alertmanager_config()
     assert am["route"]["receiver"] == gen.NOTIFY_RECEIVER and "routes" not in am["route"]
     (receiver,) = am["receivers"]
     assert receiver["name"] == gen.NOTIFY_RECEIVER
     assert receiver["webhook_configs"] == [{"url": "${ALERT_WEBHOOK_URL}", "send_resolved": True, "max_alerts": 0}]
-    policy = gen.contact_points()["policies"][0]
     timing = ("group_wait", "group_interval", "repeat_interval")
-    assert [am["route"][k] for k in timing] == [policy[k] for k in timing] == ["30s", "5m", "4h"]
+    assert [am["route"][k] for k in timing] == ["30s", "5m", "4h"]
     assert "alertmanager/alertmanager.yml" in gen.render()
 
 
@@ -395,8 +417,8 @@ def test_the_fleet_dashboard_opens_on_the_firing_alerts():
     dash = gen.fleet_dashboard()
     row, panel = dash["panels"][:2]
     assert row["type"] == "row" and row["title"] == "Alerts"
-    assert panel["type"] == "alertlist" and panel["title"] == "Firing and pending alerts"
+    assert panel["type"] == "table" and panel["title"] == "Firing and pending alerts"
     assert panel["gridPos"] == {"h": 8, "w": 24, "x": 0, "y": 1}
-    states = panel["options"]["stateFilter"]
-    assert states["firing"] and states["pending"] and not states["normal"]
+    (target,) = panel["targets"]
+    assert target["expr"] == 'ALERTS{alertstate=~"firing|pending"}' and target["instant"] is True
     assert "Firing and pending alerts" in (ROOT / "docs" / "alarms.md").read_text()

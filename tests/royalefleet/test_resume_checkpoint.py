@@ -140,3 +140,33 @@ def test_resume_refuses_a_checkpoint_the_run_lacks_naming_those_it_has(tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert (f"royalefleet resume: --checkpoint 7: no checkpoint of iteration 7 in {ckpts / 'index.json'}; the run's "
             "checkpoints: 1 ok, 2 ok. Choose one that is ok") in done.stderr
+
+
+def test_the_compose_one_shot_sets_the_later_checkpoints_aside_from_the_two_volumes(tmp_path):
+    """compose.yaml's resume-checkpoint as Compose runs it (its entrypoint, N appended, its
+    environment): the checkpoints from the checkpoint service's volume, the rows from the
+    learner's, the run name from the learner's config file; a refused N says why, exit 2."""
+    from tests.royalefleet.test_compose import compose, env_list
+
+    spec = compose("compose.yaml")["services"]["resume-checkpoint"]
+    assert spec["profiles"] == ["tools"] and "command" not in spec
+    assert set(spec["volumes"]) >= {"runs:/data/runs", "checkpoints:/data/checkpoint-volume"}
+    env = env_list(spec)
+    volumes = {"/data/runs": tmp_path / "runs-volume", "/data/checkpoint-volume": tmp_path / "checkpoint-volume"}
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "cpu.json").write_text(json.dumps({"profile": "cpu", "run_name": "myrun"}))
+    env = {k: str(volumes.get(v, v)) for k, v in env.items()}
+    env["ROYALEFLEET_CONFIG"] = str(tmp_path / "etc" / "cpu.json")
+    ckpts, _ = small_run(tmp_path / "checkpoint-volume" / "myrun")
+    (tmp_path / "runs-volume" / "myrun").mkdir(parents=True)
+    (tmp_path / "checkpoint-volume" / "myrun" / "metrics.jsonl").rename(tmp_path / "runs-volume" / "myrun" / "metrics.jsonl")
+    argv = [sys.executable, *spec["entrypoint"][1:]]
+    run_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)} | env
+    out = subprocess.run([*argv, "2"], env=run_env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("resume-checkpoint: checkpoint 2 of run 'myrun' verifies; the later checkpoint(s) 3, 4 "
+                                 "set aside in ")
+    assert [e.iteration for e in CheckpointStore(ckpts).index().entries] == [1, 2]
+    refused = subprocess.run([*argv, "7"], env=run_env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("resume-checkpoint: --checkpoint 7: no checkpoint of iteration 7")

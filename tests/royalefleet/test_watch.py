@@ -495,3 +495,44 @@ def test_the_evaluator_service_sends_the_traces_its_job_asked_for(cfg):
         assert ev.replays == []
     finally:
         ev.close()
+
+
+@pytest.mark.slow
+def test_a_strength_snapshot_records_its_first_games_for_a_young_run(cfg, facts, tmp_path):
+    """The standing strength measurement (services/ladder/strength.py) asks for the snapshot's
+    first ``replays_per_strength_snapshot`` games (2: its first job's, both sides, against the
+    first anchor) and keeps them as a gate's are: trace, page, ``kind`` ``strength`` with the
+    snapshot's iteration; the next job records nothing."""
+    from royalefleet.players import LocalPlayers
+    from services.ladder.strength import StrengthRunner
+    from shared.messages import MeasureStrength
+
+    run_cfg = msgspec.structs.replace(cfg, runs_dir=str(tmp_path), evaluation=msgspec.structs.replace(
+        cfg.evaluation, strength=msgspec.structs.replace(cfg.evaluation.strength, games_per_anchor=4,
+                                                         anchors=[NOOP, RAND], search=[])))
+    snap = make_snapshot(cfg, facts, tmp_path, 0, 10)
+    counter = iter(range(100))
+    said: list[str] = []
+    runner = StrengthRunner(run_cfg, tmp_path, next_job_id=lambda: next(counter), say=said.append)
+    runner.submit(MeasureStrength(request_id=1, run_name="t", snapshot_id=snap[5:], env_steps=100, iteration=10,
+                                  timesteps=1000))
+    players = LocalPlayers(run_cfg)
+    env = build_env(eval_env_config(cfg.env))
+    seed_set = eval_seed_set(cfg.master_seed, cfg.ladder.pool.eval_seed_count)
+    asked = []
+    for k in range(2):
+        j = runner.request_job(EvalJobRequest(request_id=k, worker="test"))
+        traces: list = []
+        recs = play_job(env, {p: players.get(p) for p in (j.a, j.b)}, job=j.job_id, a=j.a, b=j.b, seeds=j.seeds,
+                        seed_set=seed_set, master_seed=cfg.master_seed, decision_ms=cfg.env.decision_ms,
+                        record_games=j.record_games, traces=traces)
+        asked.append((j.a, j.b, j.record_games, len(traces)))
+        runner.report(EvalReport(request_id=k, job_id=j.job_id, run_name="t", worker="test", records=recs,
+                                 replays=[GameTrace(seed=s, side=side, trace=msgspec.msgpack.encode(t))
+                                          for s, side, t in traces]))
+    assert asked == [(snap, NOOP, 2, 2), (snap, NOOP, 0, 0)]
+    index = read_index(tmp_path / "t" / "replays").entries
+    assert [(e.kind, e.a, e.b, e.iteration, e.side) for e in index] == [
+        ("strength", snap, NOOP, 10, 0), ("strength", snap, NOOP, 10, 1)]
+    assert all((tmp_path / "t" / e.trace).is_file() and (tmp_path / "t" / e.html).is_file() for e in index)
+    assert any("recorded 2 game(s) of job 0" in line for line in said)

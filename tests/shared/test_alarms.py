@@ -222,7 +222,10 @@ def test_healthy_row_is_quiet_and_every_alarm_is_evaluated():
     results = run([row] * 60)
     for results_i in results:
         assert not [n for n, r in results_i.items() if r.holds]
-    assert all(r.evaluated for r in results[-1].values())
+    # the healthy row carries a binding KL anchor (imitation/beta_at_floor 0): the clone-shaped
+    # alarms are muted by it, every other one is evaluated
+    assert {n for n, r in results[-1].items() if not r.evaluated} == {"tile_spam", "noop_entropy_floor"}
+    assert all(results[-1][n].muted for n in ("tile_spam", "noop_entropy_floor"))
     assert set(results[-1]) == set(ALARM_NAMES)
 
 
@@ -230,8 +233,11 @@ def test_healthy_row_is_quiet_and_every_alarm_is_evaluated():
 def test_every_alarm_fires_on_its_plant_after_its_patience(name):
     alarm = BY_NAME[name]
     assert set(PLANTS[name]) == set(alarm.keys)
-    planted = {**healthy_row(), **PLANTS[name]}
-    results = run([healthy_row()] + [planted] * alarm.patience)  # the healthy row sets vram's best
+    healthy = healthy_row()
+    if alarm.muted:  # a run without a binding anchor (test_the_clone_shaped_alarms_are_muted_...)
+        del healthy[alarm.muted.key]
+    planted = {**healthy, **PLANTS[name]}
+    results = run([healthy] + [planted] * alarm.patience)  # the healthy row sets vram's best
     for i, res in enumerate(results[1:], start=1):
         r = res[name]
         assert r.evaluated and r.holds and r.consecutive == i
@@ -447,3 +453,32 @@ def test_write_bundle_takes_numpy_scalars_and_refuses_arrays(tmp_path):
     assert got == {"run/iteration": 1, "health/steps_valid": 10, "health/ok": True, "ppo/kl": 0.5}
     with pytest.raises(TypeError, match="'run/slots'"):
         plain_row({"run/slots": np.zeros(3)})
+
+
+def test_the_clone_shaped_alarms_are_muted_while_a_warm_starts_anchor_holds():
+    """tile_spam and noop_entropy_floor on a clone's rows: muted (not evaluated, count 0, the
+    reason given) while imitation/beta_at_floor is 0, counted from scratch once it is 1 (the
+    anchor let go), and as before in a run without the anchor; the monitor says each change once."""
+    from services.learner.alarms import AlarmMonitor
+    from shared.alarms import ANCHOR_HOLDS
+
+    clone = {"policy/tile_top1_share": 0.6, "ppo/noop_entropy": 0.001}
+    said: list[str] = []
+    monitor = AlarmMonitor(AlarmConfig(), say=said.append)
+    names = ("tile_spam", "noop_entropy_floor")
+    for _ in range(7):  # 7 > patience 5: unmuted, both would have fired
+        results = {r.name: r for r in monitor.observe(clone | {"imitation/beta_at_floor": 0.0}).results}
+        assert all(not results[n].evaluated and results[n].consecutive == 0 and not results[n].fired for n in names)
+        assert all(results[n].muted == ANCHOR_HOLDS.reason for n in names)
+    assert said == [f"alarm {n} muted: {ANCHOR_HOLDS.reason}" for n in sorted(names)]
+    for k in range(1, 6):
+        results = {r.name: r for r in monitor.observe(clone | {"imitation/beta_at_floor": 1.0}).results}
+        assert [results[n].consecutive for n in names] == [k, k] and not results["tile_spam"].muted
+    assert results["tile_spam"].fired and results["noop_entropy_floor"].fired  # at patience 5
+    assert said[2:4] == [f"alarm {n} evaluated again: its mute no longer holds" for n in sorted(names)]
+    # no anchor at all (a run without the imitation section): evaluated as ever
+    state = AlarmState()
+    for _ in range(5):
+        results = {r.name: r for r in evaluate(clone, AlarmConfig(), state)}
+    assert results["tile_spam"].fired and results["noop_entropy_floor"].fired
+    assert [a.name for a in ALARMS if a.muted] == ["noop_entropy_floor", "tile_spam"]

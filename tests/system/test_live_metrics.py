@@ -30,6 +30,7 @@ CONDITIONAL = {
     "royalefleet_learner_ppo_value_clip_fraction": "only with ppo.value_clipping",
     "royalefleet_checkpoint_verify_failures_total": "counted only when a stored checkpoint fails to verify",
     "up": "Prometheus's own series",
+    "ALERTS": "Prometheus's own series (the rules that fire or are pending)",
     "royalefleet_learner_ladder_rating": "only once a pool member's evaluation games are fitted",
     "royalefleet_learner_ladder_rating_se": "only once a pool member's evaluation games are fitted",
     "royalefleet_learner_ladder_transitivity_residual": "only once a pair has ladder.rater.min_pair_games eval games",
@@ -67,7 +68,8 @@ def stack(tmp_path_factory):
     runs = tmp_path_factory.mktemp("live") / "runs"
     # 12-step matches play few cards: noop_collapse_severe (a halt, patience 5) would stop the run
     # at iteration 5 on its own, while the tests below still need it, so it is off here.
-    cfg_path = tiny_config(runs, env={"max_steps": 12}, alarms={"disabled": ["noop_collapse_severe"]})
+    cfg_path = tiny_config(runs, env={"max_steps": 12}, alarms={"disabled": ["noop_collapse_severe"],
+                                                                "patience_overrides": {"noop_collapse": 1}})
     up = Up(cfg_path, env={"ROYALEFLEET_HALT_TOKEN": "t0ken"})
     try:
         up.wait_for(lambda x: x.startswith("it    2 "), 240, "iteration 2")
@@ -80,8 +82,9 @@ def stack(tmp_path_factory):
 PROMETHEUS = shutil.which("prometheus")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 FIRED = "noop_collapse"
-"""The generated rule the alert test fires: ``policy/cards_per_match < 8``, which a tiny run of
-12-step matches meets from its first row (checked on the row itself below)."""
+"""The generated rule the alert test fires: the learner's own verdict on ``policy/cards_per_match
+< 8``, which a tiny run of 12-step matches meets from its first row (checked on the row itself
+below); the stack's config gives it a patience of 1, which the rule reads from the learner."""
 
 
 class Receiver(http.server.ThreadingHTTPServer):
@@ -119,8 +122,8 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout: float) -> None:
 @pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None,
                     reason="needs Debian's prometheus and prometheus-alertmanager (.ci/run installs them)")
 def test_a_generated_rule_fires_through_prometheus_and_alertmanager_to_the_webhook(stack, tmp_path):
-    """prometheus/rules/alarms.yml as generated (only the fired rule's 4-minute ``for`` dropped)
-    on the live learner's metrics, Prometheus evaluating every second and sending to Alertmanager,
+    """prometheus/rules/alarms.yml as generated (no ``for``: the rule reads the learner's count
+    and its patience, 1 under this run's config) on the live learner's metrics, Prometheus evaluating every second and sending to Alertmanager,
     Alertmanager started by alertmanager/start.sh on the generated alertmanager.yml (group_wait
     and group_interval cut to 1 s): the receiver on loopback gets the alert with its labels."""
     up, cfg, runs = stack
@@ -130,7 +133,7 @@ def test_a_generated_rule_fires_through_prometheus_and_alertmanager_to_the_webho
     t0 = time.monotonic()
     rules = yaml.safe_load((REPO / "prometheus" / "rules" / "alarms.yml").read_text())
     (rule,) = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == FIRED]
-    assert rule["expr"] == "royalefleet_learner_policy_cards_per_match < 8" and rule.pop("for") == "4m"
+    assert rule["expr"] == gen.alarm_expr(gen.ALARMS_BY_NAME[FIRED]) and "for" not in rule
     (tmp_path / "alarms.yml").write_text(yaml.safe_dump(rules))
     am_dir = tmp_path / "alertmanager"
     am_dir.mkdir()
@@ -185,8 +188,9 @@ def test_a_generated_rule_fires_through_prometheus_and_alertmanager_to_the_webho
     t, post, alert = fired[0]
     assert post["receiver"] == gen.NOTIFY_RECEIVER and post["status"] == "firing" and alert["status"] == "firing"
     assert alert["labels"] | {"instance": "", "job": ""} == {
-        "alertname": FIRED, "alarm": FIRED, "severity": "warn", "service": "learner", "job": "", "instance": ""}
-    assert alert["annotations"]["summary"].startswith(f"{FIRED} [warn]: policy/cards_per_match < 8 on 127.0.0.1:")
+        "alertname": FIRED, "alarm": FIRED, "severity": "warning", "service": "learner", "job": "", "instance": ""}
+    assert alert["annotations"]["summary"].startswith(f"{FIRED} [warning]: policy/cards_per_match < 8 (default "
+                                                      "thresholds) has held ")
     print(f"alert test: rule fired and posted {t - t0:.1f} s after the test began "
           f"({len(receiver.posts)} POST(s), alerts {sorted({a['labels']['alertname'] for _, p in receiver.posts for a in p['alerts']})})")
 
@@ -227,10 +231,20 @@ def test_a_halt_alarm_stops_the_run_with_a_checkpoint_and_a_bundle(tmp_path):
     # noop_collapse_severe reads policy/cards_per_match (learner seats); a threshold no policy
     # can stay above and a patience of 1 make it fire on the first iteration with an episode.
     # Checkpoints every 5 iterations: the one written at iteration 1 is the halt's.
+    # ALERT_WEBHOOK_URL set: `royalefleet up` posts the halt to the webhook, critical, before it stops.
     cfg_path = tiny_config(tmp_path / "runs", env={"max_steps": 12}, checkpoint={"every_iterations": 5},
                            alarms={"cards_per_match_halt": 1000.0, "patience_overrides": {"noop_collapse_severe": 1}})
-    up, code = run_to_exit(cfg_path, timeout=240)
+    receiver = Receiver()
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    try:
+        up, code = run_to_exit(cfg_path, timeout=240, env={
+            "ALERT_WEBHOOK_URL": f"http://127.0.0.1:{receiver.server_address[1]}/hook"})
+    finally:
+        receiver.shutdown()
     assert code == 3, up.tail(20)
+    posted = {a["labels"]["alarm"]: a for _, p in receiver.posts for a in p["alerts"]}
+    assert posted["noop_collapse_severe"]["labels"]["severity"] == "critical", receiver.posts
+    assert all(p["receiver"] == gen.NOTIFY_RECEIVER for _, p in receiver.posts)
     run = tmp_path / "runs" / "default"
     rows = read_rows(run)
     assert len(rows) == 1 and rows[0]["policy/cards_per_match"] < 1000

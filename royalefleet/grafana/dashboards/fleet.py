@@ -19,10 +19,10 @@ def alerts() -> list[dict]:
     """Every alert of the generated rules (the alarm table and the service alerts) that fires or
     waits out its ``for``."""
     return [alert_list(FIRING_PANEL, description=(
-        "Grafana's copies of the alarm table and the service alerts that fire now, or hold and wait out their "
-        "'for' (pending). Each also goes to ALERT_WEBHOOK_URL, from Grafana and from Alertmanager "
-        "(docs/alarms.md, \"Where alerts show and how they reach you\"). The learner's own alarm counts are on "
-        "the training dashboard."))]
+        "The alarm table's and the service alerts' rules that fire now, or hold and wait out their 'for' "
+        "(pending), as Prometheus evaluates them (its ALERTS series). Alertmanager posts each to ALERT_WEBHOOK_URL, "
+        "once (docs/alarms.md, \"Where alerts show and how they reach you\"). The learner's own alarm counts are "
+        "on the training dashboard."))]
 
 
 def fleet() -> list[dict]:

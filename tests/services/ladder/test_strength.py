@@ -84,7 +84,8 @@ def test_a_strength_snapshot_is_planned_played_scored_and_rated(tmp_path):
     assert measure(svc, S1, 5).count == 0  # a retried request plans nothing
     jobs = play(svc, limit=5)
     assert [(j.a, j.b, j.seeds) for j in jobs[:2]] == [("snap:" + S1, NOOP, [0, 1]), ("snap:" + S1, NOOP, [2])]
-    assert all(j.record_games == 0 for j in jobs)
+    # the snapshot's first 2 games (replays_per_strength_snapshot) are recorded: its first job's
+    assert [j.record_games for j in jobs] == [2, 0, 0, 0, 0]
     # five of six jobs played: no partial score, every strength key absent
     assert svc.handle(LadderStatusRequest(request_id=3, run_name="t")).strength is None
     assert len(play(svc)) == 1
