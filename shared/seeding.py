@@ -36,6 +36,8 @@ STREAMS: dict[str, str] = {
     "search/battle/{battle}/ordinal/{ordinal}/tick/{tick}/seat/{seat}":
         "a rollout search's simulation streams at one choice decision of one learner seat",
     "az/minibatch/iteration/{iteration}/epoch/{epoch}": "the row permutation of one AlphaZero epoch",
+    "expit/minibatch/iteration/{iteration}/epoch/{epoch}":
+        "the permutation of the replay's rows in one expert-iteration epoch",
     "search/gumbel/iteration/{iteration}/cycle/{cycle}/slot/{slot}":
         "the Gumbel noise whose top-k over one learner row's prior names the row's search candidates (alphazero)",
     "preflight/sample": "the random-legal play that samples observations for the codec table",
