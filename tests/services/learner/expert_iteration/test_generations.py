@@ -75,7 +75,7 @@ def test_the_rollouts_prior_is_the_frozen_generation_until_the_gate_promotes_and
     assert not alg.switched and alg.generations.number == 0 and fetched == []
     assert same(params(alg.generation_model), start)
     ladder.last = status("snap:fedcba9876543210", 1)  # a gate promoted a candidate
-    component.save(parts, None)
+    at_promotion = component.save(parts, None)  # the capture that saw it; the switch is the next iteration's
     alg.behaviour(3, built["policy"])
     assert alg.switched and alg.generations.number == 1 and fetched == ["fedcba9876543210"]
     assert same(params(alg.generation_model.actor), params(champion_actor))
@@ -91,3 +91,13 @@ def test_the_rollouts_prior_is_the_frozen_generation_until_the_gate_promotes_and
     assert same(params(other.generation_model), params(alg.generation_model))
     other.behaviour(5, built["policy"])
     assert not other.switched and other.generations.number == 1
+    # a learner resumed from the checkpoint that saw the promotion switches at its first iteration,
+    # as the uninterrupted one did
+    resumed = _model(tiny_config(learner={"algorithm": "expert_iteration"}, alphazero={"leaf_value": "critic"},
+                                 master_seed=7), str(tmp_path / "o"))["algorithm"]
+    resumed.components[0].load(parts, None, at_promotion)
+    assert resumed.generations.number == 0 and same(params(resumed.generation_model), start)
+    resumed.model = model  # the restored live network (the generic components restore it)
+    resumed.behaviour(3, built["policy"])
+    assert resumed.switched and resumed.generations == alg.generations
+    assert same(params(resumed.generation_model), params(alg.generation_model))
