@@ -179,7 +179,8 @@ class ExpertIterationAlgorithm:
         row = self.book.row(c.seconds, c.stats.env_steps)
         part = searched_part(c.iteration, c, adv, self.book, ex.value_target == "root")
         row.update(self.played_keys(c, adv, part))
-        self.replay.add(part)
+        if not adv.nan_trips:  # a tripped rectangle's values and returns are not trusted: its rows stay out
+            self.replay.add(part)
         row.update({"expit/generation": float(self.generations.number), "expit/generation_switched": float(self.switched),
                     "expit/replay_rows": float(len(self.replay)), "expit/replay_iterations": float(len(self.replay.parts))})
         t0 = time.perf_counter()
