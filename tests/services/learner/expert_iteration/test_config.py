@@ -44,3 +44,16 @@ def test_extension_sections_that_hook_into_the_ppo_update_are_refused_by_name():
     parts = SimpleNamespace(cfg=cfg, model=None, pf=SimpleNamespace(codec=None), device=None, say=print)
     with pytest.raises(SystemExit, match=r"takes the extension sections \['warm_start'\]; \['imitation'\] hook into"):
         ExpertIterationAlgorithm(parts)
+
+
+def test_replay_refuses_a_learner_seat_of_an_expert_iteration_run_by_name(tmp_path):
+    from royalefleet.replay_training import NotReplayable, plan
+    from shared.messages import EpisodeProvenance, EpisodeRecord
+
+    rec = EpisodeRecord(battle=0, ordinal=0, seat="red", role="scripted", player="learner", opponent="scripted:noop",
+                        outcome=1, truncated=False, episode_steps=3, episode_ticks=30, own_crowns=0, enemy_crowns=0,
+                        own_tower_hp_frac=1.0, enemy_tower_hp_frac=1.0, elixir_leak_steps=0, elixir_count_exact=True,
+                        cards_played=0, undiscounted_return=0.0, iteration=1, provenance=EpisodeProvenance(spans=[]))
+    with pytest.raises(NotReplayable, match=r"red \(learner\): its choice decisions played the rollouts' search "
+                                            r"\(learner.algorithm expert_iteration\)"):
+        plan(cfg_of(alphazero={"leaf_value": "critic"}), [SimpleNamespace(record=rec)], rec, tmp_path, None)
