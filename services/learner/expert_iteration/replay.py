@@ -11,7 +11,7 @@ replay's order (oldest first); the update permutes them by its own named stream.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
@@ -34,9 +34,17 @@ class ReplayPart:
     legal_offsets: np.ndarray
     probs: np.ndarray
     values: np.ndarray
+    packed: bytes | None = field(default=None, repr=False, compare=False)
+    """``rows`` zlib level 1, made at the first capture and kept: a part never changes (a trim
+    makes a new one), and the replay is captured every iteration."""
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def compressed_rows(self) -> bytes:
+        if self.packed is None:
+            self.packed = zlib.compress(np.ascontiguousarray(self.rows).tobytes(), 1)
+        return self.packed
 
     def tail(self, start: int) -> ReplayPart:
         """The part without its first ``start`` rows."""
@@ -99,7 +107,7 @@ class SearchReplay:
         """``FILES``: the parts' iterations and sizes (JSON) and their arrays (msgpack of raw
         little-endian bytes, the packed rows zlib level 1): the same replay gives the same bytes,
         as the state digest needs (an npz would stamp the time)."""
-        data = [{"rows": zlib.compress(np.ascontiguousarray(p.rows).tobytes(), 1),
+        data = [{"rows": p.compressed_rows(),
                  **{name: np.ascontiguousarray(getattr(p, name), dtype).tobytes() for name, dtype in DTYPES.items()}}
                 for p in self.parts]
         index = {"max_iterations": self.max_iterations, "max_rows": self.max_rows,
