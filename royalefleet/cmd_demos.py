@@ -10,8 +10,14 @@ Worker processes (``--workers``, one per core) each step the rollout's own battl
 progress, and writes the manifest once every shard is down, then renames ``<name>.partial`` to
 ``<name>``. Ctrl-C stops the workers and removes the partial set (nothing half-written stays).
 A teacher is a scripted player (``shared.scripted.SCRIPTED_PLAYERS``) or a snapshot of the run
-(``snap:<id>``); the opponents are scripted players or ``mirror`` (the teacher on both seats,
-both recorded).
+(``snap:<id>``), either optionally searching (``scripted:defend+search:8,p=4``: the evaluator's
+searched player bound to the recorded battle, so the recorded label is the search's choice);
+the opponents are scripted players or ``mirror`` (the teacher on both seats, both recorded).
+
+DAgger (``--apprentice snap:<id> --beta B``): the apprentice plays a share of the recorded seats'
+decisions (B at the set's first battle, decaying linearly to 0 at its last) while the teacher
+labels every decision, so the rows cover the states the apprentice leads to
+(services/rollout/demos.py). ``royalefleet clone`` trains from such a set unchanged.
 """
 
 from __future__ import annotations
@@ -60,6 +66,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="the first battle id (default 0): battles B .. B+N-1, so a second set with another B "
                     "holds other episodes (a battle's episode is a pure function of its id and the master seed)")
     rp.add_argument("--name", help="the set's folder under <run>/demos/ (default: <teacher>-<N>)")
+    rp.add_argument("--apprentice", metavar="PLAYER",
+                    help="DAgger: this player (snap:<id>, or a scripted player) plays a share of the recorded "
+                    "seats' decisions, unsearched, while the teacher labels every one (see --beta)")
+    rp.add_argument("--beta", type=float, default=0.5, metavar="B",
+                    help="DAgger: the apprentice's share of decisions at the set's first battle, decaying "
+                    "linearly to 0 at its last (default 0.5; needs --apprentice)")
     rp.add_argument("--shard-battles", type=int, default=DEFAULT_SHARD_BATTLES, metavar="B",
                     help=f"battles per shard file (default {DEFAULT_SHARD_BATTLES})")
     add_run_options(rp, "the run whose config, codec and folder the set belongs to")
@@ -75,7 +87,14 @@ def _slug(player: str) -> str:
     from shared.messages import snapshot_of
 
     sid = snapshot_of(player)
-    return f"snap-{sid[:8]}" if sid else player.split(":", 1)[-1]
+    from shared.search.spec import split_search
+
+    base, spec = split_search(player)
+    sid = snapshot_of(base)
+    slug = f"snap-{sid[:8]}" if sid else base.split(":", 1)[-1]
+    if spec is not None:  # a folder name: no '/' (opp=a/b), the rest kept readable
+        slug += "+search-" + spec.suffix()[len("+search:"):].replace(":", "-").replace(",", "_").replace("/", ".")
+    return slug
 
 
 def _did_you_mean(problem: str) -> str:
@@ -96,12 +115,19 @@ def check_players(teachers: list[str], opponents: list[str], known_snapshots: li
     scripted player or ``mirror``."""
     from services.rollout.demos import MIRROR
 
+    from shared.search.spec import split_search
+
     problems = []
     for t in teachers:
-        if t not in SCRIPTED_PLAYERS and t not in known_snapshots:
+        try:
+            base, _ = split_search(t)
+        except ValueError as exc:
+            problems.append(f"teacher: {exc}")
+            continue
+        if base not in SCRIPTED_PLAYERS and base not in known_snapshots:
             snaps = ", ".join(known_snapshots) if known_snapshots else "none yet"
             problems.append(f"unknown teacher {t!r}; known: {', '.join(SCRIPTED_PLAYERS)}, and this run's "
-                            f"snapshots ({snaps})")
+                            f"snapshots ({snaps}), each optionally +search:N[:D]")
     for o in opponents:
         if o != MIRROR and o not in SCRIPTED_PLAYERS:
             problems.append(f"unknown opponent {o!r}; known: {MIRROR}, {', '.join(SCRIPTED_PLAYERS)}")
@@ -124,6 +150,12 @@ def cmd_record(args, out=None) -> int:
     if cfg.obs.frame_stack != 1 and any(t.startswith("snap:") for t in teachers):
         problems.append(f"a snapshot teacher under obs.frame_stack {cfg.obs.frame_stack}: recording plays one "
                         "decision a row and supports snapshot teachers at obs.frame_stack 1 only")
+    apprentice = normalise(args.apprentice) if args.apprentice else ""
+    if apprentice and apprentice not in SCRIPTED_PLAYERS and apprentice not in ["snap:" + i for i in store.ids()]:
+        problems.append(f"--apprentice {args.apprentice!r}: expected an unsearched scripted player or one of this "
+                        f"run's snapshots (snap:<id>)")
+    if not 0.0 <= args.beta <= 1.0:
+        problems.append(f"--beta {args.beta}: the apprentice's share is in [0, 1]")
     if args.battles < 1:
         problems.append(f"--battles {args.battles}: record at least 1")
     if args.workers < 1:
@@ -144,13 +176,16 @@ def cmd_record(args, out=None) -> int:
         for p in problems:
             print(f"royalefleet demos record: {p}", file=sys.stderr)
         return 2
-    snapshots = {t: store.read(t[len("snap:"):]) for t in teachers if t.startswith("snap:")}
+    from shared.search.spec import split_search
+
+    bases = {split_search(t)[0] for t in teachers} | ({apprentice} if apprentice else set())
+    snapshots = {t: store.read(t[len("snap:"):]) for t in bases if t.startswith("snap:")}
     return record(cfg, teachers, opponents, args.battles, args.workers, args.shard_battles, final, snapshots, out,
-                  first_battle=args.first_battle)
+                  first_battle=args.first_battle, apprentice=apprentice, beta=args.beta if apprentice else 0.0)
 
 
 def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Path, snapshots, out, *,
-           first_battle: int = 0) -> int:
+           first_battle: int = 0, apprentice: str = "", beta: float = 0.0) -> int:
     """Plan, run the workers, write the manifest; 0, or 1 when a worker failed, 130 on Ctrl-C."""
     import multiprocessing as mp
 
@@ -187,11 +222,12 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
         job = WorkerJob(worker=w, env_cfg=cfg.env, net_cfg=cfg.net, table=pf.table, statics=pf.statics,
                         spec=pf.spec, master_seed=cfg.master_seed, noop_prob=cfg.ladder.random_legal_noop_prob,
                         gamma=gamma, digests=digests, arch_digest=config_digests(cfg)["arch_digest"],
-                        snapshots=snapshots, shards=[shards[k] for k in mine], shard_indices=mine, staging=str(staging))
+                        snapshots=snapshots, shards=[shards[k] for k in mine], shard_indices=mine, staging=str(staging),
+                        apprentice=apprentice, beta=beta, first_battle=first_battle, battles=battles)
         p = ctx.Process(target=run_worker, args=(job, queue), name=f"demos-worker-{w}", daemon=True)
         p.start()
         procs.append(p)
-    collector = Collector(battles, len(shards), out)
+    collector = DemoCollector(battles, len(shards), out)
     try:
         code = collector.collect(queue, procs)
     except KeyboardInterrupt:
@@ -207,7 +243,7 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
     for p in procs:
         p.join()
     manifest = collector.manifest(cfg, final.name, teachers, opponents, gamma, pf.engine, digests, workers,
-                                  time.monotonic() - t0)
+                                  time.monotonic() - t0, apprentice=apprentice, beta=beta)
     _finish(staging, final, manifest)
     rate = battles / max(collector.play_seconds, 1e-9)
     out.write(f"royalefleet demos record: wrote {final}: {manifest.rows:,} rows ({manifest.choice_rows:,} choice, "
@@ -216,6 +252,9 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
               f"({rate:.3f} battles/s with {workers} "
               f"worker(s)); teacher actions illegal under our mask: {manifest.illegal_actions}, re-mapped "
               f"indices: {manifest.remapped_actions}\n")
+    if apprentice:
+        out.write(f"  DAgger: {apprentice} played {collector.counts['apprentice']:,} of the recorded decisions "
+                  f"(beta {beta} decaying to 0); every row is labelled by the teacher\n")
     if manifest.illegal_actions:
         out.write(f"  {manifest.illegal_actions} row(s) carry an action our mask does not allow: kept, flagged "
                   "action_legal=False; royalefleet clone leaves them out and says how many\n")
@@ -245,13 +284,14 @@ def _finish(staging: Path, final: Path, manifest) -> None:
     fsync_dir(final.parent)
 
 
-class Collector:
-    """The parent's side of the workers' queue: progress lines and the set's totals."""
+class DemoCollector:
+    """The parent's side of the recording workers' queue: progress lines and the set's totals.
+    (Named apart from the learner's ``Collector`` of rollout rows, which is unrelated.)"""
 
     def __init__(self, battles: int, n_shards: int, out):
         self.battles, self.n_shards, self.out = battles, n_shards, out
         self.entries, self.shard_entries = [], {}
-        self.counts = {"illegal": 0, "remapped": 0, "shard_illegal": 0}
+        self.counts = {"illegal": 0, "remapped": 0, "shard_illegal": 0, "apprentice": 0}
         self.rows = self.choice = 0
         self.done = self.ready = 0
         self.t0 = time.monotonic()
@@ -307,7 +347,8 @@ class Collector:
                            f"{self.rows:,} rows in finished shards; illegal teacher actions {self.counts['illegal']}\n")
             self.out.flush()
 
-    def manifest(self, cfg, name, teachers, opponents, gamma, engine, digests, workers, seconds):
+    def manifest(self, cfg, name, teachers, opponents, gamma, engine, digests, workers, seconds, *,
+                 apprentice: str = "", beta: float = 0.0):
         from shared.demos import DemoManifest
 
         shards = [self.shard_entries[k] for k in sorted(self.shard_entries)]
@@ -319,7 +360,7 @@ class Collector:
             gamma=gamma, engine=engine, digests=digests, battles=sorted(self.entries, key=lambda e: e.battle),
             shards=shards, rows=rows, choice_rows=choice, forced_rows=rows - choice,
             illegal_actions=self.counts["illegal"], remapped_actions=self.counts["remapped"], workers=workers,
-            seconds=round(seconds, 3))
+            seconds=round(seconds, 3), apprentice=apprentice, beta=beta)
 
 
 def cmd_list(args, out=None) -> int:

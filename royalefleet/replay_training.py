@@ -174,9 +174,10 @@ def plan(cfg, lines, rec, root: Path, pf) -> tuple[dict[str, Seat], Weights]:
                    "see every decision of the episode)")
             problems.append(f"{s} ({seat.player}): {why}: where its decisions were taken is unknown")
             continue
-        if seat.player == "learner" and cfg.learner.algorithm == "alphazero":
+        if seat.player == "learner" and cfg.learner.algorithm in ("alphazero", "expert_iteration"):
             problems.append(f"{s} (learner): its choice decisions played the rollouts' search (learner.algorithm "
-                            "alphazero), which replay does not run again: it would re-sample the actor instead")
+                            f"{cfg.learner.algorithm}), which replay does not run again: it would re-sample the actor "
+                            "instead")
             continue
         if seat.player == "learner":
             bad = []

@@ -906,7 +906,7 @@ class DeterminismConfig(_Cfg):
 class LearnerConfig(_Cfg):
     """Which learner trains on the fleet's rows (docs/design.md, "Typed batches and a second learner (DQN)")."""
 
-    algorithm: Literal["ppo", "dqn", "alphazero"] = "ppo"
+    algorithm: Literal["ppo", "dqn", "alphazero", "expert_iteration"] = "ppo"
     """``ppo``: clipped PPO over each iteration's rectangle (``ppo``, ``advantage``). ``dqn``:
     n-step Double DQN from prioritized replay (``dqn``; services/learner/dqn), its Q rows the
     actor network's logits at ``dqn.heads`` 1 without dueling, else its own K-head network whose
@@ -914,7 +914,10 @@ class LearnerConfig(_Cfg):
     play a PPO actor). ``alphazero``: the rollouts search the candidates the learner's prior
     names at its choice decisions (``alphazero``; services/rollout/search.py) and the actor
     learns the search's completed-Q policy by cross-entropy, the critic the realized returns
-    (services/learner/alphazero).
+    (services/learner/alphazero). ``expert_iteration``: the rollouts search as under
+    ``alphazero`` with the prior of the current generation (a frozen copy of the network the
+    ladder's gate last promoted) while the learner trains the next one on a replay of the recent
+    generations' searched rows (``expert_iteration``; services/learner/expert_iteration).
     Changes every number a run produces: part of algo_digest when it is not ``ppo``."""
 
 
@@ -1031,6 +1034,41 @@ class AlphaZeroConfig(_Cfg):
     at one more round trip per searched step."""
 
 
+class ExpertIterationConfig(_Cfg):
+    """Expert iteration (``learner.algorithm = "expert_iteration"``; docs/expert-iteration.md):
+    the search is the ``alphazero`` section's (candidates, depth, c_scale of the move rule,
+    sim_opponent, leaf_value); this section is the target, the replay and the update's learning
+    rates (epochs, batch sizes, clip and ``vf_coef`` are the ``ppo`` section's). Every field is
+    part of algo_digest when the algorithm is ``expert_iteration``, and moves nothing otherwise."""
+
+    replay_iterations: Annotated[int, Meta(ge=1, le=256)] = 8
+    """Iterations whose searched rows the replay holds (the newest K); older ones are dropped."""
+    replay_rows: PosInt = 16384
+    """The most searched rows the replay holds (the oldest dropped first). A row is one packed
+    observation (15,375 B on the 145-card catalogue) and its target: 16,384 rows are ~250 MB in
+    memory, less in the checkpoint (its rows are stored zlib level 1)."""
+    lr_actor: PosFloat = 2e-3
+    """Adam learning rate of the actor (the clone that works used 2e-3; AlphaZero's 2e-4 barely
+    moved it), times the warm start's hold multiplier."""
+    lr_critic: PosFloat = 1e-3
+    """Adam learning rate of the critic."""
+    c_scale: PosFloat = 0.3
+    """sigma's scale in the policy target (``shared.search.targets.margin_policy``): a candidate
+    that beats the prior's own pick by d on the fixed scale gains (50 + 1) x c_scale x (d - keep)
+    nats of logit."""
+    keep: NonNegFloat = 0.3
+    """The margin (fixed-scale units) a candidate must beat the prior's own pick by to gain mass
+    in the target; noise below it earns nothing."""
+    value_scale: PosFloat = 2000.0
+    """Tower HP per unit of the fixed scale for board scores (``alphazero.leaf_value = "board"``):
+    a candidate's score is tanh(board difference / value_scale). Critic scores
+    (``leaf_value = "critic"``) are already on the critic's scale and are used as they are."""
+    value_target: Literal["root", "return"] = "root"
+    """The critic's target on a searched row. ``root``: the search's root value, the score of the
+    move played (needs ``alphazero.leaf_value = "critic"``: board scores are not in the critic's
+    units); ``return``: the realized return-to-go (TD(``alphazero.value_lambda``))."""
+
+
 class RunConfig(_Cfg):
     """One run, completely."""
 
@@ -1079,7 +1117,10 @@ class RunConfig(_Cfg):
     dqn: DqnConfig = msgspec.field(default_factory=DqnConfig)
     """The DQN learner's settings, read only when ``learner.algorithm = "dqn"``."""
     alphazero: AlphaZeroConfig = msgspec.field(default_factory=AlphaZeroConfig)
-    """The AlphaZero learner's settings, read only when ``learner.algorithm = "alphazero"``."""
+    """The AlphaZero learner's settings, read only when ``learner.algorithm = "alphazero"``
+    (its search settings also under ``expert_iteration``)."""
+    expert_iteration: ExpertIterationConfig = msgspec.field(default_factory=ExpertIterationConfig)
+    """Expert iteration's settings, read only when ``learner.algorithm = "expert_iteration"``."""
 
     def problems(self, profiles: Collection[str]) -> list[str]:
         """Every cross-field rule the config breaks, all at once (SEED RL's validate_config):
@@ -1125,7 +1166,12 @@ class RunConfig(_Cfg):
             if frame_stack > 1:
                 problems.append(f"obs.frame_stack: the DQN learner's Q rows read one frame; obs.frame_stack "
                                 f"{frame_stack} needs its replay to carry the history: set obs.frame_stack 1")
-        if self.learner.algorithm == "alphazero":
+        if self.learner.algorithm == "expert_iteration" and self.expert_iteration.value_target == "root" \
+                and self.alphazero.leaf_value != "critic":
+            problems.append("expert_iteration.value_target: \"root\" trains the critic on the search's root value, "
+                            "which is in the critic's units only under alphazero.leaf_value \"critic\"; set that, or "
+                            "expert_iteration.value_target \"return\"")
+        if self.learner.algorithm in ("alphazero", "expert_iteration"):
             if overlap:
                 problems.append("rollout.overlap: the AlphaZero learner does not overlap collection with its update "
                                 "(a searched round's target is formed with the actor that answers it); set it false")

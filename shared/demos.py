@@ -120,6 +120,10 @@ class DemoManifest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Rows whose parser index differed from our head-frame index (``head_action``)."""
     workers: int
     seconds: float
+    apprentice: str = ""
+    """DAgger: who played a share of the recorded decisions (the teacher labelled all); "" none."""
+    beta: float = 0.0
+    """DAgger: the apprentice's share at the first battle, decaying linearly to 0 at the last."""
 
     @property
     def digest(self) -> str:

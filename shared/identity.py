@@ -134,7 +134,10 @@ def config_digests(cfg: RunConfig) -> dict[str, str]:
         "algo_digest": digest({"ppo": cfg.ppo, "advantage": cfg.advantage, "autocast": cfg.net.autocast,
                                **({"algorithm": cfg.learner.algorithm, "dqn": cfg.dqn} if cfg.learner.algorithm == "dqn" else {}),
                                **({"algorithm": cfg.learner.algorithm, "alphazero": cfg.alphazero}
-                                  if cfg.learner.algorithm == "alphazero" else {})}),
+                                  if cfg.learner.algorithm == "alphazero" else {}),
+                               **({"algorithm": cfg.learner.algorithm, "alphazero": cfg.alphazero,
+                                   "expert_iteration": cfg.expert_iteration}
+                                  if cfg.learner.algorithm == "expert_iteration" else {})}),
         "rollout_digest": digest({"battles": cfg.rollout.battles, "shards": cfg.rollout.shards,
                                   "local_rollouts": cfg.local.rollouts,
                                   "mask_only_scripted": cfg.rollout.mask_only_scripted}),

@@ -36,6 +36,8 @@ STREAMS: dict[str, str] = {
     "search/battle/{battle}/ordinal/{ordinal}/tick/{tick}/seat/{seat}":
         "a rollout search's simulation streams at one choice decision of one learner seat",
     "az/minibatch/iteration/{iteration}/epoch/{epoch}": "the row permutation of one AlphaZero epoch",
+    "expit/minibatch/iteration/{iteration}/epoch/{epoch}":
+        "the permutation of the replay's rows in one expert-iteration epoch",
     "search/gumbel/iteration/{iteration}/cycle/{cycle}/slot/{slot}":
         "the Gumbel noise whose top-k over one learner row's prior names the row's search candidates (alphazero)",
     "preflight/sample": "the random-legal play that samples observations for the codec table",
@@ -46,6 +48,8 @@ STREAMS: dict[str, str] = {
     "eval/act/job/{job}/seed/{seed}/side/{side}/seat/{seat}":
         "one seat's action uniforms (and a scripted player's draws) in one evaluation game",
     "demos/teacher/battle/{battle}/seat/{seat}": "a teacher's draws on one recorded seat of one demonstration battle",
+    "demos/apprentice/battle/{battle}/seat/{seat}": "a DAgger apprentice's draws on one recorded seat of one battle",
+    "demos/dagger/battle/{battle}/seat/{seat}": "the coins that give a DAgger apprentice its share of the decisions",
     "clone/split": "which demonstration battles a clone holds out for validation",
     "clone/init": "a clone's initial network weights",
     "clone/epoch/{epoch}": "the row order of one clone epoch",

@@ -21,8 +21,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from shared.search.halving import evaluate
 from shared.search.lookahead import Lookahead, SearchStats, candidates_with_noop, gumbel_top_k
+from shared.search.models import continuation, opponent_set
 from shared.search.spec import SearchSpec
+
+SIM_RANDOM_LEGAL_NOOP_PROB = 0.9
+"""``scripted:random_legal``'s no-op probability when a search simulates it (``cont``, ``opp``):
+the config's default ``ladder.random_legal_noop_prob``."""
 
 
 class SearchRefused(ValueError):
@@ -37,13 +43,20 @@ class SearchedPlayer:
     scripted_seat = False
     stateless = False
 
-    def __init__(self, player_id: str, base, spec: SearchSpec, env_cfg):
+    def __init__(self, player_id: str, base, spec: SearchSpec, env_cfg,
+                 random_legal_noop_prob: float = SIM_RANDOM_LEGAL_NOOP_PROB):
         policy = getattr(base, "policy", None)
         if policy is not None and policy.frame_stack != 1:
             raise SearchRefused(f"player {player_id!r}: search needs a snapshot without frame stacking "
                                 f"(this one stacks {policy.frame_stack} decisions); play {base.id!r} unsearched")
         self.id, self.base, self.spec = player_id, base, spec
-        self.lookahead = Lookahead(env_cfg, spec.depth)
+        self.noop_prob = random_legal_noop_prob
+        playout, needs_obs = continuation(spec, base, random_legal_noop_prob)
+        self.lookahead = Lookahead(env_cfg, spec.depth, _playout=playout, playout_obs=needs_obs)
+        self.last = None
+        """The last searched decision's ``shared.search.halving.Evaluation`` (with its candidates
+        as ``last_candidates``), for a recorder that keeps the search's scores."""
+        self.last_candidates: list[int] = []
 
     @property
     def stats(self) -> SearchStats:
@@ -55,7 +68,7 @@ class SearchedPlayer:
     def bind(self, env, seat: str, opponent) -> "SearchedSeat":
         """This player on ``seat`` of one game played on ``env`` against ``opponent`` (the other
         seat's player, as seated)."""
-        return SearchedSeat(self, env, seat, opponent_model(opponent))
+        return SearchedSeat(self, env, seat, opponent_set(self.spec, opponent_model(opponent), self.noop_prob))
 
 
 def opponent_model(opponent):
@@ -80,8 +93,8 @@ class SearchedSeat:
     """The game must keep every seat's observation (no ``mask_only`` seat): a search saves the
     battle with ``env.snapshot()``, which needs both seats' memory of the match."""
 
-    def __init__(self, player: SearchedPlayer, env, seat: str, opponent):
-        self.player, self.env, self.seat, self.opponent = player, env, seat, opponent
+    def __init__(self, player: SearchedPlayer, env, seat: str, opponents: list):
+        self.player, self.env, self.seat, self.opponents = player, env, seat, opponents
         self.id = player.id
 
     def act(self, obs: dict, rng: np.random.Generator) -> int:
@@ -101,4 +114,7 @@ class SearchedSeat:
             others = draw.permutation(legal[legal != own])
             drawn = np.concatenate([[own], [0] if own else [], others[others != 0]]).astype(np.int64)
         candidates = candidates_with_noop(drawn, k)
-        return self.player.lookahead.choose(self.env, self.seat, candidates, self.opponent, seed)
+        result = evaluate(self.player.lookahead, self.env, self.seat, candidates, self.opponents, seed,
+                          self.player.spec)
+        self.player.last, self.player.last_candidates = result, candidates
+        return int(candidates[result.index])

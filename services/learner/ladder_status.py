@@ -66,6 +66,8 @@ class LadderStatusPoller:
     def __init__(self, client, run_name: str, timeout_s: float, say: Callable[[str], None]):
         self.client, self.run_name, self.timeout_s, self.say = client, run_name, timeout_s, say
         self.silent = False
+        self.last: LadderStatus | None = None
+        """The last status the ladder answered (None: none yet); expert iteration reads its gate."""
 
     def poll(self) -> dict:
         try:
@@ -78,6 +80,7 @@ class LadderStatusPoller:
         if self.silent:
             self.say("learner: the ladder answers the status request again; ladder/ keys are back in the row")
             self.silent = False
+        self.last = reply
         return ladder_row(reply)
 
     def _missing(self, why: str) -> dict:

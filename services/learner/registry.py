@@ -33,10 +33,17 @@ def _alphazero(parts: AlgorithmParts) -> Algorithm:
     return AlphaZeroAlgorithm(parts)
 
 
+def _expert_iteration(parts: AlgorithmParts) -> Algorithm:
+    from services.learner.expert_iteration.learner import ExpertIterationAlgorithm
+
+    return ExpertIterationAlgorithm(parts)
+
+
 ALGORITHMS: dict[str, Callable[[AlgorithmParts], Algorithm]] = {
     "ppo": _ppo,
     "dqn": _dqn,
     "alphazero": _alphazero,
+    "expert_iteration": _expert_iteration,
 }
 """``learner.algorithm`` -> the factory of its ``Algorithm`` (imported when chosen: a PPO run
 never imports the DQN learner)."""

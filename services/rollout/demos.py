@@ -60,6 +60,14 @@ class WorkerJob:
     """The shards this worker writes, each a list of battles in battle order."""
     shard_indices: list[int]
     staging: str
+    apprentice: str = ""
+    """DAgger (``demos record --apprentice``): the player that plays a share of the recorded seats'
+    decisions while the teacher labels every one; "" for none."""
+    beta: float = 0.0
+    """The apprentice's share at the set's first battle, decaying linearly to 0 at its last."""
+    first_battle: int = 0
+    battles: int = 1
+    """The set's battles (``first_battle`` .. ``first_battle + battles - 1``): beta's decay."""
 
 
 @dataclass
@@ -73,13 +81,35 @@ class SeatRows:
     rewards: list = field(default_factory=list)
 
 
+def searches(player_id: str) -> bool:
+    """True when ``player_id`` carries a search suffix (``<player>+search:N[:D]``)."""
+    from shared.search.spec import split_search
+
+    return split_search(player_id)[1] is not None
+
+
+def dagger_beta(job: WorkerJob, battle: int) -> float:
+    """The apprentice's share of decisions in ``battle``: ``job.beta`` at the set's first battle,
+    decaying linearly to 0 at its last (0 without an apprentice)."""
+    if not job.apprentice:
+        return 0.0
+    return job.beta * (1.0 - (battle - job.first_battle) / max(job.battles - 1, 1))
+
+
 def make_teacher(player_id: str, job: WorkerJob):
     """The teacher's player (``act(obs, rng) -> int``, RoyaleGym's parser index): the evaluator's
     ScriptedPlayer or SnapshotPlayer (services/evaluator/players.py), so a teacher is exactly
-    the player ``royalefleet eval`` plays."""
+    the player ``royalefleet eval`` plays; with a search suffix its ``SearchedPlayer``
+    (services/evaluator/searched.py) on the recording env's config, bound to each battle."""
     from services.evaluator.players import RunFacts, ScriptedPlayer, load_snapshot_player
     from shared.codec import Codec
+    from shared.search.spec import split_search
 
+    base_id, spec = split_search(player_id)
+    if spec is not None:
+        from services.evaluator.searched import SearchedPlayer
+
+        return SearchedPlayer(player_id, make_teacher(base_id, job), spec, job.env_cfg, job.noop_prob)
     if snapshot_of(player_id) is None:
         return ScriptedPlayer(player_id, job.noop_prob)
     actor, spec = job.snapshots[player_id]
@@ -126,8 +156,10 @@ class Recorder:
 
         self.job = job
         self.codec = Codec(job.table)
+        searched = any(searches(b.teacher) for shard in job.shards for b in shard)
+        # a searching teacher saves the battle (env.snapshot()), which needs every seat's observation
         self.shard = Shard(job.worker, job.env_cfg, 1, self.codec, job.master_seed, job.noop_prob,
-                           mask_only_scripted=True)
+                           mask_only_scripted=not searched)
         self.shard.set_gamma(job.gamma)
         self.teachers: dict[str, object] = {}
         spec = job.spec
@@ -160,11 +192,18 @@ class Recorder:
             if SEATS[s] in masked:
                 raise RuntimeError(f"battle {bid}: recorded seat {SEATS[s]} is mask_only; its observation is zeros")
         teacher = self._teacher(planned.teacher)
+        players = self._seated(teacher, battle.env, seats, planned)
         rngs = {s: stream(job.master_seed, "demos/teacher/battle/{battle}/seat/{seat}", battle=bid, seat=s)
                 for s in seats}
+        beta = dagger_beta(job, bid)
+        apprentice = self._teacher(job.apprentice) if job.apprentice else None
+        a_rngs = {s: stream(job.master_seed, "demos/apprentice/battle/{battle}/seat/{seat}", battle=bid, seat=s)
+                  for s in seats}
+        coins = {s: stream(job.master_seed, "demos/dagger/battle/{battle}/seat/{seat}", battle=bid, seat=s)
+                 for s in seats}
         parser = battle.env.action_parser
         per_seat = {s: SeatRows() for s in seats}
-        counts = {"illegal": 0, "remapped": 0, "shard_illegal": 0}
+        counts = {"illegal": 0, "remapped": 0, "shard_illegal": 0, "apprentice": 0}
         result = shard.observe()
         outcome = {s: 0 for s in seats}
         while True:
@@ -172,7 +211,7 @@ class Recorder:
             actions = np.zeros(2, np.int64)
             for s in seats:
                 obs = battle.obs[SEATS[s]]
-                raw = int(teacher.act(obs, rngs[s]))
+                raw = int(players[s].act(obs, rngs[s]))
                 head = teacher_action(raw, parser, **self.grid)
                 counts["remapped"] += int(head != raw)
                 mask = obs["action_mask"]
@@ -183,7 +222,12 @@ class Recorder:
                 rec.actions.append(head)
                 rec.legal.append(legal)
                 rec.ids.append(np.flatnonzero(mask).astype(np.int16))
-                actions[s] = raw  # what the env is sent: the teacher's own index
+                actions[s] = raw  # what the env is sent: the teacher's own index, or under DAgger
+                if apprentice is not None:  # the apprentice's at a share beta (both drawn at every decision)
+                    own = int(apprentice.act(obs, a_rngs[s]))
+                    if coins[s].random() < beta:
+                        actions[s] = own
+                        counts["apprentice"] += 1
             result = shard.step(actions)
             counts["shard_illegal"] += result.illegal_actions
             for s in seats:
@@ -199,6 +243,17 @@ class Recorder:
                             recorded_seats=seats, outcome=[outcome[s] for s in seats],
                             decisions=len(per_seat[seats[0]].actions))
         return [self._seat_arrays(bid, s, per_seat[s], outcome[s]) for s in seats], entry, counts
+
+    def _seated(self, teacher, env, seats: list[int], planned: PlannedBattle) -> dict:
+        """The teacher as it plays each recorded seat of this battle: itself, or a searching
+        teacher bound to the battle's env against the seat's opponent (the other seat's player:
+        the planned scripted opponent, or the teacher itself in a mirror)."""
+        if not hasattr(teacher, "bind"):
+            return {s: teacher for s in seats}
+        from services.evaluator.players import ScriptedPlayer
+
+        other = teacher if planned.opponent == MIRROR else ScriptedPlayer(planned.opponent, self.job.noop_prob)
+        return {s: teacher.bind(env, SEATS[s], other) for s in seats}
 
     def _seat_arrays(self, bid: int, seat: int, rec: SeatRows, outcome: int) -> dict[str, np.ndarray]:
         n = len(rec.actions)

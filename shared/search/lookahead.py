@@ -99,6 +99,11 @@ class Lookahead:
     stats: SearchStats = field(default_factory=SearchStats)
     _sims: list = field(default_factory=list)
     _playout: object = None
+    """The searching seat's continuation after its candidate (``act(obs, mask, rng)``): RoyaleGym's
+    ``random`` when None at first use (``SearchSpec.cont``)."""
+    playout_obs: bool = False
+    """True when ``_playout`` reads the seat's whole observation (a network), so the simulated
+    seat builds it (no ``mask_only``)."""
 
     def sim_envs(self, n: int) -> list:
         """The first ``n`` simulation envs, built on first use (a lockstep opponent needs one per
@@ -123,7 +128,7 @@ class Lookahead:
         return self.simulate(env, seat, candidates, opponent, seed).board
 
     def simulate(self, env, seat: str, candidates: list[int], opponent, seed: int, *, gamma: float | None = None,
-                 leaves: bool = False) -> "Playouts":
+                 leaves: bool = False, count: bool = True, saved: tuple | None = None) -> "Playouts":
         """Play each candidate and its playout in a second env; returns their ``Playouts``.
 
         ``env`` is the real battle, at a decision of ``seat`` (not over, no ``mask_only`` seat:
@@ -137,7 +142,9 @@ class Lookahead:
         (seed, 2) for the opponent's), so a local opponent scores the same side by side as one
         after another. ``leaves`` keeps each candidate's leaf observation of ``seat`` (so the
         seat's observation is built all along: slower) and its discounted rewards with
-        ``gamma`` (required then), for the critic.
+        ``gamma`` (required then), for the critic. ``count`` False leaves the searched-decision
+        count to the caller (one decision of several playouts: ``evaluate``); ``saved`` is
+        ``save(env, seat)`` taken once for such a decision (else the battle is saved here).
         """
         if leaves and gamma is None:
             raise ValueError("simulate(leaves=True) needs the iteration's gamma")
@@ -150,9 +157,8 @@ class Lookahead:
             for sim in sims:
                 set_gamma(sim.reward_fn, gamma)
         me = SEAT_NAMES.index(seat)
-        snap = env.snapshot()
-        now = board_value(env.battle_state, me)
-        mask_only = ([] if leaves else [seat]) + ([SEAT_NAMES[1 - me]] if getattr(opponent, "scripted_seat", False)
+        snap, now = saved if saved is not None else self.save(env, seat)
+        mask_only = ([] if leaves or self.playout_obs else [seat]) + ([SEAT_NAMES[1 - me]] if getattr(opponent, "scripted_seat", False)
                                                   else [])
         act_many = getattr(opponent, "act_many", None) or (
             lambda observations, rngs: [opponent.act(o, r) for o, r in zip(observations, rngs)])
@@ -164,11 +170,16 @@ class Lookahead:
             group = [int(a) for a in candidates[lo : lo + len(sims)]]
             steps += self._play_group(sims[: len(group)], snap, me, group, act_many, seed, mask_only, gamma, out, lo)
         out.board -= now
-        self.stats.decisions += 1
+        self.stats.decisions += int(count)
         self.stats.simulations += len(candidates)
         self.stats.sim_steps += steps
         self.stats.seconds += time.perf_counter() - t0
         return out
+
+    @staticmethod
+    def save(env, seat: str) -> tuple:
+        """(``env.snapshot()``, ``board_value`` now for ``seat``): what ``simulate`` starts from."""
+        return env.snapshot(), board_value(env.battle_state, SEAT_NAMES.index(seat))
 
     def _play_group(self, sims, snap, me: int, group: list[int], act_many, seed: int, mask_only: list[str],
                     gamma: float | None, out: "Playouts", lo: int) -> int:

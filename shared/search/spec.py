@@ -13,8 +13,11 @@ Torch-free: the ladder validates ids with it.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+
+from shared.scripted import LADDER_RUNGS
 
 SEARCH_MARK = "+search:"
 DEFAULT_DEPTH = 30
@@ -26,39 +29,145 @@ MAX_DEPTH = 240
 _SUFFIX = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
+OPTION_NAMES = ("p", "sh", "cont", "opp", "vs", "keep")
+"""The options of a search suffix after N[:D], ``,name=value`` each, in this canonical order
+(``SearchSpec`` says what each means); an option at its default is left out of the id."""
+MAX_PLAYOUTS = 64
+SIM_BOTS = ("noop", "random_legal") + LADDER_RUNGS
+"""The scripted players a simulation may play (``scripted:<name>``): a continuation (``cont``)
+or a simulated opponent (``opp``)."""
+SELF = "self"
+"""``cont=self``: the searching player's own base continues its candidates (a snapshot's policy,
+a scripted bot's own choices)."""
+DEFAULT_CONT = "random"
+
+
 @dataclass(frozen=True)
 class SearchSpec:
     """How much a searched player searches: ``candidates`` actions tried per choice decision
-    (>= 2: the no-op and at least one play), each followed by ``depth`` decisions (>= 1)."""
+    (>= 2: the no-op and at least one play), each followed by ``depth`` decisions (>= 1).
+
+    The options (docs/search.md, "Targets worth distilling"); every default is the original
+    search's, so ``+search:N[:D]`` plays exactly as it always did:
+
+    * ``playouts`` (``p=K``, 1..64): playouts per candidate, each with its own seeds (playout j of
+      every candidate shares j's streams: common random numbers across candidates);
+    * ``halving`` (``sh=1``): sequential halving over the candidates with the budget of
+      ``candidates x playouts`` playouts (ceil(log2 N) rounds, the better half by mean score kept
+      after each, the player's own pick always kept), as Gumbel AlphaZero's root does;
+    * ``cont`` (``cont=<name>``): who plays the searching seat after its candidate: RoyaleGym's
+      ``random`` (the default), any of ``SIM_BOTS``, or ``self`` (the player's own base);
+    * ``opponents`` (``opp=a/b/c``): the other seat in the simulations, playout j played by
+      ``opponents[j mod len]`` (scripted names of ``SIM_BOTS``); empty: the battle's own opponent;
+    * ``value_scale`` (``vs=S``, tower HP): each playout's board difference mapped to
+      tanh(diff / S) in [-1, 1] before averaging (a fixed scale, no per-decision min-max); 0: the
+      raw board difference;
+    * ``keep`` (``keep=M``, in score units: tanh units under ``vs``): the player's own pick is
+      played unless another candidate's mean score beats it by more than M.
+    """
 
     candidates: int
     depth: int = DEFAULT_DEPTH
+    playouts: int = 1
+    halving: bool = False
+    cont: str = DEFAULT_CONT
+    opponents: tuple[str, ...] = ()
+    value_scale: float = 0.0
+    keep: float = 0.0
+
+    def options(self) -> str:
+        """The ``,name=value`` options of the id, canonical (defaults left out)."""
+        parts = []
+        if self.playouts != 1:
+            parts.append(f"p={self.playouts}")
+        if self.halving:
+            parts.append("sh=1")
+        if self.cont != DEFAULT_CONT:
+            parts.append(f"cont={self.cont}")
+        if self.opponents:
+            parts.append("opp=" + "/".join(self.opponents))
+        if self.value_scale:
+            parts.append(f"vs={self.value_scale:g}")
+        if self.keep:
+            parts.append(f"keep={self.keep:g}")
+        return "".join("," + p for p in parts)
 
     def suffix(self) -> str:
         """The id suffix naming this spec (the depth only when it is not the default)."""
         tail = "" if self.depth == DEFAULT_DEPTH else f":{self.depth}"
-        return f"{SEARCH_MARK}{self.candidates}{tail}"
+        return f"{SEARCH_MARK}{self.candidates}{tail}{self.options()}"
+
+
+def _float_option(name: str, text: str, problem) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise problem(f"{name}={text!r} is not a number") from None
+    if not math.isfinite(x) or x < 0:
+        raise problem(f"{name}={text!r} must be a finite number >= 0")
+    return x
+
+
+def parse_options(text: str, problem) -> dict:
+    """The ``SearchSpec`` fields of ``,name=value`` options ``text`` (without its first comma).
+    ``problem(reason)`` builds the exception raised for a bad one (naming it)."""
+    out: dict = {}
+    for part in text.split(","):
+        name, eq, value = part.partition("=")
+        if not eq or name not in OPTION_NAMES:
+            raise problem(f"option {part!r}: expected name=value with name one of {', '.join(OPTION_NAMES)}")
+        if name in out:
+            raise problem(f"option {name!r} given twice")
+        out[name] = value
+    fields: dict = {}
+    if "p" in out:
+        if not out["p"].isdigit() or not 1 <= int(out["p"]) <= MAX_PLAYOUTS:
+            raise problem(f"p={out['p']!r}: playouts per candidate are 1..{MAX_PLAYOUTS}")
+        fields["playouts"] = int(out["p"])
+    if "sh" in out:
+        if out["sh"] not in ("0", "1"):
+            raise problem(f"sh={out['sh']!r}: sequential halving is sh=1 (on) or sh=0 (off)")
+        fields["halving"] = out["sh"] == "1"
+    if "cont" in out:
+        if out["cont"] not in SIM_BOTS + (SELF,):
+            raise problem(f"cont={out['cont']!r}: the continuation is one of {', '.join(SIM_BOTS + (SELF,))}")
+        fields["cont"] = out["cont"]
+    if "opp" in out:
+        names = tuple(out["opp"].split("/"))
+        bad = [n for n in names if n not in SIM_BOTS]
+        if bad or len(set(names)) != len(names):
+            raise problem(f"opp={out['opp']!r}: simulated opponents are distinct names of {', '.join(SIM_BOTS)} "
+                          "separated by /")
+        fields["opponents"] = names
+    for key, field_name in (("vs", "value_scale"), ("keep", "keep")):
+        if key in out:
+            fields[field_name] = _float_option(key, out[key], problem)
+    return fields
 
 
 def split_search(player: str) -> tuple[str, SearchSpec | None]:
     """``(base player id, SearchSpec)`` of ``player``; ``(player, None)`` without a suffix.
 
     Raises ValueError naming the id and the grammar for a malformed suffix, a candidate count
-    outside 2..``MAX_CANDIDATES``, a depth outside 1..``MAX_DEPTH``, or a suffix twice.
+    outside 2..``MAX_CANDIDATES``, a depth outside 1..``MAX_DEPTH``, or a suffix twice; naming the
+    option and its range for a bad option.
     """
     if SEARCH_MARK not in player:
         return player, None
     base, _, tail = player.partition(SEARCH_MARK)
     grammar = (f"expected <player>{SEARCH_MARK}N or <player>{SEARCH_MARK}N:D with N candidates per choice decision "
-               f"(2..{MAX_CANDIDATES}) and D decisions of lookahead (1..{MAX_DEPTH}, default {DEFAULT_DEPTH})")
-    m = _SUFFIX.match(tail)
+               f"(2..{MAX_CANDIDATES}) and D decisions of lookahead (1..{MAX_DEPTH}, default {DEFAULT_DEPTH}), "
+               f"then optionally ,name=value options ({', '.join(OPTION_NAMES)}; docs/search.md)")
+    head, comma, opts = tail.partition(",")
+    m = _SUFFIX.match(head)
     if not base or m is None or SEARCH_MARK in base:
         raise ValueError(f"player {player!r}: {grammar}")
     n = int(m.group(1))
     d = int(m.group(2)) if m.group(2) is not None else DEFAULT_DEPTH
     if not 2 <= n <= MAX_CANDIDATES or not 1 <= d <= MAX_DEPTH:
         raise ValueError(f"player {player!r}: {grammar}")
-    return base, SearchSpec(n, d)
+    fields = parse_options(opts, lambda why: ValueError(f"player {player!r}: {why}")) if comma else {}
+    return base, SearchSpec(n, d, **fields)
 
 
 def with_search(base: str, spec: SearchSpec | None) -> str:

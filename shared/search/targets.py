@@ -31,6 +31,57 @@ C_VISIT = 50.0
 """Gumbel MuZero's c_visit (the paper's 50)."""
 
 
+def fixed_scale(q: np.ndarray, value_scale: float) -> np.ndarray:
+    """Scores on a fixed value scale: tanh(q / ``value_scale``) in [-1, 1] (``q`` in tower HP, the
+    board difference). Unlike the min-max rescaling, a 1-HP difference stays a 1-HP difference:
+    it moves the target by ~1 / ``value_scale`` of sigma's range, not all of it."""
+    if not value_scale > 0:
+        raise ValueError(f"fixed_scale: value_scale {value_scale!r} must be > 0 (tower HP a unit of value)")
+    return np.tanh(np.asarray(q, np.float64) / value_scale)
+
+
+def root_value(candidates_q: np.ndarray, move_index: int) -> float:
+    """The searched root value, the value target of a searched decision: the score of the move
+    played (its mean over its playouts), in the scores' own units."""
+    return float(np.asarray(candidates_q, np.float64)[int(move_index)])
+
+
+def _check(lp: np.ndarray, cand: np.ndarray, q: np.ndarray, who: str) -> None:
+    legal = np.isfinite(lp)
+    if len(cand) == 0 or len(cand) != len(q):
+        raise ValueError(f"{who}: {len(cand)} candidates and {len(q)} scores (need k >= 1 of each)")
+    if not legal[cand].all() or len(set(cand.tolist())) != len(cand):
+        raise ValueError(f"{who}: candidates {cand.tolist()} must be distinct legal actions")
+    if not np.isfinite(q).all():
+        raise ValueError(f"{who}: scores {q.tolist()} must be finite")
+
+
+def margin_policy(log_prior: np.ndarray, candidates: np.ndarray, q: np.ndarray, *, c_scale: float, keep: float,
+                  c_visit: float = C_VISIT) -> np.ndarray:
+    """(A,) float64 policy target on a fixed value scale: pi' = softmax(log prior + sigma) over the
+    legal set with sigma(a) = (c_visit + 1) c_scale max(0, q(a) - q(candidates[0]) - keep) for a
+    candidate and 0 for every other action.
+
+    ``q`` (k,) are the candidates' scores on a fixed scale (``shared.search.halving``'s means
+    under ``vs``: tanh units), ``candidates[0]`` the player's own pick, ``keep`` the margin the
+    move rule (``halving.pick``) gives it. Mass moves from the prior only toward a candidate that
+    beats the own pick by more than ``keep``, by the same rule that moves the play; a candidate
+    whose score is noise below that margin keeps exactly its prior mass, so being tried earns
+    nothing (tests/shared/test_search_targets.py measures the bias under pure noise). At c_scale
+    0.3 (sigma 15.3 per unit) a crown's difference (about 1 on the tanh scale) outweighs a
+    uniform prior over two thousand actions. Raises ValueError as ``completed_q_policy``."""
+    lp = np.asarray(log_prior, np.float64)
+    cand = np.asarray(candidates, np.int64)
+    q = np.asarray(q, np.float64)
+    _check(lp, cand, q, "margin_policy")
+    legal = np.isfinite(lp)
+    sigma = np.zeros(lp.shape)
+    sigma[cand] = (c_visit + 1.0) * c_scale * np.maximum(0.0, q - q[0] - keep)
+    logits = np.where(legal, lp + sigma, -np.inf)
+    out = np.exp(logits - logits[legal].max())
+    return out / out.sum()
+
+
 def completed_q_policy(log_prior: np.ndarray, candidates: np.ndarray, q: np.ndarray, *, c_scale: float,
                        c_visit: float = C_VISIT) -> np.ndarray:
     """(A,) float64 improved policy pi' over the legal set (0 where ``log_prior`` is -inf).

@@ -1,0 +1,126 @@
+"""Several playouts per candidate, sequential halving over them, and the move they lead to
+(``SearchSpec``'s ``p``, ``sh``, ``opp``, ``vs`` and ``keep``; docs/search.md, "Targets worth
+distilling").
+
+One playout of a candidate is ``Lookahead.simulate``'s: the candidate, then ``depth`` decisions of
+the continuation, scored by the board difference. Here a candidate gets several, each with its
+own streams (playout j of every candidate replays j's streams: common random numbers across the
+candidates, so two candidates are compared on the same futures), and playout j's opponent is one
+of a set (``opponents[(seed + j) mod len]``). Each playout's score is the board difference, or
+tanh(difference / ``value_scale``) on a fixed scale; a candidate's score is the mean of its
+playouts.
+
+Sequential halving (Karnin, Koren & Somekh 2013; Gumbel AlphaZero's root, Danihelka et al. 2022):
+with a budget of N x K playouts and R = ceil(log2 N) rounds, each round gives every surviving
+candidate floor(budget left / (rounds left x survivors)) playouts (at least one) and keeps the
+better half by mean, so the budget goes to the close candidates (N 8, K 4: 8 x 1, 4 x 3, 2 x 6). The player's own pick (candidate 0) is always
+kept: it is the default a challenger must beat by more than ``keep``.
+
+With every option at its default (one playout, no halving, the battle's opponent, raw board,
+keep 0) the move is exactly ``Lookahead.choose``'s: the highest score, ties to the earliest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.search.spec import SearchSpec
+
+
+@dataclass
+class Evaluation:
+    """One searched decision: ``means`` (k,) float64 each candidate's mean score (score units:
+    tower HP, or tanh units under ``value_scale``), ``visits`` (k,) int64 its playouts, ``index``
+    the candidate played, ``root`` the searched root value (the played candidate's mean)."""
+
+    means: np.ndarray
+    visits: np.ndarray
+    index: int
+
+    @property
+    def root(self) -> float:
+        return float(self.means[self.index])
+
+
+def playout_seed(seed: int, j: int) -> int:
+    """The seed of playout ``j`` of a decision searched at ``seed``: ``seed`` itself for j = 0
+    (the one-playout search's streams, unchanged), else drawn from ``(seed, 3, j)``."""
+    if j == 0:
+        return int(seed)
+    return int(np.random.default_rng((int(seed), 3, int(j))).integers(0, 2**63 - 1))
+
+
+def score(board: np.ndarray, value_scale: float) -> np.ndarray:
+    """Each playout's score: the board difference ``board`` (float64, tower HP), or
+    tanh(board / ``value_scale``) in [-1, 1] when ``value_scale`` > 0."""
+    board = np.asarray(board, np.float64)
+    return np.tanh(board / value_scale) if value_scale > 0 else board
+
+
+def pick(means: np.ndarray, alive: np.ndarray, keep: float) -> int:
+    """The candidate played: the best mean among ``alive`` (ties to the earliest), unless it beats
+    candidate 0 (the player's own pick) by ``keep`` or less, then 0."""
+    masked = np.where(alive, np.asarray(means, np.float64), -np.inf)
+    best = int(np.argmax(masked))
+    return 0 if masked[best] <= masked[0] + keep else best
+
+
+def survivors(means: np.ndarray, alive: np.ndarray) -> np.ndarray:
+    """``alive`` (k,) bool cut to the better half (ceil) by mean, ties to the earlier, candidate 0
+    always among them."""
+    idx = np.flatnonzero(alive)
+    keep_n = math.ceil(len(idx) / 2)
+    order = idx[np.argsort(-np.asarray(means)[idx], kind="stable")]
+    chosen = list(order[:keep_n])
+    if 0 not in chosen:
+        chosen = chosen[: keep_n - 1] + [0]
+    out = np.zeros(len(alive), bool)
+    out[chosen] = True
+    return out
+
+
+def schedule(k: int, spec: SearchSpec) -> list[int]:
+    """Playouts per surviving candidate in each round: ``[playouts]`` without halving, else one
+    entry per round of sequential halving over ``k`` candidates (budget k x playouts)."""
+    if not spec.halving or k <= 2:
+        return [spec.playouts]
+    rounds = math.ceil(math.log2(k))
+    budget, out, alive, spent = k * spec.playouts, [], k, 0
+    for r in range(rounds):
+        share = (budget - spent) // (rounds - r)  # what is left, spread over the rounds left
+        out.append(max(1, share // alive))
+        spent += out[-1] * alive
+        alive = math.ceil(alive / 2)
+    return out
+
+
+def evaluate(lookahead, env, seat: str, candidates: list[int], opponents: list, seed: int,
+             spec: SearchSpec) -> Evaluation:
+    """Search one decision of ``seat`` in ``env`` over ``candidates`` (distinct legal ids, the
+    player's own pick first) with ``lookahead`` (a ``Lookahead``), playout j's other seat played by
+    ``opponents[(seed + j) mod len]`` (opponent models as ``Lookahead.simulate`` takes them).
+    Counts one searched decision in ``lookahead.stats``."""
+    k = len(candidates)
+    sums, visits = np.zeros(k), np.zeros(k, np.int64)
+    alive = np.ones(k, bool)
+    saved = lookahead.save(env, seat)
+    rounds = schedule(k, spec)
+    for r, per in enumerate(rounds):
+        idx = np.flatnonzero(alive)
+        start = int(visits[idx[0]])
+        for j in range(start, start + per):
+            opponent = opponents[(int(seed) + j) % len(opponents)]
+            board = lookahead.simulate(env, seat, [int(candidates[i]) for i in idx], opponent, playout_seed(seed, j),
+                                       count=False, saved=saved).board
+            sums[idx] += score(board, spec.value_scale)
+            visits[idx] += 1
+        if r < len(rounds) - 1:
+            alive = survivors(sums / np.maximum(visits, 1), alive)
+    means = sums / np.maximum(visits, 1)
+    index = pick(means, alive, spec.keep)
+    lookahead.stats.decisions += 1
+    lookahead.stats.chose_other += int(index != 0)
+    return Evaluation(means=means, visits=visits, index=index)

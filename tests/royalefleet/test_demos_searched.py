@@ -1,0 +1,79 @@
+"""demos record with a searched teacher and in DAgger mode (tiny profile, 120-decision episodes):
+the set replays exactly, a searched teacher's labels are not its base's, DAgger's apprentice
+changes the battles but not who labels them, and bad arguments are refused naming them."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from royalefleet.cmd_demos import check_players
+from services.rollout.demos import WorkerJob, dagger_beta
+from shared.demos import read_manifest
+
+TEACHER = "scripted:defend+search:3:6,p=2,sh=1,cont=defend,opp=defend/random_legal"
+
+
+def _record(tmp_path, name, *extra, teacher=TEACHER, workers=1):
+    from royalefleet.cli import main
+
+    cfg_path = tmp_path / "cfg.json"
+    cfg_path.write_text(json.dumps({"profile": "tiny", "env": {"max_steps": 120}}))
+    assert main(["demos", "record", "bc", "--teacher", teacher, "--battles", "2", "--name", name, "--opponent",
+                 "scripted:random_legal", "--workers", str(workers), "--shard-battles", "1", *extra,
+                 "--config", str(cfg_path), "--runs-dir", str(tmp_path / "runs")]) == 0
+    return read_manifest(tmp_path / "runs" / "bc" / "demos" / name)
+
+
+@pytest.mark.slow
+def test_a_searched_teacher_records_a_set_that_replays_exactly_and_differs_from_its_base(tmp_path):
+    one = _record(tmp_path, "one")
+    two = _record(tmp_path, "two", workers=2)
+    assert one.teachers == [TEACHER] and one.choice_rows > 0
+    assert [s.sha256 for s in one.shards] == [s.sha256 for s in two.shards]  # whatever the workers
+    plain = _record(tmp_path, "plain", teacher="scripted:defend")
+    assert one.digest != plain.digest  # the search overruled defend somewhere
+
+
+def test_dagger_lets_the_apprentice_play_a_decaying_share_and_beta_zero_is_the_plain_set(tmp_path):
+    base = _record(tmp_path, "base", teacher="scripted:defend")
+    zero = _record(tmp_path, "zero", "--apprentice", "scripted:random_legal", "--beta", "0", teacher="scripted:defend")
+    assert [s.sha256 for s in zero.shards] == [s.sha256 for s in base.shards]
+    assert zero.apprentice == "scripted:random_legal" and zero.beta == 0.0
+    half = _record(tmp_path, "half", "--apprentice", "scripted:random_legal", "--beta", "1",
+                   teacher="scripted:defend")
+    assert half.shards[0].sha256 != base.shards[0].sha256  # battle 0 played by the apprentice alone
+    assert half.shards[1].sha256 == base.shards[1].sha256  # beta decayed to 0 at the last battle
+
+
+def test_beta_decays_linearly_from_the_first_battle_to_zero_at_the_last():
+    job = WorkerJob(worker=0, env_cfg=None, net_cfg=None, table=None, statics=np.zeros(0), spec=None, master_seed=0,
+                    noop_prob=0.9, gamma=0.99, digests=None, arch_digest="", snapshots={}, shards=[],
+                    shard_indices=[], staging="", apprentice="snap:0123456789abcdef", beta=0.6, first_battle=100,
+                    battles=5)
+    assert [dagger_beta(job, b) for b in range(100, 105)] == pytest.approx([0.6, 0.45, 0.3, 0.15, 0.0])
+    job.apprentice = ""
+    assert dagger_beta(job, 100) == 0.0
+
+
+def test_a_searched_teacher_is_checked_on_its_base_and_its_suffix():
+    assert check_players([TEACHER, "snap:0123456789abcdef+search:8"], ["scripted:push"],
+                         ["snap:0123456789abcdef"]) == []
+    problems = check_players(["scripted:defnd+search:8", "scripted:defend+search:8,p=0"], [], [])
+    assert problems[0].startswith("unknown teacher 'scripted:defnd+search:8'; known: ")
+    assert problems[1] == "teacher: player 'scripted:defend+search:8,p=0': p='0': playouts per candidate are 1..64"
+
+
+def test_a_bad_apprentice_or_beta_is_refused_naming_it(tmp_path, capsys):
+    from royalefleet.cli import main
+
+    code = main(["demos", "record", "bc", "--teacher", "scripted:defend", "--battles", "1", "--apprentice",
+                 "scripted:defend+search:4", "--beta", "1.5", "--profile", "tiny", "--runs-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert ("--apprentice 'scripted:defend+search:4': expected an unsearched scripted player or one of this run's "
+            "snapshots (snap:<id>)") in err
+    assert "--beta 1.5: the apprentice's share is in [0, 1]" in err
