@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -456,6 +457,9 @@ def main() -> int:
         "FLEET_LEARNER_PUBLISH": f"127.0.0.1:{learner_port}", "PROMETHEUS_PORT": str(prom_port),
         "ALERTMANAGER_PORT": str(free_port()), "COMPOSE_PROFILES": "monitoring",
         "BASE_IMAGE": BASE_IMAGE,
+        # compose.yaml requires it on every command (no default admin password); one of the
+        # test's own, never printed.
+        "GRAFANA_ADMIN_PASSWORD": secrets.token_urlsafe(18),
     }
     failure = None
     try:
@@ -466,7 +470,7 @@ def main() -> int:
                 os.environ[key] = value
             os.environ.update(settings)
             os.environ["ROYALEFLEET_PODMAN_DIR"] = work  # deploy/podman/compose's state folder
-            log("compose settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
+            log("compose settings: " + " ".join(f"{k}={v}" for k, v in settings.items() if "PASSWORD" not in k))
 
         with phase("base", f"BASE_IMAGE {BASE_IMAGE}"):
             if podman("image", "exists", BASE_IMAGE, check=False, quiet=True).returncode == 0:

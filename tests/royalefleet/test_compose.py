@@ -41,6 +41,8 @@ COMPOSE_FILES = ["compose.yaml", "compose.rollout.yaml", "compose.gpu.yaml"]
 ENV_FILES = sorted(p.name for p in (ROOT / "deploy" / "env").glob("*.env"))
 TRAINING = ("checkpoint", "ladder", "learner", "rollout")
 ROLLOUT_HOST_ENV = {"ROYALEFLEET_LEARNER": "tcp://learner-host.example:5555"}
+REQUIRED_ENV = {"GRAFANA_ADMIN_PASSWORD": "a-test-password"}
+"""What every Compose command needs set (compose.yaml's ``${...:?}``; tests/royalefleet/test_compose_roles.py)."""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -51,11 +53,17 @@ class Reset(dict):
     mapping to the schema."""
 
 
+class Override(list):
+    """Compose's ``!override`` tag (2.24.4+) on a sequence: it replaces the extended service's
+    value instead of being merged with it."""
+
+
 def load_yaml(path: Path):
     from ruamel.yaml import YAML  # check-jsonschema's YAML parser
 
     yaml = YAML(typ="safe", pure=True)
     yaml.constructor.add_constructor("!reset", lambda loader, node: Reset())
+    yaml.constructor.add_constructor("!override", lambda loader, node: Override(loader.construct_sequence(node, deep=True)))
     return yaml.load(path.read_text())
 
 
@@ -67,6 +75,8 @@ def _merge(base: dict, over: dict) -> dict:
     for key, value in over.items():
         if isinstance(value, Reset):
             out.pop(key, None)
+        elif isinstance(value, Override):
+            out[key] = list(value)
         elif key == "volumes":
             by_target = {v.split(":")[1]: v for v in base.get(key, [])} | {v.split(":")[1]: v for v in value}
             out[key] = list(by_target.values())
@@ -153,7 +163,7 @@ def interpolate(value, env: dict[str, str]):
 def compose(name: str, env: dict[str, str] | None = None) -> dict:
     """A Compose file with its ``extends`` resolved, interpolated with ``env`` unless None."""
     doc = resolve_extends(load_yaml(ROOT / name))
-    return doc if env is None else interpolate(doc, env)
+    return doc if env is None else interpolate(doc, REQUIRED_ENV | env)
 
 
 def env_list(service: dict) -> dict[str, str]:
@@ -220,7 +230,7 @@ def test_docker_compose_config_accepts_the_files_when_compose_is_installed(tmp_p
         for f in files:
             args += ["-f", str(ROOT / f)]
         out = subprocess.run(args + ["config", "-q"], capture_output=True, text=True, cwd=ROOT,
-                             env=os.environ | ROLLOUT_HOST_ENV, timeout=60)
+                             env=os.environ | REQUIRED_ENV | ROLLOUT_HOST_ENV, timeout=60)
         assert out.returncode == 0, (files, out.stderr)
 
 
