@@ -173,6 +173,23 @@ def ensure_keys(folder: str, hosts: list[str] = (), roles_dir: str | None = None
     return written
 
 
+def revoke(folder: str, hosts: list[str]) -> list[str]:
+    """Remove each host's allow-list entry (``clients/learner/<host>.key``) and keys folder
+    (``hosts/<host>/``); ``ensure_keys`` then removes the entry from the learner's own folder.
+    Returns what was removed."""
+    removed = []
+    for host in hosts:
+        entry = os.path.join(key_roles.allow_list_dir(folder, "learner"), host + ".key")
+        if os.path.exists(entry):
+            os.remove(entry)
+            removed.append(entry)
+        bundle = os.path.join(folder, HOSTS, host)
+        if os.path.isdir(bundle):
+            shutil.rmtree(bundle)
+            removed.append(bundle)
+    return removed
+
+
 def bundle_tar(folder: str, host: str) -> bytes:
     """``hosts/<host>/`` as a .tar.gz whose members are ``server.key``, ``client.key`` and
     ``client.key_secret`` (extract it into the rollout host's keys folder)."""
@@ -256,6 +273,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="make sure extra rollout hosts host-1 .. host-N have keys (default: none)")
     p.add_argument("--host", action="append", type=_host_name, default=[], metavar="NAME",
                    help="make sure extra rollout host NAME has keys (repeatable)")
+    p.add_argument("--revoke", action="append", type=_host_name, default=[], metavar="NAME",
+                   help="revoke extra rollout host NAME: its key leaves the learner's allow-list (new "
+                   "connections are refused, no restart) and its keys folder is deleted (repeatable)")
     p.add_argument("--bundle", type=_host_name, metavar="NAME",
                    help="write host NAME's keys (created if missing) to standard output as a .tar.gz "
                    "and nothing else there")
@@ -312,6 +332,11 @@ def run(args) -> int:
         return 2
     hosts = list(dict.fromkeys(hosts))
     folder = args.dir
+    both = sorted(set(hosts) & set(args.revoke))
+    if both:
+        print(f"royalefleet keys: {', '.join(both)} both revoked and asked for; give one", file=sys.stderr)
+        return 2
+    revoked = revoke(folder, args.revoke)
     written = ensure_keys(folder, hosts)
     if args.metrics:
         written += write_targets(args.metrics, args.targets_dir)
@@ -322,6 +347,8 @@ def run(args) -> int:
         print(text, file=out, flush=True)
 
     say(f"keys in {os.path.abspath(folder)}: " + (f"wrote {len(written)} file(s)" if written else "all present, nothing written"))
+    for path in revoked:
+        say(f"  - {path} (revoked)")
     for path in written:
         say(f"  + {path}")
     for server in key_roles.SERVERS:
@@ -338,7 +365,7 @@ def run(args) -> int:
             f"{CLIENT_SECRET}) into its keys folder (compose.rollout.yaml: ./keys), then delete the copy here.")
     if not extra:
         say("Extra rollout hosts: add one with --host NAME (or --bundle NAME to get its keys as a .tar.gz).")
-    say("Revoke a host: delete its clients/learner/<name>.key and run this command again (no restart needed).")
+    say("Revoke a host: --revoke NAME (no restart needed).")
     if args.k8s_secrets:
         from royalefleet.k8s.secrets import key_secrets_json
 

@@ -41,8 +41,6 @@ COMPOSE_FILES = ["compose.yaml", "compose.rollout.yaml", "compose.gpu.yaml"]
 ENV_FILES = sorted(p.name for p in (ROOT / "deploy" / "env").glob("*.env"))
 TRAINING = ("checkpoint", "ladder", "learner", "rollout")
 ROLLOUT_HOST_ENV = {"ROYALEFLEET_LEARNER": "tcp://learner-host.example:5555"}
-REQUIRED_ENV = {"GRAFANA_ADMIN_PASSWORD": "a-test-password"}
-"""What every Compose command needs set (compose.yaml's ``${...:?}``; tests/royalefleet/test_compose_roles.py)."""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -163,7 +161,7 @@ def interpolate(value, env: dict[str, str]):
 def compose(name: str, env: dict[str, str] | None = None) -> dict:
     """A Compose file with its ``extends`` resolved, interpolated with ``env`` unless None."""
     doc = resolve_extends(load_yaml(ROOT / name))
-    return doc if env is None else interpolate(doc, REQUIRED_ENV | env)
+    return doc if env is None else interpolate(doc, env)
 
 
 def env_list(service: dict) -> dict[str, str]:
@@ -230,7 +228,7 @@ def test_docker_compose_config_accepts_the_files_when_compose_is_installed(tmp_p
         for f in files:
             args += ["-f", str(ROOT / f)]
         out = subprocess.run(args + ["config", "-q"], capture_output=True, text=True, cwd=ROOT,
-                             env=os.environ | REQUIRED_ENV | ROLLOUT_HOST_ENV, timeout=60)
+                             env=os.environ | ROLLOUT_HOST_ENV, timeout=60)
         assert out.returncode == 0, (files, out.stderr)
 
 

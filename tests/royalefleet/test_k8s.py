@@ -558,3 +558,30 @@ def test_a_server_admits_clients_from_the_mounted_allow_list_and_a_host_added_la
             if t.name == "curve-refusal-watch":
                 t.join(5)
         ctx.term()
+
+
+def test_network_policies_allow_only_the_protocols_seams(resolved):
+    """Default deny both ways; each ZeroMQ port takes exactly its protocol clients; a client may
+    connect only to its servers' ZeroMQ ports (and DNS)."""
+    pols = by_name(resolved["base"], "NetworkPolicy")
+    deny = pols["default-deny"]["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    zmq_port = {"learner": 5555, "ladder": 5556, "checkpoint": 5557}
+    seams = {"rollout": {"learner"}, "learner": {"ladder", "checkpoint"}, "evaluator": {"ladder", "checkpoint"}}
+    for server, port in zmq_port.items():
+        rules = pols[f"{server}-ingress"]["spec"]["ingress"]
+        zmq_rules = [r for r in rules if {"protocol": "TCP", "port": port} in r["ports"]]
+        (rule,) = zmq_rules
+        allowed = {f["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for f in rule["from"]}
+        assert allowed == {c for c, servers in seams.items() if server in servers}, server
+        assert all("namespaceSelector" not in f for f in rule["from"])
+    for client in ("rollout", "learner", "evaluator", "ladder", "checkpoint"):
+        rules = pols[f"{client}-egress"]["spec"]["egress"]
+        reach = {(r["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"], r["ports"][0]["port"])
+                 for r in rules if "to" in r}
+        assert reach == {(s, zmq_port[s]) for s in seams.get(client, ())}, client
+        assert [r for r in rules if "to" not in r] == [{"ports": [{"protocol": "UDP", "port": 53},
+                                                                  {"protocol": "TCP", "port": 53}]}]
+    # a rollout's pod selector is not in the ladder's or the checkpoint service's ingress at all
+    for server in ("ladder", "checkpoint"):
+        assert "rollout" not in str(pols[f"{server}-ingress"]["spec"])

@@ -128,10 +128,13 @@ def test_each_role_holds_only_its_own_keys(tmp_path):
     assert (roles / "ladder" / "clients" / "learner.key").read_bytes() == pub["learner"]
     assert (roles / "checkpoint" / "clients" / "evaluator.key").read_bytes() == pub["evaluator"]
     assert set(key_roles.ROLES) == {p.name for p in roles.iterdir()}
-    # a revoked host disappears from the learner's folder at the next run
-    (folder / "clients" / "learner" / "box2.key").unlink()
-    cmd_keys.ensure_keys(str(folder))
-    assert "clients/box2.key" not in files_of(roles / "learner")
+    # a revoked host disappears from the learner's own folder
+    out = keys("--dir", str(folder), "--revoke", "box2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "(revoked)" in out.stdout.decode()
+    assert files_of(roles / "learner") == {"server.key", "server.key_secret", "client.key", "client.key_secret",
+                                           "clients/local.key"}
+    assert not (folder / "hosts" / "box2").exists()
 
 
 def test_roles_dir_variable_sends_the_role_folders_elsewhere(tmp_path):
