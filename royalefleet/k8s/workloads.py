@@ -30,6 +30,8 @@ VOLUME_OF = {"learner": "runs", "ladder": "results", "checkpoint": CHECKPOINTS}
 """Each singleton's volume, as in compose.yaml (docs/compose.md "Where the run is"); the checkpoint
 service's is named after the run folder's ``checkpoints/`` it holds (``shared.run_dir``)."""
 
+TMP_MI = 256
+"""Every pod's /tmp (a memory emptyDir: the root filesystem is read-only), MiB."""
 LEARNER_SHM_GI = 1
 """/dev/shm of the learner (compose.yaml's ``shm_size: 1gb``)."""
 
@@ -97,6 +99,10 @@ def pod_template(cfg: RunConfig, config_file: str, name: str, resources: dict, *
     if name != "rollout":
         volumes.append({"name": "config", "configMap": {"name": CONFIG_MAP}})
         mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
+    # The root filesystem is read-only: /tmp is a small memory volume (torch asks for a temporary
+    # directory at start and fails without one).
+    volumes.append({"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": f"{TMP_MI}Mi"}})
+    mounts.append({"name": "tmp", "mountPath": "/tmp"})
     spec = {
         "securityContext": {"runAsNonRoot": True, "runAsUser": IMAGE_UID, "runAsGroup": IMAGE_UID,
                             "fsGroup": IMAGE_UID, "seccompProfile": {"type": "RuntimeDefault"}},
