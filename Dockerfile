@@ -33,15 +33,17 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 # The non-root user every service runs as (uid 10001; `royalefleet keys --bundle` writes key
-# files owned by it). /data/runs and /keys exist and belong to it, so the named volumes mounted
-# there start out writable.
+# files owned by it). /data/runs, /keys and /keys-roles/<role> (where compose.yaml's keys service
+# mounts each role's keys volume) exist and belong to it, so the named volumes mounted there start
+# out writable.
 RUN python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "royalefleet needs Python >= 3.12; BASE_IMAGE has " + sys.version)' \
  && python3 -m venv /opt/venv \
  && groupadd --system --gid 10001 royalefleet \
  && useradd --system --uid 10001 --gid 10001 --home-dir /home/royalefleet --create-home \
         --shell /usr/sbin/nologin royalefleet \
- && mkdir -p /data/runs /keys \
- && chown royalefleet:royalefleet /data/runs /keys
+ && mkdir -p /data/runs /keys /keys-roles/learner /keys-roles/ladder /keys-roles/checkpoint /keys-roles/rollout \
+        /keys-roles/evaluator \
+ && chown -R royalefleet:royalefleet /data/runs /keys /keys-roles
 WORKDIR /home/royalefleet
 
 # ----------------------------------------------------------------------------- wheel

@@ -424,6 +424,9 @@ def check_curve(environ=None, host: str = "127.0.0.1") -> Check:
             return Check("curve", {"FAIL": FAIL, "WARN": WARN}[problem[0]], problem[1],
                          "royalefleet keys, then ROYALEFLEET_CURVE_DIR=keys (docs/reliability.md, threat model)")
         return Check("curve", OK, f"off ({transport.CURVE_DIR_ENV} unset: loopback traffic is not authenticated)")
+    from royalefleet import key_roles
+
+    given, folder = folder, key_roles.curve_dir_for(folder, "learner")  # a learner host's folder: the learner's keys
     problems = []
     for name, secret in ((transport.SERVER_PUBLIC, False), (transport.SERVER_SECRET, True),
                          (transport.CLIENT_PUBLIC, False), (transport.CLIENT_SECRET, True)):
@@ -442,7 +445,7 @@ def check_curve(environ=None, host: str = "127.0.0.1") -> Check:
         problems.append(f"allow-list {allowed} holds no client key: no rollout could connect")
     if problems:
         return Check("curve", FAIL, "; ".join(problems),
-                     f"make the keys with `royalefleet keys --dir {folder}`, readable by this user")
+                     f"make the keys with `royalefleet keys --dir {given}`, readable by this user")
     return Check("curve", OK, f"keys in {folder} load; {len(clients)} client key(s) allowed")
 
 

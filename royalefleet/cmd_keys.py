@@ -1,19 +1,16 @@
 """``royalefleet keys``: the CURVE keys that authenticate rollouts to the learner.
 
 Writes (never overwriting a key that exists, so it is safe to run at every ``docker compose up``)
-the folder that ``ROYALEFLEET_CURVE_DIR`` names (layout: ``shared/transport.py``)::
+the keys folder of the learner host, one keypair per client role and one allow-list per server
+(layout and the per-role table: ``royalefleet/key_roles.py``), and each role's own folder under
+``roles/`` (or ``ROYALEFLEET_KEYS_ROLES_DIR``), which is what that role's ``ROYALEFLEET_CURVE_DIR``
+names: a rollout's holds the server's public key and its own keypair, never the servers' secret.
 
-    server.key, server.key_secret     the servers' keypair (learner, ladder, checkpoint service)
-    client.key, client.key_secret     this host's client keypair: its rollouts, and the learner as
-                                      a client of the ladder and the checkpoint service
-    clients/local.key                 the allow-list: this host's client ...
-    clients/<host>.key                ... and each extra rollout host's
-    hosts/<host>/                     what to copy to rollout host <host>: server.key and its own
-                                      client.key, client.key_secret
-
-A server admits a client only if its public key is a ``*.key`` file in ``clients/``; the
+A server admits a client only if its public key is a ``*.key`` file in its own allow-list; the
 servers re-read that folder at each handshake, so adding or removing a host needs no restart.
-Revoke a host by deleting ``clients/<host>.key`` (its open connection stays until it drops).
+Revoke a host by deleting ``clients/learner/<host>.key`` and running ``keys`` again (its open
+connection stays until it drops). A folder of the older layout (one ``clients/`` for every
+server) is migrated at the next run (``migrate``).
 
 Modes: every folder of the layout 0700 (set again at each run, so an older folder is tightened
 too), secret keys 0600, public keys 0644; a bundle written with ``--output`` is 0600.
@@ -51,11 +48,12 @@ import tempfile
 import zmq
 import zmq.auth
 
+from royalefleet import key_roles
 from shared.transport import (
     ALLOWED_CLIENTS, CLIENT_PUBLIC, CLIENT_SECRET, CURVE_DIR_ENV, SERVER_PUBLIC, SERVER_SECRET,
 )
 
-LOCAL = "local"
+LOCAL = key_roles.LOCAL
 HOSTS = "hosts"
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 IMAGE_UID = 10001
@@ -106,35 +104,90 @@ def _copy_public(src: str, dst: str) -> bool:
     return True
 
 
-def ensure_keys(folder: str, hosts: list[str] = ()) -> list[str]:
-    """Create whatever of the layout is missing; returns the paths written."""
+def migrate(folder: str, say=None) -> list[str]:
+    """Bring a keys folder of the older layout (one allow-list ``clients/*.key`` for every server)
+    to the per-server one (``royalefleet/key_roles.py``): ``clients/local.key`` (this host's
+    client key, which every server admitted) is dropped, and every other ``clients/<name>.key``
+    (an extra rollout host) moves to ``clients/learner/``: hosts keep their keys and are admitted
+    by the learner only. Returns the paths moved or removed; says each."""
+    say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+    flat = os.path.join(folder, ALLOWED_CLIENTS)
+    try:
+        old = sorted(e.name for e in os.scandir(flat) if e.is_file() and e.name.endswith(".key"))
+    except OSError:
+        return []
+    if not old:
+        return []
+    learner = key_roles.allow_list_dir(folder, "learner")
+    _private_dir(learner)
+    changed = []
+    for name in old:
+        src = os.path.join(flat, name)
+        if name == LOCAL + ".key":
+            os.remove(src)  # the learner admits client.key again as clients/learner/local.key
+        else:
+            os.replace(src, os.path.join(learner, name))
+        changed.append(src)
+    say(f"keys: {flat} was one allow-list for every server (the older layout); moved {len(old) - (LOCAL + '.key' in old)} "
+        f"rollout host key(s) to {learner} (the learner admits them; the ladder and the checkpoint service do not) "
+        f"and gave the learner and the evaluators keypairs of their own")
+    return changed
+
+
+def ensure_keys(folder: str, hosts: list[str] = (), roles_dir: str | None = None) -> list[str]:
+    """Create whatever of the layout (``royalefleet/key_roles.py``) is missing, migrating an older
+    folder first (``migrate``), and write each role's folder under ``roles_dir`` (default
+    ``key_roles.roles_dir``). Returns the paths written."""
     if not zmq.has("curve"):
         raise SystemExit("this libzmq was built without CURVE support")
     written: list[str] = []
     _private_dir(folder)
     _private_dir(os.path.join(folder, ALLOWED_CLIENTS))
+    written += migrate(folder)
     if os.path.isdir(os.path.join(folder, HOSTS)) or hosts:
         _private_dir(os.path.join(folder, HOSTS))
         for name in os.listdir(os.path.join(folder, HOSTS)):
             if os.path.isdir(os.path.join(folder, HOSTS, name)):
                 _private_dir(os.path.join(folder, HOSTS, name))
-    if _keypair(folder, "server"):
-        written += [os.path.join(folder, SERVER_PUBLIC), os.path.join(folder, SERVER_SECRET)]
-    if _keypair(folder, "client"):
-        written += [os.path.join(folder, CLIENT_PUBLIC), os.path.join(folder, CLIENT_SECRET)]
-    allowed = os.path.join(folder, ALLOWED_CLIENTS, LOCAL + ".key")
-    if _copy_public(os.path.join(folder, CLIENT_PUBLIC), allowed):
-        written.append(allowed)
+    for base in ("server", *key_roles.KEYPAIR_OF.values()):
+        if _keypair(folder, base):
+            written += [os.path.join(folder, base + ".key"), os.path.join(folder, base + ".key_secret")]
+    for server, entries in key_roles.ADMITS.items():
+        _private_dir(key_roles.allow_list_dir(folder, server))
+        for entry, base in entries.items():
+            allowed = os.path.join(key_roles.allow_list_dir(folder, server), entry + ".key")
+            if _copy_public(os.path.join(folder, base + ".key"), allowed):
+                written.append(allowed)
     for host in hosts:
         bundle = os.path.join(folder, HOSTS, host)
         _private_dir(bundle)
         if _keypair(bundle, "client"):
             written += [os.path.join(bundle, CLIENT_PUBLIC), os.path.join(bundle, CLIENT_SECRET)]
         for src, dst in ((os.path.join(folder, SERVER_PUBLIC), os.path.join(bundle, SERVER_PUBLIC)),
-                         (os.path.join(bundle, CLIENT_PUBLIC), os.path.join(folder, ALLOWED_CLIENTS, host + ".key"))):
+                         (os.path.join(bundle, CLIENT_PUBLIC),
+                          os.path.join(key_roles.allow_list_dir(folder, "learner"), host + ".key"))):
             if _copy_public(src, dst):
                 written.append(dst)
+    target = roles_dir or key_roles.roles_dir(folder)
+    written += key_roles.export_roles(folder, target)
     return written
+
+
+def revoke(folder: str, hosts: list[str]) -> list[str]:
+    """Remove each host's allow-list entry (``clients/learner/<host>.key``) and keys folder
+    (``hosts/<host>/``); ``ensure_keys`` then removes the entry from the learner's own folder.
+    Returns what was removed."""
+    removed = []
+    for host in hosts:
+        entry = os.path.join(key_roles.allow_list_dir(folder, "learner"), host + ".key")
+        if os.path.exists(entry):
+            os.remove(entry)
+            removed.append(entry)
+        bundle = os.path.join(folder, HOSTS, host)
+        if os.path.isdir(bundle):
+            shutil.rmtree(bundle)
+            removed.append(bundle)
+    return removed
 
 
 def bundle_tar(folder: str, host: str) -> bytes:
@@ -220,6 +273,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="make sure extra rollout hosts host-1 .. host-N have keys (default: none)")
     p.add_argument("--host", action="append", type=_host_name, default=[], metavar="NAME",
                    help="make sure extra rollout host NAME has keys (repeatable)")
+    p.add_argument("--revoke", action="append", type=_host_name, default=[], metavar="NAME",
+                   help="revoke extra rollout host NAME: its key leaves the learner's allow-list (new "
+                   "connections are refused, no restart) and its keys folder is deleted (repeatable)")
     p.add_argument("--bundle", type=_host_name, metavar="NAME",
                    help="write host NAME's keys (created if missing) to standard output as a .tar.gz "
                    "and nothing else there")
@@ -282,6 +338,11 @@ def run(args) -> int:
         return 2
     hosts = list(dict.fromkeys(hosts))
     folder = args.dir
+    both = sorted(set(hosts) & set(args.revoke))
+    if both:
+        print(f"royalefleet keys: {', '.join(both)} both revoked and asked for; give one", file=sys.stderr)
+        return 2
+    revoked = revoke(folder, args.revoke)
     written = ensure_keys(folder, hosts)
     if args.metrics:
         written += write_targets(args.metrics, args.targets_dir)
@@ -292,20 +353,25 @@ def run(args) -> int:
         print(text, file=out, flush=True)
 
     say(f"keys in {os.path.abspath(folder)}: " + (f"wrote {len(written)} file(s)" if written else "all present, nothing written"))
+    for path in revoked:
+        say(f"  - {path} (revoked)")
     for path in written:
         say(f"  + {path}")
-    allowed = sorted(n[:-4] for n in os.listdir(os.path.join(folder, ALLOWED_CLIENTS)) if n.endswith(".key"))
-    say(f"allowed clients ({ALLOWED_CLIENTS}/): {', '.join(allowed)}")
+    for server in key_roles.SERVERS:
+        listed = key_roles.allow_list_dir(folder, server)
+        allowed = sorted(n[:-4] for n in os.listdir(listed) if n.endswith(".key"))
+        say(f"the {server} admits ({ALLOWED_CLIENTS}/{server}/): {', '.join(allowed)}")
     say()
-    say(f"On the learner host: set {CURVE_DIR_ENV}={folder} for every service (Compose mounts the keys volume")
-    say(f"  at /keys and sets it). {SERVER_SECRET} and {CLIENT_SECRET} stay on this host.")
+    say(f"On the learner host: each service's {CURVE_DIR_ENV} names its own role's folder, "
+        f"{key_roles.roles_dir(folder)}/<role> (Compose")
+    say(f"  mounts each role's volume at /keys). {SERVER_SECRET} and the client secrets stay on this host.")
     extra = sorted(os.listdir(os.path.join(folder, HOSTS))) if os.path.isdir(os.path.join(folder, HOSTS)) else []
     for host in extra:
         say(f"On rollout host {host}: copy {os.path.join(folder, HOSTS, host)}/ ({SERVER_PUBLIC}, {CLIENT_PUBLIC}, "
             f"{CLIENT_SECRET}) into its keys folder (compose.rollout.yaml: ./keys), then delete the copy here.")
     if not extra:
         say("Extra rollout hosts: add one with --host NAME (or --bundle NAME to get its keys as a .tar.gz).")
-    say("Revoke a host: delete its clients/<name>.key (no restart needed).")
+    say("Revoke a host: --revoke NAME (no restart needed).")
     if args.k8s_secrets:
         from royalefleet.k8s.secrets import key_secrets_json
 

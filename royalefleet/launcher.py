@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 
 from shared.components import ALLOW_ENV, USER_PACKAGES_ENV, explicit_modules, trusting, user_packages
 from shared.config import RunConfig, config_differences, dump_config
-from shared.transport import tcp
-from shared.writer_token import TOKEN_ENV
+from shared.transport import CURVE_DIR_ENV, tcp
+from royalefleet import key_roles
+from shared.writer_token import LADDER_TOKEN_ENVS, TOKEN_ENV
 from shared.run_dir import RunDir
 
 SERVICE_ORDER = ("checkpoint", "ladder", "learner")
@@ -356,6 +357,18 @@ class Stack:
         # fresh token per start, given to the learner and the checkpoint service alone.
         token = os.environ.get(TOKEN_ENV) or secrets.token_hex(16)
         envs["learner"][TOKEN_ENV] = envs["checkpoint"][TOKEN_ENV] = token
+        # The same for the ladder's writes: the learner's token to the learner, the evaluators'
+        # to the evaluators, both to the ladder (a rollout gets neither).
+        for role, var in LADDER_TOKEN_ENVS.items():
+            role_token = os.environ.get(var) or secrets.token_hex(16)
+            for name in envs:
+                if name == "ladder" or name == role or name.startswith(f"{role}-"):
+                    envs[name][var] = role_token
+        # With CURVE on, each service reads its own role's keys (royalefleet/key_roles.py).
+        curve_dir = os.environ.get(CURVE_DIR_ENV, "")
+        if curve_dir:
+            for name in envs:
+                envs[name][CURVE_DIR_ENV] = key_roles.curve_dir_for(curve_dir, key_roles.role_of(name))
         self.children = {name: Child(name, env, os.path.join(self.log_dir, f"{name}.log"),
                                      echo=echo_all or name == "learner",
                                      module=rollout_module if name.startswith("rollout-") else None)

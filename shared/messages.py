@@ -494,6 +494,9 @@ class ReportEpisodes(_Msg, tag="report_episodes"):
     episodes.held.jsonl): the ladder writes a record of one report id once, so a report it wrote
     but never acked before a crash is not written again when the learner resends it. "": none
     (every send is written). At most ``MAX_REPORT_ID`` characters."""
+    token: str = ""
+    """The sender's ladder role token (``shared.writer_token.LADDER_WRITES``); a ladder started with one
+    refuses the request without it (``unauthorized``)."""
 
 
 MAX_REPORT_ID = 64
@@ -530,6 +533,9 @@ class AdmitCandidate(_Msg, tag="admit_candidate"):
     env_steps: int
     iteration: int
     seed: bool = False
+    token: str = ""
+    """The sender's ladder role token (``shared.writer_token.LADDER_WRITES``); a ladder started with one
+    refuses the request without it (``unauthorized``)."""
 
 
 class Admitted(_Msg, tag="admitted"):
@@ -555,6 +561,9 @@ class MeasureStrength(_Msg, tag="measure_strength"):
     env_steps: int
     iteration: int
     timesteps: int = 0
+    token: str = ""
+    """The sender's ladder role token (``shared.writer_token.LADDER_WRITES``); a ladder started with one
+    refuses the request without it (``unauthorized``)."""
 
 
 class StrengthSummary(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -711,6 +720,9 @@ class EvalJobRequest(_Msg, tag="eval_job_request"):
 
     request_id: int
     worker: str
+    token: str = ""
+    """The sender's ladder role token (``shared.writer_token.LADDER_WRITES``); a ladder started with one
+    refuses the request without it (``unauthorized``)."""
 
 
 class EvalJob(_Msg, tag="eval_job"):
@@ -764,6 +776,9 @@ class EvalReport(_Msg, tag="eval_report"):
     records: list[EpisodeRecord]
     replays: list[GameTrace] = []
     """The traces of the games the job asked to record (``EvalJob.record_games``)."""
+    token: str = ""
+    """The sender's ladder role token (``shared.writer_token.LADDER_WRITES``); a ladder started with one
+    refuses the request without it (``unauthorized``)."""
 
 
 ToLearner = Union[Hello, Round, LeafQuery, SimActQuery, Heartbeat, Failure, BattleStates, StatesSet]

@@ -11,7 +11,8 @@ Phases (each one timed; the times are printed as it goes and in a table at the e
   helpers    the Docker API socket and the health ticker (deploy/podman/service.sh)
   build      `docker compose build`, one build at a time
   up         `docker compose up -d` with 2 rollouts and the monitoring profile (every service
-             but grafana: no image here)
+             but grafana: no image here); each role's container sees only its own keys at /keys
+             and cannot write its root filesystem
   train      the learner's first finished iteration
   prometheus Prometheus (in the stack) has the learner's row gauges and 2 rollout targets up
              (DNS service discovery), and sends its alerts to the stack's Alertmanager
@@ -43,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -191,6 +193,41 @@ def wait_for(what: str, probe, timeout: float, every: float = 2.0):
             last_exc = exc
         time.sleep(every)
     raise Failed(f"timed out after {timeout * SCALE:.0f} s waiting for {what}" + (f" ({last_exc})" if last_exc else ""))
+
+
+ROLE_KEYS = {"rollout": "client.key client.key_secret server.key",
+             "evaluator": "client.key client.key_secret ladder-evaluator.token server.key",
+             "ladder": "clients server.key server.key_secret",
+             "learner": "client.key client.key_secret clients server.key server.key_secret"}
+"""What each role's container sees at /keys (royalefleet/key_roles.py): a rollout or an
+evaluator never the servers' secret."""
+
+
+def check_role_keys() -> None:
+    """Each role's container holds only its own keys (the names under /keys, copied out as a tar
+    stream and read here: no exec, whose podman 4.3 session process outlives the container), and
+    its root filesystem is read-only (compose.yaml's per-role keys volumes and hardening)."""
+    import io
+    import tarfile
+
+    for svc, want in ROLE_KEYS.items():
+        name = next(iter(container_names(svc)))
+        got_tar = subprocess.run(container_cli() + ["cp", f"{name}:/keys/.", "-"], capture_output=True, timeout=60,
+                                 stdin=subprocess.DEVNULL)
+        if got_tar.returncode != 0:
+            raise Failed(f"cp {name}:/keys exited {got_tar.returncode}: {got_tar.stderr.decode(errors='replace')[-400:]}")
+        tar = got_tar.stdout
+        with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+            got = " ".join(sorted({m.name.removeprefix("./").split("/")[0] for m in t.getmembers()} - {".", ""}))
+        if got != want:
+            raise Failed(f"{svc} sees /keys = {got!r}; its role holds {want!r} (royalefleet/key_roles.py)")
+    for svc in ROLE_KEYS:
+        name = next(iter(container_names(svc)))
+        ro = run(container_cli() + ["inspect", "--format", "{{.HostConfig.ReadonlyRootfs}}", name], quiet=True).stdout
+        if ro.strip() != "true":
+            raise Failed(f"{svc}'s root filesystem is writable ({ro.strip()!r}); compose.yaml says read_only")
+    log("keys per role: " + "; ".join(f"{svc} /keys = {want}" for svc, want in ROLE_KEYS.items())
+        + "; their root filesystems are read-only")
 
 
 def fleet_function() -> str:
@@ -456,6 +493,9 @@ def main() -> int:
         "FLEET_LEARNER_PUBLISH": f"127.0.0.1:{learner_port}", "PROMETHEUS_PORT": str(prom_port),
         "ALERTMANAGER_PORT": str(free_port()), "COMPOSE_PROFILES": "monitoring",
         "BASE_IMAGE": BASE_IMAGE,
+        # compose.yaml requires it on every command (no default admin password); one of the
+        # test's own, never printed.
+        "GRAFANA_ADMIN_PASSWORD": secrets.token_urlsafe(18),
     }
     failure = None
     try:
@@ -466,7 +506,7 @@ def main() -> int:
                 os.environ[key] = value
             os.environ.update(settings)
             os.environ["ROYALEFLEET_PODMAN_DIR"] = work  # deploy/podman/compose's state folder
-            log("compose settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
+            log("compose settings: " + " ".join(f"{k}={v}" for k, v in settings.items() if "PASSWORD" not in k))
 
         with phase("base", f"BASE_IMAGE {BASE_IMAGE}"):
             if podman("image", "exists", BASE_IMAGE, check=False, quiet=True).returncode == 0:
@@ -504,6 +544,7 @@ def main() -> int:
             rollouts = container_names("rollout")
             if len(rollouts) != 2:
                 raise Failed(f"expected 2 rollout containers, got {sorted(rollouts)}")
+            check_role_keys()
 
         with phase("train", "the learner's first finished iteration"):
             first = wait_for("the learner's first progress line `it 1 | ...`",

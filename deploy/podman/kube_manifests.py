@@ -20,6 +20,7 @@ podman 4.3 plays Pod, Deployment, PersistentVolumeClaim and ConfigMap objects, a
   read there, with its ``data`` values decoded: 4.3 writes a ``data`` value to its file as it
   stands (the key files would hold base64) and ignores ``stringData``.
 - **Namespace**, **PodDisruptionBudget**: nothing to play on one host.
+- **NetworkPolicy**: not played by 4.3 (tests/royalefleet/test_k8s.py checks the seams instead).
 
 and in the pod templates:
 
@@ -36,6 +37,9 @@ and in the pod templates:
   emptyDir a root-owned 0755 volume, where uid 10001 cannot make the semaphore TensorBoard's
   writer needs; every podman container has a /dev/shm tmpfs of its own (mode 1777, 64 MiB
   rather than the manifest's 1 GiB).
+- every pod's ``/tmp`` emptyDir (``medium: Memory``) is removed for the same reason, and with it
+  the container's ``readOnlyRootFilesystem`` (else torch finds no temporary directory at
+  start): under podman the root filesystem stays writable; on Kubernetes it is read-only.
 - ``terminationGracePeriodSeconds`` stays, but podman 4.3 does not apply it (a container's stop
   timeout is 10 s): the test deletes a pod with ``podman pod stop -t`` of it (``Workload.grace_s``).
 
@@ -58,6 +62,7 @@ NOT_PLAYED = {
     "Namespace": "one host: no namespaces",
     "Service": "a singleton's Service name is its pod's name instead, which podman's DNS resolves",
     "PodDisruptionBudget": "no evictions on one host",
+    "NetworkPolicy": "podman 4.3 does not play it (its network lets every pod reach every port)",
 }
 
 
@@ -112,15 +117,19 @@ def _named_port(container: dict, port):
 
 
 def _drop_shm(spec: dict, workload: str) -> set[str]:
-    """Remove the memory-backed emptyDir volumes mounted at /dev/shm, and their mounts; returns
-    their names. Every podman container has a /dev/shm tmpfs of its own (mode 1777, 64 MiB),
-    where 4.3's emptyDir would be a root-owned 0755 volume: the learner's SemLock (TensorBoard's
-    writer) fails there for uid 10001."""
+    """Remove the memory-backed emptyDir volumes mounted at /dev/shm or /tmp, and their mounts;
+    returns their names. 4.3 makes an emptyDir a root-owned 0755 volume, which uid 10001 cannot
+    write: at /dev/shm every podman container has a tmpfs of its own instead (mode 1777, 64 MiB,
+    where the learner's SemLock for TensorBoard's writer works); for /tmp the container's root
+    filesystem stays writable (``readOnlyRootFilesystem`` off in the played copy only)."""
     mem = {v["name"] for v in spec.get("volumes", []) if v.get("emptyDir", {}).get("medium") == "Memory"}
-    shm = {m["name"] for c in spec.get("containers", []) for m in c.get("volumeMounts", [])
-           if m["name"] in mem and m["mountPath"] == "/dev/shm"}
+    paths = {m["name"]: m["mountPath"] for c in spec.get("containers", []) for m in c.get("volumeMounts", [])
+             if m["name"] in mem and m["mountPath"] in ("/dev/shm", "/tmp")}
+    shm = set(paths)
     for c in spec.get("containers", []):
         c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m["name"] not in shm]
+        if "/tmp" in paths.values() and c.get("securityContext", {}).get("readOnlyRootFilesystem"):
+            c["securityContext"]["readOnlyRootFilesystem"] = False
     spec["volumes"] = [v for v in spec.get("volumes", []) if v["name"] not in shm]
     return shm
 

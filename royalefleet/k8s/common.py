@@ -34,6 +34,18 @@ CONFIG_MAP = "royalefleet-config"
 """Every file of deploy/config/ (the same files compose.yaml mounts at /etc/royalefleet)."""
 CURVE_SECRET = "royalefleet-curve"
 CLIENTS_SECRET = "royalefleet-curve-clients"
+
+
+def curve_secret(role: str) -> str:
+    """The Secret holding role ``role``'s keys (royalefleet/key_roles.py): only what it needs."""
+    return f"{CURVE_SECRET}-{role}"
+
+
+def clients_secret(server: str) -> str:
+    """The Secret holding server ``server``'s allow-list."""
+    return f"{CLIENTS_SECRET}-{server}"
+
+
 HALT_SECRET = "royalefleet-halt"
 HALT_SECRET_KEY = "token"
 

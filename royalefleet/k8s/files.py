@@ -9,7 +9,7 @@ import sys
 import yaml
 
 from royalefleet.grafana.emit import _Dumper
-from royalefleet.k8s import monitoring, overlays, services, workloads
+from royalefleet.k8s import monitoring, netpol, overlays, services, workloads
 from royalefleet.k8s.arguments import DESCRIPTION, configure
 from royalefleet.k8s.common import NAMESPACE, OUT, ROOT
 from shared.config import load_config
@@ -41,6 +41,7 @@ def app_objects(config_file: str, overlay: overlays.Overlay | None = None) -> di
         if name in services.SINGLETONS:
             objs.append(services.disruption_budget(name))
         files[f"{name}.yaml"] = objs
+    files["networkpolicy.yaml"] = netpol.policies()
     return files
 
 

@@ -8,14 +8,14 @@ compose.yaml do), its peers addressed by Service name."""
 from __future__ import annotations
 
 from royalefleet.k8s import probes, sizing
-from royalefleet.k8s.common import (CLIENTS_DIR, CLIENTS_SECRET, CONFIG_DIR, CONFIG_MAP, CURVE_SECRET, HALT_PORT,
+from royalefleet.k8s.common import (CLIENTS_DIR, CONFIG_DIR, CONFIG_MAP, HALT_PORT,
                                     HALT_SECRET, HALT_SECRET_KEY, IMAGE_UID, KEYS_DIR, LEARNER_GRACE_S, LEARNER_IMAGE,
                                     METRICS_PORTS, OTHERS_GRACE_S, ROLLOUT_IMAGE, RUNS_DIR, ZMQ_PORTS, labels, meta,
-                                    selector, tcp)
+                                    selector, tcp, clients_secret, curve_secret)
 from royalefleet.launcher import module_of, service_environments
 from shared.config import RunConfig
 from shared.run_dir import CHECKPOINTS
-from shared.transport import CLIENT_PUBLIC, CLIENT_SECRET, CLIENTS_DIR_ENV, CURVE_DIR_ENV, SERVER_PUBLIC
+from shared.transport import CLIENTS_DIR_ENV, CURVE_DIR_ENV
 
 CONNECTS = {"learner": {"ROYALEFLEET_LADDER": tcp("ladder"), "ROYALEFLEET_CHECKPOINT": tcp("checkpoint")},
             "rollout": {"ROYALEFLEET_LEARNER": tcp("learner")},
@@ -30,6 +30,8 @@ VOLUME_OF = {"learner": "runs", "ladder": "results", "checkpoint": CHECKPOINTS}
 """Each singleton's volume, as in compose.yaml (docs/compose.md "Where the run is"); the checkpoint
 service's is named after the run folder's ``checkpoints/`` it holds (``shared.run_dir``)."""
 
+TMP_MI = 256
+"""Every pod's /tmp (a memory emptyDir: the root filesystem is read-only), MiB."""
 LEARNER_SHM_GI = 1
 """/dev/shm of the learner (compose.yaml's ``shm_size: 1gb``)."""
 
@@ -62,16 +64,13 @@ def ports(name: str) -> list[dict]:
 
 
 def key_volumes(name: str) -> tuple[list[dict], list[dict]]:
-    """(volumes, mounts) of the CURVE keys: a server gets the whole keys Secret and the
-    allow-list Secret; a client (rollout, evaluator) only the server's public key and its own
-    keypair, never the servers' secret (from which the checkpoint writer token is derived)."""
-    secret = {"secretName": CURVE_SECRET, "defaultMode": 0o440}
-    if name not in SERVERS:
-        secret["items"] = [{"key": k, "path": k} for k in (SERVER_PUBLIC, CLIENT_PUBLIC, CLIENT_SECRET)]
-    volumes = [{"name": "curve", "secret": secret}]
+    """(volumes, mounts) of the CURVE keys: the role's own Secret (royalefleet/key_roles.py: a
+    rollout or evaluator gets the server's public key and its own keypair, never the servers'
+    secret, from which the writer token is derived) and, for a server, its own allow-list."""
+    volumes = [{"name": "curve", "secret": {"secretName": curve_secret(name), "defaultMode": 0o440}}]
     mounts = [{"name": "curve", "mountPath": KEYS_DIR, "readOnly": True}]
     if name in SERVERS:
-        volumes.append({"name": "curve-clients", "secret": {"secretName": CLIENTS_SECRET, "defaultMode": 0o440}})
+        volumes.append({"name": "curve-clients", "secret": {"secretName": clients_secret(name), "defaultMode": 0o440}})
         mounts.append({"name": "curve-clients", "mountPath": CLIENTS_DIR, "readOnly": True})
     return volumes, mounts
 
@@ -87,7 +86,9 @@ def container(cfg: RunConfig, config_file: str, name: str, resources: dict, moun
         "resources": resources,
         "volumeMounts": mounts,
         **probes.probes(name),
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        # Writes go to the volumes only (/data/runs, /dev/shm); the image itself stays as built.
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "readOnlyRootFilesystem": True},
     }
 
 
@@ -98,10 +99,16 @@ def pod_template(cfg: RunConfig, config_file: str, name: str, resources: dict, *
     if name != "rollout":
         volumes.append({"name": "config", "configMap": {"name": CONFIG_MAP}})
         mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
+    # The root filesystem is read-only: /tmp is a small memory volume (torch asks for a temporary
+    # directory at start and fails without one).
+    volumes.append({"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": f"{TMP_MI}Mi"}})
+    mounts.append({"name": "tmp", "mountPath": "/tmp"})
     spec = {
         "securityContext": {"runAsNonRoot": True, "runAsUser": IMAGE_UID, "runAsGroup": IMAGE_UID,
                             "fsGroup": IMAGE_UID, "seccompProfile": {"type": "RuntimeDefault"}},
         "enableServiceLinks": False,
+        # No pod talks to the Kubernetes API: no service-account token to steal.
+        "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": grace,
         "containers": [container(cfg, config_file, name, resources, mounts)],
         "volumes": volumes,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from shared.config import load_service_config
 from shared.cpu_priority import autogroup_nice, lower_cpu_priority, nice_value
-from shared.service_main import Running, Say, run_service, serve_metrics
+from shared.service_main import StartRefused, Running, Say, run_service, serve_metrics
 from shared.service_settings import metrics_host_option, metrics_port_option, option, settings_parser
 from shared.viser import address_option
 
@@ -51,15 +51,18 @@ parse_settings = settings_parser(
 def start(settings: Settings, say: Say) -> Running:
     """An evaluator asking ``settings.ladder`` for jobs, at its CPU priority, with its /metrics
     server, its start line said. Raises ``ConfigError`` for a refused config, ``StartRefused``
-    (1) for a metrics port it cannot take."""
+    (1) for a metrics port it cannot take, (2) for a key or role token it cannot read."""
     config = load_service_config(settings.config)
     for problem in lower_cpu_priority(settings.nice):  # before any thread: threads inherit the nice value
         print(f"evaluator: {problem}; its games may take CPU from training on this machine", file=sys.stderr)
     from services.evaluator.service import Evaluator, EvaluatorMetrics
 
     metrics = EvaluatorMetrics()
-    evaluator = Evaluator(config, ladder=settings.ladder, checkpoint=settings.checkpoint, metrics=metrics, say=say,
-                          viser=settings.viser)
+    try:
+        evaluator = Evaluator(config, ladder=settings.ladder, checkpoint=settings.checkpoint, metrics=metrics,
+                              say=say, viser=settings.viser)
+    except OSError as exc:  # a key or role token file it cannot read (shared/writer_token.py)
+        raise StartRefused(str(exc)) from None
     server, url = serve_metrics(evaluator, settings.metrics_port, settings.metrics_host, metrics.registry)
     say(f"evaluator: run {config.run_name!r}, ladder {settings.ladder}, checkpoint {settings.checkpoint}, metrics "
         f"{url}, nice {os.nice(0)}" + (f" (autogroup {group})" if (group := autogroup_nice()) is not None else ""))

@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from shared import transport
 from shared.config import RunConfig
 from shared.envs import build_env
+from shared.writer_token import Stamped, ladder_token
 from shared.evaluation import check_player, eval_env_config, eval_seed_set
 from shared.messages import (
     Ack, Decoder, Error, EvalJob, EvalJobRequest, EvalReport, FromCheckpoint, FromLadder, GameTrace, LoadSnapshot,
@@ -119,8 +120,10 @@ class Evaluator:
         curve = transport.curve_client_keys()
         self.stop = threading.Event()
         # Every request waits on ``stop`` too: SIGTERM ends a wait on a dead ladder at once.
-        self.ladder = transport.Client(ladder, Decoder(FromLadder), name="ladder", max_bytes=max_bytes,
-                                       timeout_s=timeout, curve=curve, stop=self.stop)
+        # Its job requests and reports carry the evaluator's ladder token (shared/writer_token.py).
+        self.ladder = Stamped(transport.Client(ladder, Decoder(FromLadder), name="ladder", max_bytes=max_bytes,
+                                               timeout_s=timeout, curve=curve, stop=self.stop),
+                              ladder_token("evaluator"))
         self.ckpt = transport.Client(checkpoint, Decoder(FromCheckpoint), name="checkpoint service",
                                      max_bytes=max_bytes, timeout_s=timeout, curve=curve, stop=self.stop)
         self.seed_set = eval_seed_set(cfg.master_seed, cfg.ladder.pool.eval_seed_count)

@@ -48,8 +48,11 @@ def start(settings: Settings, say: Say) -> Running:
     except OSError as exc:
         raise StartRefused(str(exc), code=1) from None
     server, url = serve_metrics(service, settings.metrics_port, settings.metrics_host, metrics.registry)
+    open_roles = sorted(role for role, token in service.tokens.items() if not token)
     say(f"ladder: serving {service.address} (run {config.run_name!r}, master seed {config.master_seed}, "
-        f"mix {tuple(config.ladder.mix)}), metrics {url}")
+        f"mix {tuple(config.ladder.mix)}), metrics {url}, writes "
+        + (f"NOT authenticated for {', '.join(open_roles)} (no role token and CURVE off)" if open_roles
+           else "need their role's token"))
     return Running(service, metrics_server=server, stopped="ladder: stopped")
 
 

@@ -10,6 +10,9 @@
   (services/ladder/run_pool.py); LadderStatusRequest -> LadderStatus for the learner's row.
 * Pool-role assignments draw from the resident set (PFSP, redrawn when the pool changes);
   scripted while the pool is empty.
+* Writes (reports, admissions, strength snapshots, evaluation jobs and results) carry their
+  role's token (``shared.writer_token``): one without it is refused (``unauthorized``) before
+  anything is filed, so a rollout cannot report games or pick the champion.
 * Anything refused -> Error(request_id, reason naming the bad value): a malformed message
   (ProtocolError, request_id -1), a bad request, a log that cannot be written. Counted in
   ``royalefleet_ladder_messages_refused_total{reason}``; never a crash.
@@ -41,6 +44,7 @@ from shared.messages import MAX_REPORT_ID
 from shared.log_guard import RefusalLog
 from shared.serve_loop import RequestLoop
 from shared.transport import bind_router, curve_server_keys, recv, send
+from shared.writer_token import ladder_refusal, ladder_tokens
 
 from services.ladder.gate_runner import GateRunner, ReportRefused
 from services.ladder.pool import PoolCorrupt
@@ -71,7 +75,7 @@ class Metrics:
         self.refused = Counter(
             p + "messages_refused", "Messages answered with Error, by short reason", ["reason"], registry=r
         )
-        for reason in (*PROTOCOL_REFUSALS, "bad_request", "io", "pool"):
+        for reason in (*PROTOCOL_REFUSALS, "bad_request", "io", "pool", "unauthorized"):
             self.refused.labels(reason)
         self.replies_unsent = Counter(
             p + "replies_unsent", "Replies that could not be queued (peer gone or its queue full)", registry=r
@@ -156,8 +160,12 @@ class LadderService(RequestLoop):
     """
 
     def __init__(self, config: RunConfig, *, bind: str, runs_dir: str | Path, metrics: Metrics | None = None,
-                 ctx: zmq.Context | None = None, say: Callable[[str], None] = print):
+                 ctx: zmq.Context | None = None, say: Callable[[str], None] = print,
+                 tokens: dict[str, str] | None = None):
+        """``tokens``: role -> the token its writes must carry (``shared.writer_token``; ``""``
+        or absent: not authenticated); None: from the environment (``ladder_tokens``)."""
         self.config = config
+        self.tokens = ladder_tokens() if tokens is None else dict(tokens)
         self.runs_dir = Path(runs_dir)
         self.metrics = metrics or Metrics()
         self.say = say
@@ -201,6 +209,9 @@ class LadderService(RequestLoop):
 
     def handle(self, body) -> PlanReply | Ack | Error:
         """The reply to one decoded ToLadder message. Never raises for a request's content."""
+        refusal = ladder_refusal(body, self.tokens)  # a write without its role's token changes nothing
+        if refusal is not None:
+            return self._refuse(body, "unauthorized", refusal)
         try:
             if isinstance(body, PlanRequest):
                 return self._plan(body)

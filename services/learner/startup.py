@@ -43,7 +43,7 @@ from shared.preflight import Preflight
 from shared.search.spec import RolloutSearch
 from shared.run_dir import RunDir
 from shared.seeding import stream
-from shared.writer_token import checkpoint_token
+from shared.writer_token import Stamped, checkpoint_token, ladder_token
 
 
 def build_parts(cfg: RunConfig, options: RunOptions, *, runs_dir: str, bind: str, ladder: str, checkpoint: str,
@@ -135,9 +135,10 @@ def connect(cfg: RunConfig, model: dict[str, Any], options: RunOptions, *, bind:
     alarms = AlarmMonitor(cfg.alarms, metrics.registry, run_dir=run_dir, say=say,
                           extra=tuple(a for ext in model["extensions"] for a in ext.alarms))
     sock = transport.bind_router(bind, max_bytes=max_bytes, curve=transport.curve_server_keys())
-    ladder_client: Any = transport.Client(ladder, Decoder(FromLadder), name="ladder", max_bytes=max_bytes,
-                                          timeout_s=cfg.services.request_timeout_s,
-                                          curve=transport.curve_client_keys())
+    # Its reports, candidates and strength snapshots carry the learner's ladder token (shared/writer_token.py).
+    ladder_client: Any = Stamped(transport.Client(ladder, Decoder(FromLadder), name="ladder", max_bytes=max_bytes,
+                                                  timeout_s=cfg.services.request_timeout_s,
+                                                  curve=transport.curve_client_keys()), ladder_token("learner"))
     ckpt_token = checkpoint_token()  # shared/writer_token.py: only this run's learner writes
     ckpt: Any = transport.Client(checkpoint, Decoder(FromCheckpoint), name="checkpoint service",
                                  max_bytes=max_bytes, timeout_s=cfg.services.request_timeout_s,

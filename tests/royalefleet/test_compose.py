@@ -51,11 +51,17 @@ class Reset(dict):
     mapping to the schema."""
 
 
+class Override(list):
+    """Compose's ``!override`` tag (2.24.4+) on a sequence: it replaces the extended service's
+    value instead of being merged with it."""
+
+
 def load_yaml(path: Path):
     from ruamel.yaml import YAML  # check-jsonschema's YAML parser
 
     yaml = YAML(typ="safe", pure=True)
     yaml.constructor.add_constructor("!reset", lambda loader, node: Reset())
+    yaml.constructor.add_constructor("!override", lambda loader, node: Override(loader.construct_sequence(node, deep=True)))
     return yaml.load(path.read_text())
 
 
@@ -67,6 +73,8 @@ def _merge(base: dict, over: dict) -> dict:
     for key, value in over.items():
         if isinstance(value, Reset):
             out.pop(key, None)
+        elif isinstance(value, Override):
+            out[key] = list(value)
         elif key == "volumes":
             by_target = {v.split(":")[1]: v for v in base.get(key, [])} | {v.split(":")[1]: v for v in value}
             out[key] = list(by_target.values())

@@ -121,13 +121,15 @@ def test_unreadable_or_missing_curve_keys_fail(tmp_path):
     env = {"ROYALEFLEET_CURVE_DIR": str(keys)}
     assert doc.check_curve(env).level == OK
     assert doc.check_curve({}).text.startswith("off (ROYALEFLEET_CURVE_DIR unset")
-    (keys / "server.key_secret").write_text("not a certificate\n")
-    (keys / "client.key").unlink()
+    role = keys / "roles" / "learner"  # a learner host's keys folder: doctor reads the learner's own keys
+    assert doc.check_curve({"ROYALEFLEET_CURVE_DIR": str(role)}).level == OK
+    (role / "server.key_secret").write_text("not a certificate\n")
+    (role / "client.key").unlink()
     c = doc.check_curve(env)
     assert c.level == FAIL
-    assert f"CURVE key file {keys}/server.key_secret" in c.text and f"CURVE key file {keys}/client.key:" in c.text
+    assert f"CURVE key file {role}/server.key_secret" in c.text and f"CURVE key file {role}/client.key:" in c.text
     assert c.fix == f"make the keys with `royalefleet keys --dir {keys}`, readable by this user"
-    for k in (keys / "clients").iterdir():
+    for k in (role / "clients").iterdir():
         k.unlink()
     assert "holds no client key: no rollout could connect" in doc.check_curve(env).text
 

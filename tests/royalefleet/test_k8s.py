@@ -310,14 +310,19 @@ def test_pods_run_as_the_images_user_and_rollouts_never_hold_the_server_secret(r
     for o in resolved["rollout-pool"]:
         if o["kind"] not in ("StatefulSet", "Deployment"):
             continue
+        name = o["metadata"]["name"]
         pod = o["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
-        assert container(o)["securityContext"]["allowPrivilegeEscalation"] is False
-        curve = [v for v in pod["volumes"] if v["name"] == "curve"][0]["secret"]
-        if o["metadata"]["name"] in ("rollout", "evaluator"):
-            assert sorted(i["key"] for i in curve["items"]) == ["client.key", "client.key_secret", "server.key"]
-        else:
-            assert "items" not in curve
+        assert pod["automountServiceAccountToken"] is False
+        assert container(o)["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                                   "readOnlyRootFilesystem": True}
+        # each role mounts its own Secret (royalefleet/key_roles.py), a server its own allow-list too
+        secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+        want = {"curve": f"royalefleet-curve-{name}"}
+        if name in ("learner", "ladder", "checkpoint"):
+            want["curve-clients"] = f"royalefleet-curve-clients-{name}"
+        assert secrets == want
+        assert all("items" not in v["secret"] for v in pod["volumes"] if "secret" in v)
     text = "".join(p.read_text() for p in K8S.rglob("*.yaml"))
     assert "key_secret:" not in text and "kind: Secret" not in text  # the keys are never in the manifests
 
@@ -388,12 +393,22 @@ def test_key_secrets_hold_the_keys_folder(tmp_path):
     folder = tmp_path / "keys"
     ensure_keys(str(folder), ["box2"])
     doc = key_secrets(str(folder))
-    curve, clients = doc["items"]
-    assert curve["metadata"]["name"] == "royalefleet-curve" and clients["metadata"]["name"] == "royalefleet-curve-clients"
-    assert sorted(curve["data"]) == ["client.key", "client.key_secret", "server.key", "server.key_secret"]
-    assert sorted(clients["data"]) == ["box2.key", "local.key"]
-    assert base64.b64decode(clients["data"]["box2.key"]) == (folder / "hosts/box2/client.key").read_bytes()
-    assert base64.b64decode(curve["data"]["server.key_secret"]) == (folder / "server.key_secret").read_bytes()
+    secrets = {i["metadata"]["name"]: i["data"] for i in doc["items"]}
+    assert sorted(secrets["royalefleet-curve-learner"]) == ["client.key", "client.key_secret", "server.key",
+                                                            "server.key_secret"]
+    for client in ("rollout", "evaluator"):  # never the servers' secret
+        assert "server.key_secret" not in secrets[f"royalefleet-curve-{client}"]
+    assert sorted(secrets["royalefleet-curve-rollout"]) == ["client.key", "client.key_secret", "server.key"]
+    assert sorted(secrets["royalefleet-curve-evaluator"]) == ["client.key", "client.key_secret",
+                                                              "ladder-evaluator.token", "server.key"]
+    assert sorted(secrets["royalefleet-curve-ladder"]) == ["server.key", "server.key_secret"]
+    assert sorted(secrets["royalefleet-curve-clients-learner"]) == ["box2.key", "local.key"]
+    assert sorted(secrets["royalefleet-curve-clients-ladder"]) == ["evaluator.key", "learner.key"]
+    assert sorted(secrets["royalefleet-curve-clients-checkpoint"]) == ["evaluator.key", "learner.key"]
+    clients = secrets["royalefleet-curve-clients-learner"]
+    assert base64.b64decode(clients["box2.key"]) == (folder / "hosts/box2/client.key").read_bytes()
+    assert base64.b64decode(secrets["royalefleet-curve-checkpoint"]["server.key_secret"]) == (
+        folder / "server.key_secret").read_bytes()
     pytest.importorskip("kubernetes_validate")
     assert schema_errors(doc["items"]) == []
 
@@ -405,8 +420,8 @@ def test_keys_command_writes_the_secrets_alone_on_stdout(tmp_path):
     p = subprocess.run([sys.executable, "-m", "royalefleet.cmd_keys", "--dir", str(tmp_path / "k"), "--k8s-secrets"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert p.returncode == 0, p.stderr
-    assert [i["kind"] for i in json.loads(p.stdout)["items"]] == ["Secret", "Secret"]
-    assert "allowed clients" in p.stderr
+    assert [i["kind"] for i in json.loads(p.stdout)["items"]] == ["Secret"] * 8
+    assert "the learner admits" in p.stderr
 
 
 def test_allow_list_folder_can_be_named_apart():
@@ -502,7 +517,11 @@ def test_a_server_admits_clients_from_the_mounted_allow_list_and_a_host_added_la
 
     folder = tmp_path / "keys"
     ensure_keys(str(folder))
-    curve, clients = key_secrets(str(folder))["items"]
+
+    def secret(name):
+        return next(i for i in key_secrets(str(folder))["items"] if i["metadata"]["name"] == name)
+
+    curve, clients = secret("royalefleet-curve-learner"), secret("royalefleet-curve-clients-learner")
     kubelet_secret_volume(tmp_path / "pod-keys", curve, "v1")
     kubelet_secret_volume(tmp_path / "pod-clients", clients, "v1")
     environ = {"ROYALEFLEET_CURVE_DIR": str(tmp_path / "pod-keys"),
@@ -523,11 +542,11 @@ def test_a_server_admits_clients_from_the_mounted_allow_list_and_a_host_added_la
                 return False
             return server.recv_multipart()[1] == payload
 
-        assert ask(tmp_path / "pod-keys" / "client.key_secret", b"local")
+        assert ask(folder / "roles" / "rollout" / "client.key_secret", b"local")
+        assert not ask(tmp_path / "pod-keys" / "client.key_secret", b"the learner's own client key", wait_ms=1500)
         ensure_keys(str(folder), ["box3"])  # royalefleet keys --host box3 --k8s-secrets | kubectl apply -f -
         assert not ask(folder / "hosts/box3/client.key_secret", b"too early", wait_ms=1500)
-        _, clients = key_secrets(str(folder))["items"]
-        kubelet_secret_volume(tmp_path / "pod-clients", clients, "v2")
+        kubelet_secret_volume(tmp_path / "pod-clients", secret("royalefleet-curve-clients-learner"), "v2")
         assert ask(folder / "hosts/box3/client.key_secret", b"box3")
         zmq.auth.create_certificates(str(tmp_path), "stranger")
         assert not ask(tmp_path / "stranger.key_secret", b"stranger", wait_ms=1500)
@@ -539,3 +558,30 @@ def test_a_server_admits_clients_from_the_mounted_allow_list_and_a_host_added_la
             if t.name == "curve-refusal-watch":
                 t.join(5)
         ctx.term()
+
+
+def test_network_policies_allow_only_the_protocols_seams(resolved):
+    """Default deny both ways; each ZeroMQ port takes exactly its protocol clients; a client may
+    connect only to its servers' ZeroMQ ports (and DNS)."""
+    pols = by_name(resolved["base"], "NetworkPolicy")
+    deny = pols["default-deny"]["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    zmq_port = {"learner": 5555, "ladder": 5556, "checkpoint": 5557}
+    seams = {"rollout": {"learner"}, "learner": {"ladder", "checkpoint"}, "evaluator": {"ladder", "checkpoint"}}
+    for server, port in zmq_port.items():
+        rules = pols[f"{server}-ingress"]["spec"]["ingress"]
+        zmq_rules = [r for r in rules if {"protocol": "TCP", "port": port} in r["ports"]]
+        (rule,) = zmq_rules
+        allowed = {f["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for f in rule["from"]}
+        assert allowed == {c for c, servers in seams.items() if server in servers}, server
+        assert all("namespaceSelector" not in f for f in rule["from"])
+    for client in ("rollout", "learner", "evaluator", "ladder", "checkpoint"):
+        rules = pols[f"{client}-egress"]["spec"]["egress"]
+        reach = {(r["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"], r["ports"][0]["port"])
+                 for r in rules if "to" in r}
+        assert reach == {(s, zmq_port[s]) for s in seams.get(client, ())}, client
+        assert [r for r in rules if "to" not in r] == [{"ports": [{"protocol": "UDP", "port": 53},
+                                                                  {"protocol": "TCP", "port": 53}]}]
+    # a rollout's pod selector is not in the ladder's or the checkpoint service's ingress at all
+    for server in ("ladder", "checkpoint"):
+        assert "rollout" not in str(pols[f"{server}-ingress"]["spec"])

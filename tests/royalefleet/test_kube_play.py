@@ -61,7 +61,9 @@ def test_statefulsets_become_pods_named_as_their_services_with_their_claims(play
     assert claim["metadata"]["annotations"] == {"volume.podman.io/uid": "10001", "volume.podman.io/gid": "10001"}
     mounts = {v["name"]: v for v in _spec(learner)["volumes"]}
     assert mounts["runs"] == {"name": "runs", "persistentVolumeClaim": {"claimName": "runs-learner-0"}}
-    # the /dev/shm emptyDir is gone (podman's own tmpfs stands in); the other mounts stay
+    # the /dev/shm and /tmp emptyDirs are gone (podman's own tmpfs stands in for /dev/shm; the root
+    # filesystem stays writable for /tmp); the other mounts stay
+    assert _spec(learner)["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is False
     assert sorted(mounts) == ["config", "curve", "curve-clients", "runs"]
     assert [m["mountPath"] for m in _spec(learner)["containers"][0]["volumeMounts"]] == [
         "/data/runs", "/keys", "/keys-clients", "/etc/royalefleet"]
@@ -75,7 +77,10 @@ def test_only_kinds_podman_4_3_plays_are_played_and_the_rest_are_named(played):
     assert kinds == {"ConfigMap", "PersistentVolumeClaim", "Pod", "Deployment"}
     assert sorted(line.split(":")[0] for line in dropped) == sorted(
         ["Namespace/royalefleet"] + [f"Service/{n}" for n in ("checkpoint", "ladder", "learner", "rollout", "evaluator")]
-        + [f"PodDisruptionBudget/{n}" for n in ("checkpoint", "ladder", "learner")])
+        + [f"PodDisruptionBudget/{n}" for n in ("checkpoint", "ladder", "learner")]
+        + ["NetworkPolicy/default-deny"]
+        + [f"NetworkPolicy/{n}-{way}" for n in ("learner", "ladder", "checkpoint", "rollout", "evaluator")
+           for way in ("ingress", "egress")])
     one = km.one_file(workloads)
     assert [d["metadata"]["name"] for d in one if d["kind"] == "ConfigMap"] == ["royalefleet-config"]  # once
     assert len(list(yaml.safe_load_all(km.to_yaml(one)))) == len(one) == 1 + 3 + 3 + 2
@@ -93,18 +98,17 @@ def test_no_port_is_published_and_probes_name_numbers(played):
     assert rollout_c["livenessProbe"]["httpGet"]["port"] == ports.rollout_metrics_port
 
 
-def test_secret_volumes_are_explicit_and_a_rollout_gets_its_items_only(played):
+def test_secret_volumes_are_explicit_and_each_role_gets_its_own_secret(played):
     workloads, _ = played
     for w in workloads:
         for v in _spec(w)["volumes"]:
             if "secret" in v:
                 assert v["secret"]["optional"] is False and "items" not in v["secret"], (w.name, v)
     rollout = workloads[3]
-    assert rollout.secrets == {"royalefleet-curve-rollout": ("royalefleet-curve",
-                                                             ["server.key", "client.key", "client.key_secret"])}
+    assert rollout.secrets == {"royalefleet-curve-rollout": ("royalefleet-curve-rollout", None)}
     assert workloads[2].secrets == {"royalefleet-halt": ("royalefleet-halt", None),
-                                    "royalefleet-curve": ("royalefleet-curve", None),
-                                    "royalefleet-curve-clients": ("royalefleet-curve-clients", None)}
+                                    "royalefleet-curve-learner": ("royalefleet-curve-learner", None),
+                                    "royalefleet-curve-clients-learner": ("royalefleet-curve-clients-learner", None)}
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": "royalefleet-curve", "namespace": "x"},
               "data": {"server.key": base64.b64encode(b"s").decode(), "server.key_secret": "c2VjcmV0",
                        "client.key": "Yw==", "client.key_secret": "Y3M="}}

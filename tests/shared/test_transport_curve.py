@@ -82,12 +82,15 @@ def keys(tmp_path) -> Path:
     return folder
 
 
-def server_keys(folder: Path) -> CurveServer:
-    return transport.curve_server_keys({CURVE_DIR_ENV: str(folder)})
+def server_keys(folder: Path, role: str = "learner") -> CurveServer:
+    """Server ``role``'s keys from the keys folder ``folder`` (its own folder, roles/<role>)."""
+    return transport.curve_server_keys({CURVE_DIR_ENV: str(folder / "roles" / role)})
 
 
-def client_keys(folder: Path) -> CurveClient:
-    return transport.curve_client_keys({CURVE_DIR_ENV: str(folder)})
+def client_keys(folder: Path, role: str | None = "rollout") -> CurveClient:
+    """Client ``role``'s keys from the keys folder ``folder``; ``role`` None: ``folder`` is a
+    client's own keys folder (an extracted host bundle)."""
+    return transport.curve_client_keys({CURVE_DIR_ENV: str(folder / "roles" / role if role else folder)})
 
 
 def stranger(keys: Path) -> CurveClient:
@@ -154,7 +157,8 @@ def ask_after_echo(server, client, payload):
 def test_a_curve_client_does_not_talk_to_a_server_with_another_key(net, keys, tmp_path):
     """The client pins the server's public key: an impostor server gets no message."""
     zmq.auth.create_certificates(str(tmp_path), "impostor")
-    impostor, address = net.server(CurveServer(str(tmp_path / "impostor.key_secret"), str(keys / "clients")))
+    impostor, address = net.server(CurveServer(str(tmp_path / "impostor.key_secret"),
+                                                str(keys / "roles" / "learner" / "clients")))
     client = net.client(address, curve=client_keys(keys))
     client.send(b"secret")
     assert echo_once(impostor, REFUSED_WAIT_MS) is None
@@ -163,7 +167,8 @@ def test_a_curve_client_does_not_talk_to_a_server_with_another_key(net, keys, tm
 def test_the_allow_list_is_read_again_without_a_restart(net, keys, tmp_path):
     lines: list[str] = []
     sock = net.raw(zmq.ROUTER)
-    allowed = transport.curve_server(sock, str(keys / "server.key_secret"), str(keys / "clients"), say=lines.append)
+    allow_list = keys / "roles" / "learner" / "clients"
+    allowed = transport.curve_server(sock, str(keys / "server.key_secret"), str(allow_list), say=lines.append)
     sock.bind("tcp://127.0.0.1:*")
     address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
     bad = net.client(address, curve=stranger(keys))
@@ -171,12 +176,12 @@ def test_the_allow_list_is_read_again_without_a_restart(net, keys, tmp_path):
     assert echo_once(sock, REFUSED_WAIT_MS) is None
     assert allowed.refused >= 1
     assert any("refused a client" in line for line in lines)
-    shutil.copy(tmp_path / "stranger.key", keys / "clients" / "stranger.key")  # admit it
+    shutil.copy(tmp_path / "stranger.key", allow_list / "stranger.key")  # admit it
     late = net.client(address, curve=stranger(keys))
     late.send(b"2")
     got = echo_once(sock)
     assert got in ([b"1"], [b"2"])  # the first reconnect of `bad` may win the race
-    (keys / "clients" / "stranger.key").unlink()  # revoke: new handshakes are refused again
+    (allow_list / "stranger.key").unlink()  # revoke: new handshakes are refused again
     again = net.client(address, curve=stranger(keys))
     again.send(b"3")
     while (got := echo_once(sock, REFUSED_WAIT_MS)) is not None:
@@ -195,8 +200,11 @@ def test_missing_keys_are_an_oserror_that_says_how_to_make_them(net, tmp_path):
         net.server(server_keys(tmp_path / "nowhere"))
     with pytest.raises(OSError, match="royalefleet keys"):
         net.client("tcp://127.0.0.1:1", curve=client_keys(tmp_path / "nowhere"))
+    # a client role's folder holds no server secret: it cannot serve
     folder = tmp_path / "k"
     cmd_keys.ensure_keys(str(folder))
+    with pytest.raises(OSError, match="server.key_secret"):
+        net.server(server_keys(folder, "rollout"))
     with pytest.raises(OSError, match="no secret key"):
         net.server(CurveServer(str(folder / "server.key"), str(folder / "clients")))
 
@@ -206,9 +214,13 @@ def test_keys_layout_is_idempotent_and_bundles_a_host(tmp_path, net, capsys):
     assert cmd_keys.main(["--dir", str(folder), "--hosts", "1"]) == 0
     out = capsys.readouterr().out
     assert "host-1" in out and "copy" in out
-    names = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    assert names == {"server.key", "server.key_secret", "client.key", "client.key_secret", "clients/local.key",
-                     "clients/host-1.key", "hosts/host-1/server.key", "hosts/host-1/client.key",
+    names = {p.relative_to(folder).as_posix() for p in folder.rglob("*")
+             if p.is_file() and not p.relative_to(folder).as_posix().startswith("roles/")}
+    assert names == {"server.key", "server.key_secret", "client.key", "client.key_secret", "learner.key",
+                     "learner.key_secret", "evaluator.key", "evaluator.key_secret",
+                     "clients/learner/local.key", "clients/learner/host-1.key", "clients/ladder/learner.key",
+                     "clients/ladder/evaluator.key", "clients/checkpoint/learner.key",
+                     "clients/checkpoint/evaluator.key", "hosts/host-1/server.key", "hosts/host-1/client.key",
                      "hosts/host-1/client.key_secret"}
     assert (folder / "server.key_secret").stat().st_mode & 0o077 == 0
     before = {n: (folder / n).read_bytes() for n in names}
@@ -226,7 +238,7 @@ def test_keys_layout_is_idempotent_and_bundles_a_host(tmp_path, net, capsys):
         assert members["client.key_secret"].mode == 0o600 and members["client.key"].uid == cmd_keys.IMAGE_UID
         tar.extractall(host_dir, filter="data")
     server, address = net.server(server_keys(folder))
-    client = net.client(address, curve=client_keys(host_dir))
+    client = net.client(address, curve=client_keys(host_dir, None))
     assert ask_after_echo(server, client, b"from box") == b"FROM BOX"
 
 
@@ -238,7 +250,9 @@ def test_bundle_writes_only_the_archive_to_stdout(tmp_path):
     with tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
         assert sorted(tar.getnames()) == ["client.key", "client.key_secret", "server.key"]
     assert b"box9" in out.stderr
-    assert (folder / "clients" / "box9.key").exists()
+    assert (folder / "clients" / "learner" / "box9.key").exists()
+    assert (folder / "roles" / "learner" / "clients" / "box9.key").exists()
+    assert not (folder / "roles" / "ladder" / "clients" / "box9.key").exists()
 
 
 def free_port() -> int:
@@ -253,7 +267,7 @@ def test_a_real_service_with_the_curve_variable_refuses_strangers(tmp_path, keys
     address = f"tcp://127.0.0.1:{free_port()}"
     env = os.environ | {
         "ROYALEFLEET_CHECKPOINT_BIND": address, "ROYALEFLEET_RUNS_DIR": str(tmp_path / "runs"),
-        "ROYALEFLEET_METRICS_PORT": "0", CURVE_DIR_ENV: str(keys), "PYTHONPATH": str(REPO),
+        "ROYALEFLEET_METRICS_PORT": "0", CURVE_DIR_ENV: str(keys / "roles" / "checkpoint"), "PYTHONPATH": str(REPO),
     }
     proc = subprocess.Popen([sys.executable, "-m", "services.checkpoint"], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -264,17 +278,21 @@ def test_a_real_service_with_the_curve_variable_refuses_strangers(tmp_path, keys
             clients.append(c)
             return c.request(LoadLatest(request_id=c.next_id(), run_name="default"))
 
-        reply, _ = load(client_keys(keys), 30)  # waits for the service to start
+        reply, _ = load(client_keys(keys, "learner"), 30)  # waits for the service to start
+        assert isinstance(reply, NotFound)
+        reply, _ = load(client_keys(keys, "evaluator"), 10)  # evaluators load snapshots
         assert isinstance(reply, NotFound)
         with pytest.raises(transport.ServiceTimeout):
             load(stranger(keys), REFUSED_WAIT_MS / 1000)
         with pytest.raises(transport.ServiceTimeout):
             load(None, REFUSED_WAIT_MS / 1000)
-        reply, _ = load(client_keys(keys / "hosts" / "box2"), 10)  # an extra host's bundle is allowed too
-        assert isinstance(reply, NotFound)
+        # A rollout's key, local or an extra host's, opens the learner only: no answer here.
+        for rollout in (client_keys(keys), client_keys(keys / "hosts" / "box2", None)):
+            with pytest.raises(transport.ServiceTimeout):
+                load(rollout, REFUSED_WAIT_MS / 1000)
 
         # Writes need the run's writer token, derived from the servers' secret key: an admitted
-        # rollout host (client keys only) cannot save; the learner (it holds the key) can.
+        # evaluator (client keys only) cannot save; the learner (it holds the key) can.
         def save(curve, token):
             c = Client(address, Decoder(FromCheckpoint), name="checkpoint", timeout_s=10, curve=curve)
             clients.append(c)
@@ -282,10 +300,10 @@ def test_a_real_service_with_the_curve_variable_refuses_strangers(tmp_path, keys
                                             names=["a.bin"], meta=b"{}", token=token),
                              {"a.bin": np.frombuffer(b"abc", np.uint8)})[0]
 
-        reply = save(client_keys(keys / "hosts" / "box2"), "")
+        reply = save(client_keys(keys, "evaluator"), "")
         assert isinstance(reply, Error) and "missing or wrong writer token" in reply.reason
         assert not (tmp_path / "runs" / "default").exists()
-        reply = save(client_keys(keys), checkpoint_token({CURVE_DIR_ENV: str(keys)}))
+        reply = save(client_keys(keys, "learner"), checkpoint_token({CURVE_DIR_ENV: str(keys / "roles" / "learner")}))
         assert isinstance(reply, Saved)
     finally:
         for c in clients:
