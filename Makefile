@@ -61,6 +61,7 @@ compose:
 	@if [ -f .env ]; then have=$$(sed -n 's/^FLEET_CLASS=//p' .env | tail -1); \
 	  if [ "$$have" != "$(CLASS)" ]; then echo ".env is of class '$${have:-none}', not $(CLASS): every command of a stack must see the same settings (docs/compose.md); to switch class, move .env aside and run this again" >&2; exit 2; fi; \
 	else cp "deploy/env/$(CLASS).env" .env && echo "wrote .env from deploy/env/$(CLASS).env (add ALERT_WEBHOOK_URL=<your receiver> to it: docs/alarms.md)"; fi
+	@grep -q '^GRAFANA_ADMIN_PASSWORD=.' .env || { echo "GRAFANA_ADMIN_PASSWORD=$$(python3 -c 'import secrets; print(secrets.token_urlsafe(18))')" >> .env && echo "added a random GRAFANA_ADMIN_PASSWORD to .env (Grafana has no default password; user admin)"; }
 	docker compose up -d
 
 rollout-host:

@@ -119,9 +119,9 @@ def test_royalefleet_eval_scripted_against_scripted(cfg, tmp_path, capsys):
     assert out.strip().endswith("scripted:random_legal vs scripted:noop: score 1.0000 over 4 games (4 won, 0 drawn, "
                                 "0 lost; 2 seeds x 2 sides), Wilson 95 % interval [0.5101, 1.0000]")
     assert main(["eval", RAND, "scripted:pusher", "--games", "4", "--config", str(path)]) == 2
-    assert ("player 'scripted:pusher': expected snap:<snapshot_id> or one of scripted:noop, scripted:random_legal, "
-            "scripted:random, scripted:first-affordable, scripted:defend, scripted:push, scripted:patient") \
-        in capsys.readouterr().err
+    assert ("player 'scripted:pusher': no such scripted player (did you mean 'scripted:push'?); the scripted "
+            "players are scripted:noop, scripted:random_legal, scripted:random, scripted:first-affordable, "
+            "scripted:defend, scripted:push, scripted:patient") in capsys.readouterr().err
 
 
 def test_a_gate_played_by_an_evaluator_is_re_run_exactly_by_royalefleet_gate(cfg, facts, tmp_path, capsys):
