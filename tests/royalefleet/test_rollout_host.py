@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import re
 import stat
 import sys
 import tarfile
@@ -70,7 +71,10 @@ def test_a_compose_learner_host_makes_the_whole_host_in_one_archive(tmp_path, mo
                    "FLEET_METRICS_PUBLISH": "10.0.0.7:9110-9173"}
     # the host's key, the one the learner's allow-list now holds
     assert secret == (tmp_path / "volume" / "hosts" / "box2" / "client.key_secret").read_bytes()
-    assert (tmp_path / "volume" / "clients" / "box2.key").exists()
+    # on the learner's allow-list and in the learner role's own keys (per-server allow-lists, issue 38)
+    assert (tmp_path / "volume" / "clients" / "learner" / "box2.key").exists()
+    assert (tmp_path / "volume" / "roles" / "learner" / "clients" / "box2.key").exists()
+    assert not (tmp_path / "volume" / "clients" / "ladder" / "box2.key").exists()
     targets = json.loads((tmp_path / "prometheus" / "targets" / "box2.json").read_text())
     assert len(targets[0]["targets"]) == 64 and targets[0]["labels"]["host"] == "box2"
     # what compose.rollout.yaml makes of that .env: 64 replicas, one metrics port each
@@ -104,7 +108,8 @@ def test_a_make_run_learner_binds_where_the_host_reaches_it(tmp_path, monkeypatc
     assert code == 0, said
     assert json.loads((run / "config.json").read_text())["services"]["host"] == "10.0.0.5"
     assert "start the local stack again with CURVE on: ROYALEFLEET_CURVE_DIR=keys make run" in said
-    assert (tmp_path / "keys" / "clients" / "box3.key").exists()
+    assert (tmp_path / "keys" / "clients" / "learner" / "box3.key").exists()
+    assert (tmp_path / "keys" / "roles" / "learner" / "clients" / "box3.key").exists()
     with tarfile.open(tmp_path / "box3-rollout-host.tgz") as tar:
         env = tar.extractfile(".env").read().decode()
     assert "ROYALEFLEET_LEARNER=tcp://10.0.0.5:5555\n" in env and "FLEET_BATTLES=16\n" in env
@@ -138,11 +143,16 @@ def test_make_compose_writes_env_once_and_refuses_another_class(tmp_path):
         return subprocess.run(["make", "-s", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
 
     assert make("compose", "CLASS=laptop").returncode == 0
-    assert (tmp_path / ".env").read_text() == (ROOT / "deploy" / "env" / "laptop.env").read_text()
+    written = (tmp_path / ".env").read_text()
+    class_env = (ROOT / "deploy" / "env" / "laptop.env").read_text()
+    # the class's file, then a random Grafana admin password (Grafana has no default one)
+    assert written.startswith(class_env)
+    password = written[len(class_env):]
+    assert re.fullmatch(r"GRAFANA_ADMIN_PASSWORD=[A-Za-z0-9_-]{24}\n", password), password
     with open(tmp_path / ".env", "a") as fh:
         fh.write("ALERT_WEBHOOK_URL=https://ntfy.sh/t\n")
     assert make("compose", "CLASS=laptop").returncode == 0
-    assert (tmp_path / ".env").read_text().endswith("ALERT_WEBHOOK_URL=https://ntfy.sh/t\n")
+    assert (tmp_path / ".env").read_text() == written + "ALERT_WEBHOOK_URL=https://ntfy.sh/t\n"  # kept, password too
     assert (tmp_path / "calls").read_text() == "docker compose up -d\n" * 2
     other = make("compose", "CLASS=cpu")
     assert other.returncode == 2 and ".env is of class 'laptop', not cpu" in other.stderr

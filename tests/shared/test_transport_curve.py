@@ -334,7 +334,8 @@ def test_a_key_file_removed_mid_handshake_refuses_that_one_and_a_good_client_con
     transport.curve_server(sock, curve.secret_key_file, curve.allowed_clients_dir, say=said.append)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     address = f"tcp://127.0.0.1:{port}"
-    retired = keys / "clients" / "retired.key"
+    allow_list = Path(curve.allowed_clients_dir)  # the learner's own allow-list (roles/learner/clients)
+    retired = allow_list / "retired.key"
     shutil.copy(keys.parent / "stranger.key", retired)
     real_scandir = os.scandir
 
@@ -359,7 +360,7 @@ def test_a_key_file_removed_mid_handshake_refuses_that_one_and_a_good_client_con
             raise RuntimeError("disk went away")
         return real_load(path)
 
-    (keys / "clients" / "box3.key").write_bytes((keys / "clients" / "box2.key").read_bytes())  # a change: re-read
+    (allow_list / "box3.key").write_bytes((allow_list / "box2.key").read_bytes())  # a change: re-read
     monkeypatch.setattr(zmq.auth, "load_certificate", broken_once)
     refused = net.client(address, curve=client_keys(keys))
     refused.send(b"refused")

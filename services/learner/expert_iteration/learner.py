@@ -80,7 +80,8 @@ class ExpertIterationAlgorithm:
     """Expert iteration (module docstring), registered as ``learner.algorithm = "expert_iteration"``."""
 
     name = NAME
-    takes_extensions = True
+    extension_hooks = frozenset({"fresh_start", "resumed", "actor_lr_multiplier", "state", "load_state"})
+    """The warm start's hooks (its clone, its hold on the actor's rate), as AlphaZero's."""
 
     def __init__(self, parts: AlgorithmParts):
         cfg, ex = parts.cfg, parts.cfg.expert_iteration
