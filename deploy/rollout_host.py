@@ -168,7 +168,9 @@ def local_side(args, say) -> tuple[str, int, int, bytes]:
     bundle = _run([args.python, "-m", "royalefleet.cmd_keys", "--dir", "keys", "--bundle", args.name],
                   "making the host's keys")
     rollout = cfg.get("rollout", {})
-    say("start the local stack again with CURVE on: ROYALEFLEET_CURVE_DIR=keys make run")
+    run = os.path.basename(os.path.dirname(path))
+    again = "make run" if run == "default" else f"royalefleet resume {run}"
+    say(f"start the local stack again with CURVE on: ROYALEFLEET_CURVE_DIR=keys {again}")
     return (f"tcp://{args.learner}:{services.get('learner_port', LEARNER_PORT)}", int(rollout.get("battles", 16)),
             int(rollout.get("shards", 2)), bundle)
 

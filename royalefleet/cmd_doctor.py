@@ -399,8 +399,12 @@ def check_disk(cfg, free: int | None = None, one: tuple[int, str] | None = None)
 
 
 def check_ports(cfg) -> Check:
-    from royalefleet.launcher import ports_in_use
+    from royalefleet.launcher import host_not_here, ports_in_use
 
+    not_here = host_not_here(cfg)
+    if not_here:
+        return Check("ports", FAIL, not_here, "set services.host in the run's config.json to an address of this "
+                     "machine (127.0.0.1 when every rollout is local)")
     busy = ports_in_use(cfg, cfg.local.rollouts)
     if busy:
         return Check("ports", FAIL, "in use: " + "; ".join(busy),
@@ -508,6 +512,14 @@ def check_compose(root: Path | None = None, docker: str | None = None) -> Check:
     if docker is None:
         return Check("compose", FAIL, "no `docker` command on PATH",
                      "install Docker with the Compose v2 plugin (or podman with deploy/podman/compose, docs/compose.md)")
+    try:  # the plugin first: without it every `docker compose ...` fails with docker's own usage text
+        plugin = subprocess.run([docker, "compose", "version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("compose", FAIL, f"`docker compose version` did not run: {exc}", "install Docker Compose v2")
+    if plugin.returncode != 0:
+        return Check("compose", FAIL, f"`{docker} compose` is not available here (no Compose v2 plugin)",
+                     "install the Docker Compose v2 plugin (Debian: docker-compose-plugin or docker-compose), or "
+                     "podman with deploy/podman/compose (docs/compose.md)")
     results = []
     for files in (["compose.yaml"], ["compose.yaml", "compose.gpu.yaml"], ["compose.rollout.yaml"]):
         if not all((root / f).exists() for f in files):

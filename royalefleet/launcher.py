@@ -23,6 +23,7 @@ this terminal instead (``Child._pump``), so the learner's last words are never l
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import secrets
 import signal
@@ -309,6 +310,23 @@ def _say_safely(say, text: str) -> None:
         pass
 
 
+def host_not_here(cfg: RunConfig) -> str | None:
+    """Why this machine cannot bind ``services.host`` at all (an address it does not have, a
+    name that does not resolve), or None. Checked before the ports, so that a mistyped address
+    is not reported as ports in use."""
+    host = cfg.services.host
+    with socket.socket() as sk:
+        try:
+            sk.bind((host, 0))
+        except socket.gaierror as exc:
+            return f"services.host {host!r} does not resolve here ({exc.strerror})"
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return (f"services.host {host} is not an address of this machine: the services bind it, so it "
+                        f"must be one of this host's own addresses (`ip -brief address`), or 0.0.0.0")
+    return None
+
+
 def ports_in_use(cfg: RunConfig, rollouts: int) -> list[str]:
     s = cfg.services
     wanted = {"learner": s.learner_port, "ladder": s.ladder_port, "checkpoint": s.checkpoint_port,
@@ -407,6 +425,10 @@ class Stack:
                 c.signal(signal.SIGKILL)
 
     def run(self) -> int:
+        not_here = host_not_here(self.cfg)
+        if not_here:
+            self.say(f"cannot start: {not_here}; fix it under \"services\" in the run's config.json")
+            return 2
         busy = ports_in_use(self.cfg, self.n_rollouts)
         if busy:
             self.say("cannot start: " + "; ".join(busy) + " already in use (another `royalefleet up`?). "

@@ -113,6 +113,18 @@ def test_a_port_taken_fails_naming_it(cfg):
     assert doc.check_ports(cfg).level == OK
 
 
+def test_an_address_this_machine_lacks_is_named_as_such_not_as_ports_in_use(cfg):
+    import msgspec
+
+    # 192.0.2.1 (TEST-NET-1, RFC 5737) is never assigned to a machine: binding it fails with
+    # EADDRNOTAVAIL, the case of a rollout host's LEARNER= mistyped into services.host
+    away = msgspec.structs.replace(cfg, services=msgspec.structs.replace(cfg.services, host="192.0.2.1"))
+    c = doc.check_ports(away)
+    assert c.level == FAIL
+    assert c.text.startswith("services.host 192.0.2.1 is not an address of this machine")
+    assert "in use" not in c.text and "services.host in the run's config.json" in c.fix
+
+
 def test_unreadable_or_missing_curve_keys_fail(tmp_path):
     from royalefleet.cmd_keys import ensure_keys
 
@@ -163,11 +175,20 @@ def test_a_no_op_that_is_not_legal_fails(cfg):
     assert c.level == FAIL and c.text.startswith("decision 0 red: the no-op (action 0) is not legal")
 
 
-def fake_docker(tmp_path, code: int, said: str) -> str:
+def fake_docker(tmp_path, code: int, said: str, plugin: bool = True) -> str:
+    """A `docker` whose `compose version` succeeds when ``plugin`` (else docker's own refusal of an
+    unknown command, exit 1) and whose every other call says ``said`` and exits ``code``."""
     path = tmp_path / "docker"
-    path.write_text(f"#!/bin/sh\necho '{said}' >&2\nexit {code}\n")
+    version = "exit 0" if plugin else "echo \"docker: unknown command: docker compose\" >&2; exit 1"
+    path.write_text(f"#!/bin/sh\nif [ \"$2\" = version ]; then {version}; fi\necho '{said}' >&2\nexit {code}\n")
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
     return str(path)
+
+
+def test_docker_without_the_compose_plugin_is_named_not_blamed_on_the_file(tmp_path):
+    c = doc.check_compose(docker=fake_docker(tmp_path, 125, "unknown shorthand flag: 'f' in -f", plugin=False))
+    assert c.level == FAIL and c.text.endswith("compose` is not available here (no Compose v2 plugin)")
+    assert "compose.yaml" not in c.text and c.fix.startswith("install the Docker Compose v2 plugin")
 
 
 def test_compose_files_that_do_not_parse_fail(tmp_path):
