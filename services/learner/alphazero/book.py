@@ -55,9 +55,14 @@ def rollout_search_of(a) -> RolloutSearch:
     """The rollouts' search of ``a`` (an ``AlphaZeroConfig``): its candidates, depth, move rule
     and mid-step answers, and the ``+search`` players' options (``playouts``, ``halving``,
     ``continuation``, ``sim_opponents``, ``value_scale``, ``keep``)."""
+    options = {"playouts": a.playouts, "halving": a.halving, "cont": a.continuation,
+               "opponents": tuple(a.sim_opponents), "value_scale": a.value_scale, "keep": a.keep}
+    defaults = RolloutSearch(candidates=a.candidates)
+    # only the options set: one at its default is not sent, so the Welcome's bytes are as before they existed
+    # (msgspec's omit_defaults leaves out a default by identity, not by value, for a float)
     return RolloutSearch(candidates=a.candidates, depth=a.depth, c_scale=a.c_scale, leaf_value=a.leaf_value,
-                         sim_opponent=a.sim_opponent, playouts=a.playouts, halving=a.halving, cont=a.continuation,
-                         opponents=tuple(a.sim_opponents), value_scale=a.value_scale, keep=a.keep)
+                         sim_opponent=a.sim_opponent,
+                         **{k: v for k, v in options.items() if v != getattr(defaults, k)})
 
 
 def move_agrees(move_index: int, q: np.ndarray, keys: np.ndarray, c_scale: float, keep: float | None) -> bool:
