@@ -1032,6 +1032,71 @@ class AlphaZeroConfig(_Cfg):
     critic's V(leaf), valued by the learner's central inference in a mid-step request
     (``LeafQuery``/``LeafValues``, docs/protocol.md): the critic's knowledge reaches the leaves,
     at one more round trip per searched step."""
+    playouts: Annotated[int, Meta(ge=1, le=64)] = 1
+    """Playouts per candidate, each with its own seeds (playout j of every candidate shares j's
+    streams), scored by their mean: the ``+search`` players' ``p=K`` (docs/search.md, "Targets
+    worth distilling"; shared/search/halving.py). 1: one playout, as AlphaZero always searched.
+    Any of ``playouts`` above 1, ``halving``, ``value_scale`` or ``keep`` switches the rollouts to
+    the players' move rule (``shared.search.halving.evaluate``: the best mean, the prior's own pick
+    kept unless beaten by more than ``keep``) in place of Gumbel + sigma(min-max q); needs
+    ``leaf_value`` "board"."""
+    halving: bool = False
+    """Sequential halving over the candidates with the budget ``candidates`` x ``playouts`` (the
+    players' ``sh=1``): the close candidates get the playouts. Needs ``leaf_value`` "board"."""
+    continuation: str = "random"
+    """Who plays the searching seat after its candidate in a simulation (the players' ``cont=``):
+    RoyaleGym's ``random`` (the default), or a scripted bot of ``shared.search.spec.SIM_BOTS``
+    (``defend``, ``first-affordable``, ...). The network itself (``self``) is not offered: the
+    rollout is torch-free and would have to ask the learner for every simulated decision."""
+    sim_opponents: list[str] = []
+    """Scripted bots (names of ``shared.search.spec.SIM_BOTS``, distinct) that play the other seat
+    in the simulations, playout j played by entry (seed + j) mod len (the players' ``opp=a/b``);
+    empty: the battle's own opponent as ``sim_opponent`` says. When set, no network opponent is
+    simulated and ``sim_opponent`` is not read."""
+    value_scale: NonNegFloat = 0.0
+    """Tower HP per unit of the fixed value scale (the players' ``vs=S``): each playout's board
+    difference becomes tanh(diff / value_scale) before the mean, and the scores the rollouts report
+    are on that scale (expert iteration then uses them as they are, not its own
+    ``expert_iteration.value_scale``). 0: raw board differences. Needs ``leaf_value`` "board"."""
+    keep: NonNegFloat = 0.0
+    """The margin (score units: tanh units under ``value_scale``) another candidate's mean must
+    beat the prior's own pick (the first candidate, the top Gumbel key) by to be played (the
+    players' ``keep=M``). Needs ``leaf_value`` "board"."""
+
+    def stable(self) -> bool:
+        """True when the rollouts play the players' move rule (``playouts``' docstring)."""
+        return self.playouts != 1 or self.halving or self.value_scale > 0 or self.keep > 0
+
+    def problems(self, in_use: bool) -> list[str]:
+        """The search options' rules (``in_use``: the learner searches), each naming the fix."""
+        from shared.search.spec import SIM_BOTS
+
+        problems = []
+        if self.continuation not in SIM_BOTS:
+            problems.append(f"alphazero.continuation: {self.continuation!r} is not a simulation bot; choose one of "
+                            f"{', '.join(SIM_BOTS)}")
+        bad = [n for n in self.sim_opponents if n not in SIM_BOTS]
+        if bad or len(set(self.sim_opponents)) != len(self.sim_opponents):
+            problems.append(f"alphazero.sim_opponents: {self.sim_opponents!r} must be distinct names of "
+                            f"{', '.join(SIM_BOTS)}")
+        if in_use and self.leaf_value == "critic" and self.stable():
+            set_ = [f for f, on in (("playouts", self.playouts != 1), ("halving", self.halving),
+                                    ("value_scale", self.value_scale > 0), ("keep", self.keep > 0)) if on]
+            problems.append(f"alphazero.leaf_value: \"critic\" values one leaf a candidate in one LeafQuery and "
+                            f"cannot score the players' move rule yet ({', '.join('alphazero.' + f for f in set_)} "
+                            "set); set alphazero.leaf_value \"board\", or leave playouts 1, halving false, "
+                            "value_scale 0 and keep 0")
+        return problems
+
+    def identity_part(self) -> dict:
+        """The section as algo_digest reads it: the search options left out at their defaults, so
+        a run that does not use them keeps the digest it had before they existed."""
+        data = msgspec.to_builtins(self)
+        for name, default in (("playouts", 1), ("halving", False), ("continuation", "random"),
+                              ("sim_opponents", []), ("value_scale", 0.0), ("keep", 0.0)):
+            if data.get(name) == default:
+                data.pop(name)
+        return data
 
 
 class ExpertIterationConfig(_Cfg):
@@ -1136,6 +1201,7 @@ class RunConfig(_Cfg):
         problems += self.rollout.problems()
         problems += self.ppo.problems()
         problems += self.dqn.problems(in_use=self.learner.algorithm == "dqn")
+        problems += self.alphazero.problems(in_use=self.learner.algorithm in ("alphazero", "expert_iteration"))
         problems += self.advantage.problems()
         problems += self.env.problems()
         problems += self.ladder.problems()

@@ -133,9 +133,9 @@ def config_digests(cfg: RunConfig) -> dict[str, str]:
         # PPO runs keep the digest they had before the DQN learner existed; a DQN run adds its own.
         "algo_digest": digest({"ppo": cfg.ppo, "advantage": cfg.advantage, "autocast": cfg.net.autocast,
                                **({"algorithm": cfg.learner.algorithm, "dqn": cfg.dqn} if cfg.learner.algorithm == "dqn" else {}),
-                               **({"algorithm": cfg.learner.algorithm, "alphazero": cfg.alphazero}
+                               **({"algorithm": cfg.learner.algorithm, "alphazero": cfg.alphazero.identity_part()}
                                   if cfg.learner.algorithm == "alphazero" else {}),
-                               **({"algorithm": cfg.learner.algorithm, "alphazero": cfg.alphazero,
+                               **({"algorithm": cfg.learner.algorithm, "alphazero": cfg.alphazero.identity_part(),
                                    "expert_iteration": cfg.expert_iteration}
                                   if cfg.learner.algorithm == "expert_iteration" else {})}),
         "rollout_digest": digest({"battles": cfg.rollout.battles, "shards": cfg.rollout.shards,

@@ -12,6 +12,14 @@ RoyaleGym's ``random`` playout, the leaf scored by ``board_value``, or under ``l
 n-step return before any move is chosen), plays the candidate with the highest key +
 sigma(q_hat) (``shared.search.targets.gumbel_move_index``) and reports the scores and moves with
 the next round; the learner turns them into the completed-Q target.
+With the stable options of the ``alphazero`` section (``playouts``, ``halving``,
+``continuation``, ``sim_opponents``, ``value_scale``, ``keep``: the ``+search`` players' ``p``,
+``sh``, ``cont``, ``opp``, ``vs``, ``keep``) a decision is searched by the players' own code,
+``shared.search.halving.evaluate`` with the ``SearchSpec`` of the same options
+(``RolloutSearch.spec``), and, once any of playouts, halving, value_scale or keep is set, the
+move is its pick (the best mean; the first candidate, the prior's top Gumbel key, kept unless
+beaten by more than ``keep``) and the scores reported are the candidates' means. With every
+option at its default the scores and the move are exactly the one-playout search's.
 Forced decisions (~93 %) are never searched. The other seat plays in the simulation as the
 battle's opponent does: a scripted bot here (stateless); a pool snapshot or the learner's own
 seat of a mirror battle by the learner's central inference, one ``SimActQuery`` per simulated
@@ -36,13 +44,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, SEATS
+from shared.search.halving import evaluate
 from shared.search.lookahead import Lookahead
+from shared.search.models import continuation, opponent_set
 from shared.search.spec import RolloutSearch
 from shared.search.targets import gumbel_move_index
 from shared.seeding import derive_int, stream_path
 
 RANDOM_MODEL = "scripted:random"
 """The opponent model of a seat the rollout does not hold a player for (RoyaleGym's ``random``)."""
+SIM_RANDOM_LEGAL_NOOP_PROB = 0.9
+"""``scripted:random_legal``'s no-op probability in a simulation (``continuation``,
+``sim_opponents``) when the Welcome does not say: the ``+search`` players' (the config's default)."""
 
 
 class _MaskBot:
@@ -97,11 +110,21 @@ class SearchResult:
 class ShardSearch:
     """The search of one rollout (one ``Lookahead``, its simulation env built on first use)."""
 
-    def __init__(self, spec: RolloutSearch, env_cfg, master_seed: int, make_scripted, codec=None):
+    def __init__(self, spec: RolloutSearch, env_cfg, master_seed: int, make_scripted, codec=None,
+                 random_legal_noop_prob: float = SIM_RANDOM_LEGAL_NOOP_PROB):
         """``codec``: the Welcome's ``shared.codec.Codec``, which packs the rows a query to the
-        learner carries (required for ``leaf_value`` "critic" and ``sim_opponent`` "battle")."""
+        learner carries (required for ``leaf_value`` "critic" and ``sim_opponent`` "battle").
+        ``random_legal_noop_prob``: ``scripted:random_legal``'s in the simulations (its
+        continuation and simulated opponents, ``spec.cont`` / ``spec.opponents``)."""
+        if spec.stable() and spec.leaf_value == "critic":
+            raise ValueError("search: leaf_value 'critic' cannot score the players' move rule yet (playouts "
+                             f"{spec.playouts}, halving {spec.halving}, value_scale {spec.value_scale}, keep "
+                             f"{spec.keep}); the learner's config check refuses this combination")
         self.spec, self.master_seed, self.codec = spec, master_seed, codec
-        self.lookahead = Lookahead(env_cfg, spec.depth)
+        self.search_spec = spec.spec()  # the +search players' SearchSpec of the same options
+        self.noop_prob = float(random_legal_noop_prob)
+        playout, needs_obs = continuation(self.search_spec, None, self.noop_prob)
+        self.lookahead = Lookahead(env_cfg, spec.depth, _playout=playout, playout_obs=needs_obs)
         self.gamma = 0.99  # set_gamma: the Plan's, before any step
         self.random_model = _MaskBot(make_scripted(RANDOM_MODEL))
 
@@ -121,6 +144,13 @@ class ShardSearch:
         if self.spec.sim_opponent == "battle" and learner is not None:
             return _RemoteOpponent(learner, battle.players[other], battle.battle_id, battle.ordinal, self.codec)
         return self.random_model
+
+    def opponents(self, battle, seat: int, learner=None) -> list:
+        """The simulated opponents of ``battle``'s ``seat``: ``opponent_model``'s alone, or the
+        spec's scripted set (``shared.search.models.opponent_set``, as the players draw it)."""
+        if not self.spec.opponents:
+            return [self.opponent_model(battle, seat, learner)]
+        return opponent_set(self.search_spec, None, self.noop_prob)
 
     def _searchable(self, battles, slot: int, cand: np.ndarray) -> bool:
         i, seat = divmod(slot, 2)
@@ -152,7 +182,7 @@ class ShardSearch:
         t0 = time.perf_counter()
         steps0 = self.lookahead.stats.sim_steps
         k = candidates.shape[1]
-        done, cands, picked, sims, refused = [], [], [], [], 0
+        done, cands, picked, sims, chosen, refused = [], [], [], [], [], 0
         for slot, row, key in zip(np.asarray(slots, np.int64).tolist(), candidates, keys):
             n = int(np.count_nonzero(row >= 0))
             cand = np.asarray(row[:n], np.int64)
@@ -160,9 +190,16 @@ class ShardSearch:
                 refused += 1
                 continue
             battle, seat = battles[slot // 2], slot % 2
-            sims.append(self.lookahead.simulate(battle.env, SEATS[seat], cand.tolist(),
-                                                self.opponent_model(battle, seat, learner), self.seed(battle, seat),
-                                                gamma=self.gamma if critic else None, leaves=critic))
+            seed, opponents = self.seed(battle, seat), self.opponents(battle, seat, learner)
+            if critic:  # one playout a candidate, its leaf valued by the learner below
+                sims.append(self.lookahead.simulate(battle.env, SEATS[seat], cand.tolist(),
+                                                    opponents[seed % len(opponents)], seed, gamma=self.gamma,
+                                                    leaves=True))
+            else:  # the +search players' evaluation (one playout, raw board: exactly the one-playout scores)
+                found = evaluate(self.lookahead, battle.env, SEATS[seat], cand.tolist(), opponents, seed,
+                                 self.search_spec)
+                sims.append(found.means)
+                chosen.append(found.index)
             done.append(slot)
             cands.append(row)
             picked.append(key)
@@ -173,9 +210,12 @@ class ShardSearch:
             cuts = np.cumsum([len(p.board) for p in sims])[:-1]
             scores = [np.asarray(q, np.float32) for q in np.split(np.asarray(leaf_q, np.float32), cuts)]
         else:  # the scores as they travel (float32): the learner checks the move with the same numbers
-            scores = [p.board.astype(np.float32) for p in sims]
-        moves = [int(row[gumbel_move_index(key[: len(q)], q, c_scale=self.spec.c_scale)])
-                 for row, key, q in zip(cands, picked, scores)]
+            scores = [np.asarray(m, np.float64).astype(np.float32) for m in sims]
+        if self.spec.stable():  # the players' rule: the best mean, the prior's own pick kept within keep
+            moves = [int(row[i]) for row, i in zip(cands, chosen)]
+        else:
+            moves = [int(row[gumbel_move_index(key[: len(q)], q, c_scale=self.spec.c_scale)])
+                     for row, key, q in zip(cands, picked, scores)]
         padded = [np.concatenate([q, np.zeros(k - len(q), np.float32)]) for q in scores]
         return SearchResult(slots=np.asarray(done, np.int16), candidates=np.asarray(cands, np.int16).reshape(-1, k),
                             q=np.asarray(padded, np.float32).reshape(-1, k), moves=np.asarray(moves, np.int16),

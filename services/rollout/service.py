@@ -150,7 +150,8 @@ class RolloutService:
                 from services.rollout.search import ShardSearch
 
                 search = ShardSearch(msg.search, msg.env, msg.master_seed,
-                                     lambda o: make_scripted(o, msg.random_legal_noop_prob), codec)
+                                     lambda o: make_scripted(o, msg.random_legal_noop_prob), codec,
+                                     msg.random_legal_noop_prob)
             self.shards = [
                 Shard(s, msg.env, per, codec, msg.master_seed, msg.random_legal_noop_prob,
                       msg.rollout.mask_only_scripted, search)

@@ -187,10 +187,32 @@ class RolloutSearch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omi
     candidates: int
     depth: int = DEFAULT_DEPTH
     c_scale: float = 0.1
+    """sigma's scale in the move rule (``shared.search.targets.gumbel_move_index``)."""
     sim_opponent: str = "battle"
     """``AlphaZeroConfig.sim_opponent``: "battle" asks the learner (``SimActQuery``) for a network
     opponent's moves in the simulations; "random" plays RoyaleGym's ``random`` there."""
     leaf_value: str = "board"
     """``AlphaZeroConfig.leaf_value``: "board" scores a leaf in the rollout; "critic" asks the
     learner (``LeafQuery``) for each leaf's n-step return with its critic's V(leaf)."""
-    """sigma's scale in the move rule (``shared.search.targets.gumbel_move_index``)."""
+    playouts: int = 1
+    """``AlphaZeroConfig.playouts`` (``SearchSpec.playouts``, the players' ``p=K``)."""
+    halving: bool = False
+    """``AlphaZeroConfig.halving`` (``SearchSpec.halving``, ``sh=1``)."""
+    cont: str = DEFAULT_CONT
+    """``AlphaZeroConfig.continuation`` (``SearchSpec.cont``, ``cont=``)."""
+    opponents: tuple[str, ...] = ()
+    """``AlphaZeroConfig.sim_opponents`` (``SearchSpec.opponents``, ``opp=a/b``)."""
+    value_scale: float = 0.0
+    """``AlphaZeroConfig.value_scale`` (``SearchSpec.value_scale``, ``vs=S``)."""
+    keep: float = 0.0
+    """``AlphaZeroConfig.keep`` (``SearchSpec.keep``, ``keep=M``)."""
+
+    def spec(self) -> SearchSpec:
+        """The ``SearchSpec`` a ``+search`` player with the same options searches with."""
+        return SearchSpec(self.candidates, self.depth, playouts=self.playouts, halving=self.halving, cont=self.cont,
+                          opponents=tuple(self.opponents), value_scale=self.value_scale, keep=self.keep)
+
+    def stable(self) -> bool:
+        """True when the move is the players' rule (``shared.search.halving.evaluate``'s pick)
+        rather than Gumbel + sigma(min-max q): any of playouts, halving, value_scale, keep set."""
+        return self.playouts != 1 or self.halving or self.value_scale > 0 or self.keep > 0

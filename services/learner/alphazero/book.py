@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shared.search.lookahead import candidates_with_noop, gumbel_top_k
+from shared.search.spec import RolloutSearch
 from shared.search.targets import completed_q_policy, gumbel_move_index
 from shared.seeding import stream
 
@@ -50,6 +51,35 @@ class _Pending:
     without the search); -1: not given."""
 
 
+def rollout_search_of(a) -> RolloutSearch:
+    """The rollouts' search of ``a`` (an ``AlphaZeroConfig``): its candidates, depth, move rule
+    and mid-step answers, and the ``+search`` players' options (``playouts``, ``halving``,
+    ``continuation``, ``sim_opponents``, ``value_scale``, ``keep``)."""
+    options = {"playouts": a.playouts, "halving": a.halving, "cont": a.continuation,
+               "opponents": tuple(a.sim_opponents), "value_scale": a.value_scale, "keep": a.keep}
+    defaults = RolloutSearch(candidates=a.candidates)
+    # only the options set: one at its default is not sent, so the Welcome's bytes are as before they existed
+    # (msgspec's omit_defaults leaves out a default by identity, not by value, for a float)
+    return RolloutSearch(candidates=a.candidates, depth=a.depth, c_scale=a.c_scale, leaf_value=a.leaf_value,
+                         sim_opponent=a.sim_opponent,
+                         **{k: v for k, v in options.items() if v != getattr(defaults, k)})
+
+
+def move_agrees(move_index: int, q: np.ndarray, keys: np.ndarray, c_scale: float, keep: float | None) -> bool:
+    """Whether the rollout's move (``move_index`` among the candidates) follows the rule it was
+    sent: Gumbel + sigma(min-max ``q``) over ``keys`` (``gumbel_move_index``) when ``keep`` is
+    None; else the players' (``shared.search.halving.pick``): the first candidate, or one whose
+    mean ``q`` beats the first's by more than ``keep`` (under halving the survivors are not
+    reported, so this is the rule's necessary condition; float32 scores, so a 1e-6 relative
+    tolerance)."""
+    if keep is None:
+        return move_index == gumbel_move_index(keys, q, c_scale=c_scale)
+    if move_index == 0:
+        return True
+    q = np.asarray(q, np.float64)
+    return bool(q[move_index] >= q[0] + keep - 1e-6 * max(1.0, abs(float(q[0]))))
+
+
 def gumbel_candidates(log_prior: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(candidates int64 (min(k, legal),), keys float64): the top-k legal actions of
     g + ``log_prior`` (``shared.search.lookahead.gumbel_top_k``: g ~ Gumbel(0, 1), one per legal
@@ -71,6 +101,10 @@ class SearchBook:
     c_scale: float
     candidates: int
     master_seed: int
+    move_keep: float | None = None
+    """The rollouts' move rule: None, Gumbel AlphaZero's (``gumbel_move_index``); a margin, the
+    ``+search`` players' pick with that ``keep`` (``alphazero`` section's stable options,
+    ``AlphaZeroConfig.stable``)."""
     targets: dict[tuple[int, int], SearchTarget] = field(default_factory=dict)
     pending: dict[tuple[int, int], _Pending] = field(default_factory=dict)
     refused: int = 0
@@ -165,7 +199,7 @@ class SearchBook:
             p = self.pending.pop((cycle, int(slot)), None)
             n = 0 if p is None else len(p.candidates)
             if (p is None or not np.array_equal(np.asarray(row[:n], np.int64), p.candidates) or (row[n:] != -1).any()
-                    or int(move) != int(p.candidates[gumbel_move_index(p.keys, score[:n], c_scale=self.c_scale)])
+                    or not self._move_agrees(p, int(move), score[:n])
                     or not np.isfinite(score[:n]).all()):
                 self.refused += 1
                 continue
@@ -186,6 +220,10 @@ class SearchBook:
                 self.prior_agree += p.prior_action == int(move)
             out.append((int(slot), int(move), float(p.log_prior[int(move)])))
         return out
+
+    def _move_agrees(self, p: _Pending, move: int, q: np.ndarray) -> bool:
+        at = np.flatnonzero(p.candidates == move)
+        return bool(len(at)) and move_agrees(int(at[0]), q, p.keys, self.c_scale, self.move_keep)
 
     def row(self, collect_seconds: float, env_steps: int) -> dict[str, float]:
         """The iteration's ``search/`` keys and its ``throughput/`` ones (wall-clock: left out

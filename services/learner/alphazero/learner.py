@@ -28,7 +28,7 @@ import numpy as np
 from services.learner import extension_hooks
 from services.learner.advantages import Advantages, values_and_advantages
 from services.learner.algorithm import RowKeys, TrainResult, UpdateResult
-from services.learner.alphazero.book import SearchBook
+from services.learner.alphazero.book import SearchBook, rollout_search_of
 from services.learner.alphazero.rounds import SearchRounds
 from services.learner.alphazero.update import az_update
 from services.learner.stops import StopRequested
@@ -82,14 +82,13 @@ class AlphaZeroAlgorithm:
         cfg = parts.cfg
         self.cfg = cfg
         self.book = SearchBook(c_scale=cfg.alphazero.c_scale, candidates=cfg.alphazero.candidates,
-                               master_seed=cfg.master_seed)
+                               master_seed=cfg.master_seed,
+                               move_keep=cfg.alphazero.keep if cfg.alphazero.stable() else None)
         self.round_hooks = SearchRounds(self.book)
 
     def rollout_search(self) -> RolloutSearch:
         """The rollouts search the learner's choice decisions (``alphazero`` section)."""
-        a = self.cfg.alphazero
-        return RolloutSearch(candidates=a.candidates, depth=a.depth, c_scale=a.c_scale, leaf_value=a.leaf_value,
-                             sim_opponent=a.sim_opponent)
+        return rollout_search_of(self.cfg.alphazero)
 
     def behaviour(self, iteration: int, policy, reward_divisor: float = 1.0):
         """The collection's policy (the live actor); empties the book for the iteration, whose

@@ -31,6 +31,7 @@ import numpy as np
 
 from services.learner.advantages import values_and_advantages
 from services.learner.algorithm import RowKeys, TrainResult, UpdateResult
+from services.learner.alphazero.book import rollout_search_of
 from services.learner.alphazero.rounds import SearchRounds
 from services.learner.alphazero.update import az_update
 from services.learner.checkpoint_types import Component
@@ -81,7 +82,8 @@ class ExpertIterationAlgorithm:
 
     name = NAME
     extension_hooks = frozenset({"fresh_start", "resumed", "actor_lr_multiplier", "state", "load_state"})
-    """The warm start's hooks (its clone, its hold on the actor's rate), as AlphaZero's."""
+    """The hooks of the one extension it takes (``EXTENSIONS_TAKEN``: the warm start), as AlphaZero's
+    (``algorithm.Algorithm.extension_hooks``); the PPO actor-loss hooks are not run."""
 
     def __init__(self, parts: AlgorithmParts):
         cfg, ex = parts.cfg, parts.cfg.expert_iteration
@@ -92,7 +94,8 @@ class ExpertIterationAlgorithm:
         self.cfg, self.model, self.codec, self.device, self.say = cfg, parts.model, parts.pf.codec, parts.device, parts.say
         self.book = ExpitBook(c_scale=cfg.alphazero.c_scale, candidates=cfg.alphazero.candidates,
                               master_seed=cfg.master_seed, target_c_scale=ex.c_scale, keep=ex.keep,
-                              value_scale=ex.value_scale, critic_scores=cfg.alphazero.leaf_value == "critic")
+                              value_scale=ex.value_scale, move_keep=cfg.alphazero.keep if cfg.alphazero.stable() else None,
+                              critic_scores=cfg.alphazero.leaf_value == "critic" or cfg.alphazero.value_scale > 0)
         self.round_hooks = SearchRounds(self.book)
         self.replay = SearchReplay(ex.replay_iterations, ex.replay_rows)
         self.generations = Generations()
@@ -107,9 +110,7 @@ class ExpertIterationAlgorithm:
 
     def rollout_search(self) -> RolloutSearch:
         """The rollouts search as under AlphaZero (the ``alphazero`` section)."""
-        a = self.cfg.alphazero
-        return RolloutSearch(candidates=a.candidates, depth=a.depth, c_scale=a.c_scale, leaf_value=a.leaf_value,
-                             sim_opponent=a.sim_opponent)
+        return rollout_search_of(self.cfg.alphazero)
 
     # ------------------------------------------------------------------ the generation
 

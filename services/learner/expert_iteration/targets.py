@@ -6,7 +6,8 @@ For each search the book accepts (its candidates, keys and move checked as Alpha
 them), the scores q (k,) of its candidates become
 
 * fixed-scale scores s: q itself under ``alphazero.leaf_value = "critic"`` (n-step returns with
-  V(leaf), the critic's units), else tanh(q / ``expert_iteration.value_scale``)
+  V(leaf), the critic's units) or ``alphazero.value_scale`` > 0 (the rollouts' means are already
+  tanh(board / ``alphazero.value_scale``)), else tanh(q / ``expert_iteration.value_scale``)
   (``shared.search.targets.fixed_scale``: a 1-HP difference stays small);
 * the policy target ``shared.search.targets.margin_policy(log prior, candidates, s, c_scale,
   keep)``: mass moves from the prior only toward a candidate that beats the prior's own pick

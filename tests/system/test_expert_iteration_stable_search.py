@@ -1,0 +1,42 @@
+"""Expert iteration on the whole local stack with the rollouts searching by the ``+search`` players'
+stable options (``alphazero.playouts``, ``halving``, ``continuation``, ``sim_opponents``,
+``value_scale``, ``keep``): every reported search passes the learner's check of the players' move
+rule (none refused), the rows carry searched decisions, and a run stopped and resumed writes the
+same rows as one that never stopped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from royalefleet.verify_resume import verify_resume
+from shared.config import load_config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("opponents", [{"sim_opponents": ["defend", "random_legal"]}, {"sim_opponent": "battle"}],
+                         ids=["scripted-opponents", "battle-opponents"])
+def test_a_run_searching_with_the_stable_options_is_accepted_and_resumes_row_for_row(tmp_path, opponents):
+    """With scripted simulated opponents, and with the battle's own (a network opponent's simulated
+    moves asked of the learner, one ``SimActQuery`` a simulated decision of each playout)."""
+    cfg = load_config({"profile": "tiny", "runs_dir": str(tmp_path), "env": {"max_steps": 12},
+                       "learner": {"algorithm": "expert_iteration"},
+                       "alphazero": {"candidates": 4, "depth": 6, "playouts": 2, "halving": True,
+                                     "continuation": "defend", "value_scale": 2000.0, "keep": 0.05, **opponents},
+                       "expert_iteration": {"replay_iterations": 4, "value_target": "return"},
+                       "ladder": {"pool": {"candidate_every_env_steps": 100}}})
+    lines = []
+    problems = verify_resume(cfg, iterations=2, split=1, rollouts=1, keep_dir=str(tmp_path / "v"), say=lines.append)
+    assert problems == [], "\n".join(lines)
+    assert lines[-1].startswith("verify-resume: exact")
+    rows = [json.loads(s) for s in (tmp_path / "v" / "straight" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["search/decisions"] > 0 for r in rows)
+    assert all(r["search/refused"] == 0 for r in rows)
+    # the scores arrive on the tanh scale, so the root values lie in [-1, 1]
+    assert all(-1 <= r["expit/root_value"] <= 1 for r in rows)
+    if "sim_opponent" in opponents:  # the mirror battles' network opponents were asked of the learner
+        assert sum(r.get("search/opponent_rows", 0) for r in rows) > 0
+    else:
+        assert not any(r.get("search/opponent_rows", 0) for r in rows)
