@@ -19,7 +19,10 @@
 # site builds from its own: deploy/podman/make-base-image.sh makes one with debootstrap (Debian
 # trixie, Python 3.13) and `podman import`. PYPI_INDEX_URL / PYPI_EXTRA_INDEX_URL: a package
 # index to use instead of PyPI.
-# Every dependency is pinned (docker/requirements-*.txt, which agree with pyproject.toml).
+# Every dependency is pinned with its sha256 (docker/requirements-*.txt, written by `make lock` from
+# requirements.lock, which pyproject.toml's pins produce) and installed with --require-hashes: a
+# package index or mirror that serves other bytes fails the build. The project's own wheel goes in
+# with --no-deps. To pin the base image too: --build-arg BASE_IMAGE=python:3.12-slim-bookworm@sha256:...
 # No `# syntax=` line and no RUN --mount: the classic builder (podman, DOCKER_BUILDKIT=0) builds it.
 
 ARG BASE_IMAGE=docker.io/library/python:3.12-slim-bookworm
@@ -50,8 +53,9 @@ WORKDIR /home/royalefleet
 FROM base AS wheel
 ARG PYPI_INDEX_URL=
 ARG PYPI_EXTRA_INDEX_URL=
+COPY docker/requirements-build.txt /tmp/requirements/
 RUN pip install ${PYPI_INDEX_URL:+--index-url "$PYPI_INDEX_URL"} ${PYPI_EXTRA_INDEX_URL:+--extra-index-url "$PYPI_EXTRA_INDEX_URL"} \
-        "setuptools==84.2.1"
+        --require-hashes -r /tmp/requirements/requirements-build.txt
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY shared ./shared
@@ -65,7 +69,7 @@ ARG PYPI_INDEX_URL=
 ARG PYPI_EXTRA_INDEX_URL=
 COPY docker/requirements-rollout.txt /tmp/requirements/
 RUN pip install ${PYPI_INDEX_URL:+--index-url "$PYPI_INDEX_URL"} ${PYPI_EXTRA_INDEX_URL:+--extra-index-url "$PYPI_EXTRA_INDEX_URL"} \
-        -r /tmp/requirements/requirements-rollout.txt \
+        --require-hashes -r /tmp/requirements/requirements-rollout.txt \
  && rm -rf /tmp/requirements
 COPY --from=wheel /wheels /tmp/wheels
 # --no-deps: the project's metadata lists torch, which this image must not have.
@@ -102,9 +106,9 @@ CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prome
 FROM base AS learner
 ARG PYPI_INDEX_URL=
 ARG PYPI_EXTRA_INDEX_URL=
-COPY docker/requirements-rollout.txt docker/requirements-learner.txt /tmp/requirements/
+COPY docker/requirements-learner.txt /tmp/requirements/
 RUN pip install ${PYPI_INDEX_URL:+--index-url "$PYPI_INDEX_URL"} ${PYPI_EXTRA_INDEX_URL:+--extra-index-url "$PYPI_EXTRA_INDEX_URL"} \
-        -r /tmp/requirements/requirements-learner.txt \
+        --require-hashes -r /tmp/requirements/requirements-learner.txt \
  && rm -rf /tmp/requirements
 COPY --from=wheel /wheels /tmp/wheels
 RUN pip install --no-deps /tmp/wheels/*.whl \

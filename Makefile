@@ -1,5 +1,6 @@
 # The two commands README promises, from a fresh clone:
-#   make install builds .venv with the pinned dependencies and nothing else (no training).
+#   make install builds .venv from requirements.lock (hash-pinned) and nothing else (no training).
+#   make lock    regenerates requirements.lock and docker/requirements-*.txt from pyproject.toml.
 #   make run     train on real RoyaleGym battles, every service local (Ctrl-C stops cleanly;
 #                the next `make run` resumes). `make run ITERATIONS=2` stops at iteration 2 (a total).
 #   make test    the whole test suite (what CI runs: .ci/run).
@@ -12,6 +13,7 @@
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3 2>/dev/null)
 VENV := .venv
+LOCK := requirements.lock
 ITERATIONS ?= 0
 ARGS ?=
 PYTEST_ARGS ?=
@@ -25,12 +27,32 @@ LEARNER ?=
 LOCAL ?=
 RUN ?= default
 
-$(VENV)/.installed: pyproject.toml
+# The venv installs requirements.lock (every package of the dev environment, pip included, each
+# with its sha256: a download that differs from the locked file is refused), then the project
+# itself without dependencies and without build isolation (setuptools comes from the lock too).
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "royalefleet needs Python >= 3.12 (RoyaleGym does); found " + sys.version.split()[0] + " at $(PYTHON). Install 3.12 (pyenv install 3.12) or run: make PYTHON=/path/to/python3.12 ...")'
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	$(VENV)/bin/python -m pip install --quiet --require-hashes -r $(LOCK)
+	$(VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
+
+# make lock: regenerate requirements.lock and the images' docker/requirements-*.txt from
+# pyproject.toml (after changing a pin there), for Linux x86_64 and CPython 3.12, with hashes.
+# The images' files take their versions from requirements.lock (-c), so an image runs exactly
+# what the tests ran. Needs uv (pip install uv==$(UV_VERSION) into any scratch venv; UV=path/to/uv).
+UV ?= uv
+UV_VERSION := 0.13.9
+LOCK_ARGS = --quiet --generate-hashes --python-version 3.12 --python-platform x86_64-manylinux_2_28 \
+	--index-url https://pypi.org/simple --custom-compile-command "make lock"
+
+.PHONY: lock
+lock:
+	@command -v $(UV) >/dev/null || { echo "make lock needs uv $(UV_VERSION): python3 -m venv /tmp/uv && /tmp/uv/bin/pip install uv==$(UV_VERSION), then make lock UV=/tmp/uv/bin/uv" >&2; exit 2; }
+	$(UV) pip compile $(LOCK_ARGS) --extra dev pyproject.toml requirements-lock.in -o $(LOCK)
+	$(UV) pip compile $(LOCK_ARGS) -c $(LOCK) docker/requirements-build.in -o docker/requirements-build.txt
+	$(UV) pip compile $(LOCK_ARGS) -c $(LOCK) docker/requirements-rollout.in -o docker/requirements-rollout.txt
+	$(UV) pip compile $(LOCK_ARGS) -c $(LOCK) docker/requirements-learner.in -o docker/requirements-learner.txt
 
 .PHONY: install
 install: $(VENV)/.installed

@@ -37,7 +37,7 @@ def test_the_block_starts_from_make_install_which_builds_the_venv_alone():
     assert block.startswith(FIRST)
     assert len(re.findall(r"^```", (ROOT / "README.md").read_text().split(HEADING)[1].split("\n## ")[0], re.M)) == 2
     dry = subprocess.run(["make", "-n", "-B", "install"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert "pip install --quiet -e '.[dev]'" in dry and "bin/royalefleet" not in dry  # installs; starts nothing
+    assert "pip install --quiet --require-hashes -r requirements.lock" in dry and "bin/royalefleet" not in dry  # installs; starts nothing
     run = subprocess.run(["make", "-n", "-B", "run"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert ".venv/bin/royalefleet up" in run  # while make run trains
 
