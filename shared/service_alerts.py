@@ -15,9 +15,10 @@ DOWN_SECONDS = 120
 restart by Compose takes seconds, a resume well under a minute)."""
 
 STALL_SECONDS = 1200
-"""No metric row for this long while the learner answers scrapes: training stopped. A `cpu`
-profile iteration takes one to two minutes (docs/throughput.md); a run whose iterations take
-longer than ~10 minutes should raise this and regenerate."""
+"""No metric row for this long while the learner answers scrapes: training stopped. A quiet `cpu`
+profile iteration takes 36.5 s (docs/throughput.md), a searched one (AlphaZero, expert
+iteration) several times that; a run whose iterations take longer than ~10 minutes should raise
+this and regenerate."""
 
 PROGRESS_METRIC = "royalefleet_learner_progress_timestamp_seconds"
 """Unix time of the learner process's last metric row, or of its start before its first
