@@ -183,3 +183,15 @@ def win_rate(wins: Counter, games: Counter, iterations: range) -> tuple[float, i
     """Wins over games pooled across ``iterations``, and the games (nan with none)."""
     n = sum(games[i] for i in iterations)
     return (sum(wins[i] for i in iterations) / n if n else float("nan")), n
+
+
+def exact_rows(cfg, tmp_path: Path) -> list[dict]:
+    """``verify_resume`` of ``cfg`` (2 iterations, split after 1, one rollout) asserted exact;
+    returns the straight run's metric rows. The searched learners' stack tests share it."""
+    from royalefleet.verify_resume import verify_resume
+
+    lines: list[str] = []
+    problems = verify_resume(cfg, iterations=2, split=1, rollouts=1, keep_dir=str(tmp_path / "v"), say=lines.append)
+    assert problems == [], "\n".join(lines)
+    assert lines[-1].startswith("verify-resume: exact")
+    return [json.loads(s) for s in (tmp_path / "v" / "straight" / "metrics.jsonl").read_text().splitlines()]

@@ -7,12 +7,11 @@ search a pure function of the restored battles and the master seed)."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from royalefleet.verify_resume import verify_resume
 from shared.config import load_config
+from tests.stack import exact_rows
 from shared.metric_schema import schema_key
 
 pytestmark = pytest.mark.slow
@@ -23,11 +22,7 @@ def test_an_alphazero_run_searches_trains_on_its_targets_and_resumes_row_for_row
                        "learner": {"algorithm": "alphazero"},
                        "alphazero": {"candidates": 4, "depth": 6, "leaf_value": "critic"},
                        "ladder": {"pool": {"candidate_every_env_steps": 100}}})
-    lines = []
-    problems = verify_resume(cfg, iterations=2, split=1, rollouts=1, keep_dir=str(tmp_path / "v"), say=lines.append)
-    assert problems == [], "\n".join(lines)
-    assert lines[-1].startswith("verify-resume: exact")
-    rows = [json.loads(s) for s in (tmp_path / "v" / "straight" / "metrics.jsonl").read_text().splitlines()]
+    rows = exact_rows(cfg, tmp_path)
     assert not [k for r in rows for k in r if k.startswith("ppo/")]
     assert all(schema_key(k) for r in rows for k in r), [k for r in rows for k in r if not schema_key(k)]
     for r in rows:

@@ -6,12 +6,11 @@ same rows as one that never stopped."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from royalefleet.verify_resume import verify_resume
 from shared.config import load_config
+from tests.stack import exact_rows
 
 pytestmark = pytest.mark.slow
 
@@ -27,11 +26,7 @@ def test_a_run_searching_with_the_stable_options_is_accepted_and_resumes_row_for
                                      "continuation": "defend", "value_scale": 2000.0, "keep": 0.05, **opponents},
                        "expert_iteration": {"replay_iterations": 4, "value_target": "return"},
                        "ladder": {"pool": {"candidate_every_env_steps": 100}}})
-    lines = []
-    problems = verify_resume(cfg, iterations=2, split=1, rollouts=1, keep_dir=str(tmp_path / "v"), say=lines.append)
-    assert problems == [], "\n".join(lines)
-    assert lines[-1].startswith("verify-resume: exact")
-    rows = [json.loads(s) for s in (tmp_path / "v" / "straight" / "metrics.jsonl").read_text().splitlines()]
+    rows = exact_rows(cfg, tmp_path)
     assert all(r["search/decisions"] > 0 for r in rows)
     assert all(r["search/refused"] == 0 for r in rows)
     # the scores arrive on the tanh scale, so the root values lie in [-1, 1]

@@ -31,7 +31,7 @@ from services.learner.algorithm import RowKeys, TrainResult, UpdateResult
 from services.learner.alphazero.book import SearchBook, rollout_search_of
 from services.learner.alphazero.rounds import SearchRounds
 from services.learner.alphazero.update import az_update
-from services.learner.stops import StopRequested
+from services.learner.stops import stoppable
 from shared.batches import AlphaZeroBatch, PackedObs
 from shared.search.spec import RolloutSearch
 from shared.seeding import stream
@@ -107,12 +107,7 @@ class AlphaZeroAlgorithm:
         batch = az_batch(c.rect, adv, self.book, ctx.n_actions)
         if adv.nan_trips or not len(batch):
             return TrainResult(adv, UpdateResult(0, {}, time.perf_counter() - t0), search)
-        batch_of = ctx.policy.fetcher(batch.obs.rows, batch.obs.index)
-
-        def fetch(cells):
-            if ctx.stopping():  # a stop abandons the update at the next minibatch (ppo/learner.py's rule)
-                raise StopRequested
-            return batch_of(cells)
+        fetch = stoppable(ctx.policy.fetcher(batch.obs.rows, batch.obs.index), ctx.stopping)
 
         def epoch_rng(e: int):
             return stream(cfg.master_seed, "az/minibatch/iteration/{iteration}/epoch/{epoch}", iteration=c.iteration,

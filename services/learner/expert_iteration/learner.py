@@ -41,7 +41,7 @@ from services.learner.expert_iteration.replay import FILES as REPLAY_FILES
 from services.learner.expert_iteration.replay import ReplayPart, SearchReplay
 from services.learner.expert_iteration.targets import ExpitBook
 from services.learner.extension_hooks import lr_multiplier
-from services.learner.stops import StopRequested
+from services.learner.stops import stoppable
 from shared.messages import snapshot_of
 from shared.search.spec import RolloutSearch
 from shared.seeding import stream
@@ -189,12 +189,7 @@ class ExpertIterationAlgorithm:
         if adv.nan_trips or not len(self.replay):
             return TrainResult(adv, UpdateResult(0, {}, time.perf_counter() - t0), row)
         batch = self.replay.batch(c.rect.mask_offset, ctx.n_actions)
-        batch_of = ctx.policy.fetcher(batch.obs.rows, batch.obs.index)
-
-        def fetch(cells):
-            if ctx.stopping():  # a stop abandons the update at the next minibatch (ppo/learner.py's rule)
-                raise StopRequested
-            return batch_of(cells)
+        fetch = stoppable(ctx.policy.fetcher(batch.obs.rows, batch.obs.index), ctx.stopping)
 
         def epoch_rng(e: int):
             return stream(cfg.master_seed, "expit/minibatch/iteration/{iteration}/epoch/{epoch}",

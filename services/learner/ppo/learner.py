@@ -20,7 +20,7 @@ from services.learner.algorithm import RowKeys, TrainResult, UpdateResult
 from services.learner.frame_history import of_cells
 from services.learner.measures import policy_lag_metrics
 from services.learner.ppo.update import UpdateData, ppo_update
-from services.learner.stops import StopRequested
+from services.learner.stops import stoppable
 from shared.batches import PackedObs, PpoBatch
 from shared.seeding import stream
 
@@ -64,13 +64,7 @@ def run_update(ctx: TrainContext, rect: Rectangle, adv: Advantages, *, iteration
     t_idx, r_idx = np.divmod(batch.obs.index, rect.R)
     stacked = None if cfg.obs.frame_stack == 1 else (lambda c: of_cells(ctx.frame_history, t_idx[c], r_idx[c]))
     batch_of = ctx.policy.fetcher(batch.obs.rows, batch.obs.index, stacked)
-
-    def fetch(idx):
-        # Called once per minibatch: the point where a stop request abandons the
-        # update (the checkpoint written is then the last row's state, not this one).
-        if ctx.stopping():
-            raise StopRequested
-        return batch_of(idx)
+    fetch = stoppable(batch_of, ctx.stopping)  # the behaviour check below reads without the stop
 
     data = UpdateData.from_batch(batch, fetch, old_log_prob_precision=inference_precision)
 
