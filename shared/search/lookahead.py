@@ -98,6 +98,8 @@ class Lookahead:
     depth: int
     stats: SearchStats = field(default_factory=SearchStats)
     _sims: list = field(default_factory=list)
+    _fast: list = field(default_factory=list)
+    """``shared.search.sim.FastSim`` over ``_sims`` (same order), built on first use."""
     _playout: object = None
     """The searching seat's continuation after its candidate (``act(obs, mask, rng)``): RoyaleGym's
     ``random`` when None at first use (``SearchSpec.cont``)."""
@@ -166,9 +168,11 @@ class Lookahead:
         if leaves:
             out.returns, out.discounts = np.zeros(len(candidates), np.float64), np.zeros(len(candidates), np.float64)
         steps = 0
+        # Both seats scripted and no rewards kept: the lean step (shared/search/sim.py), same battle.
+        play = self._play_fast if not leaves and len(set(mask_only)) == 2 else self._play_group
         for lo in range(0, len(candidates), len(sims)):
             group = [int(a) for a in candidates[lo : lo + len(sims)]]
-            steps += self._play_group(sims[: len(group)], snap, me, group, act_many, seed, mask_only, gamma, out, lo)
+            steps += play(sims[: len(group)], snap, me, group, act_many, seed, mask_only, gamma, out, lo)
         out.board -= now
         self.stats.decisions += int(count)
         self.stats.simulations += len(candidates)
@@ -217,6 +221,42 @@ class Lookahead:
             if out.returns is not None:
                 out.returns[lo + j], out.discounts[lo + j] = ret[j], 0.0 if ended[j] else disc[j]
                 out.leaves.append(obs[j][seat])
+        return steps
+
+    def _play_fast(self, sims, snap, me: int, group: list[int], act_many, seed: int, mask_only: list[str],
+                   gamma: float | None, out: "Playouts", lo: int) -> int:
+        """``_play_group`` for a simulation whose two seats are scripted (both ``mask_only``)
+        and whose rewards are not kept: the same moves on the same streams, stepped by
+        ``shared.search.sim.FastSim`` on the same envs (each seat's mask built only when its bot
+        reads it), so the same boards bit for bit. Returns the engine decisions stepped."""
+        from shared.search.sim import FastSim
+
+        while len(self._fast) < len(sims):
+            self._fast.append(FastSim(sims[len(self._fast)]))
+        fast = self._fast[: len(group)]
+        for f in fast:
+            f.reset(snap)
+        n, other = len(group), 1 - me
+        own = [np.random.default_rng((seed, 1)) for _ in range(n)]
+        opp = [np.random.default_rng((seed, 2)) for _ in range(n)]
+        mine, live, steps = list(group), list(range(n)), 0
+        for d in range(self.depth + 1):
+            if d:
+                for j in live:
+                    o = fast[j].obs(me)
+                    mine[j] = int(self._playout.act(o, o["action_mask"], own[j]))
+            theirs = act_many([fast[j].obs(other) for j in live], [opp[j] for j in live])
+            still = []
+            for j, a in zip(live, theirs):
+                term, trunc = fast[j].step(mine[j], int(a)) if me == 0 else fast[j].step(int(a), mine[j])
+                steps += 1
+                if not (term or trunc):
+                    still.append(j)
+            live = still
+            if not live:
+                break
+        for j in range(n):
+            out.board[lo + j] = board_value(fast[j].state, me)
         return steps
 
     def choose(self, env, seat: str, candidates: list[int], opponent, seed: int) -> int:
