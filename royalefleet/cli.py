@@ -240,6 +240,11 @@ def cmd_bench(args) -> int:
               "verify-resume)", file=sys.stderr)
         return 2
 
+    if args.search:
+        from royalefleet.bench.search_speed import run_search_bench
+
+        return run_search_bench(_load(args), args.search, args.search_opponent, args.search_battles,
+                                args.search_first_battle)
     if args.capacity:
         from royalefleet.bench.scale import run_capacity_bench
 
@@ -554,6 +559,17 @@ def add_bench_command(sub) -> None:
                     "rollouts replaying them over the protocol with no env cost; one table of learner rows/s "
                     "and mean inference batch beside the real rollout's (every battle a mirror, throughput tier; "
                     "royalefleet/synthetic.py, docs/throughput.md)")
+    bn.add_argument("--search", metavar="PLAYER",
+                    help="only the search's speed: PLAYER (<player>+search:N[:D][,options]) plays --search-battles "
+                    "battles, each choice decision searched once; searched decisions/s, simulated decisions per "
+                    "core-second beside the engine's own step on the same decisions, their ratio and where the "
+                    "search's time went (royalefleet/bench/search_speed.py)")
+    bn.add_argument("--search-opponent", default="scripted:defend", metavar="PLAYER",
+                    help="--search: the unsearched opponent (default scripted:defend)")
+    bn.add_argument("--search-battles", type=int, default=2, choices=range(1, 101), metavar="B",
+                    help="--search: battles to play (default 2)")
+    bn.add_argument("--search-first-battle", type=int, default=0, metavar="B",
+                    help="--search: the first battle id (default 0; battle b's seed as search_stability's)")
     bn.set_defaults(func=cmd_bench)
 
 

@@ -22,6 +22,8 @@ tests/shared/test_search_sim.py checks it against the env's own step, battle for
 
 from __future__ import annotations
 
+import numpy as np
+
 SEATS = ("blue", "red")
 
 
@@ -38,6 +40,7 @@ class FastSim:
         self._max_ticks: int | None = None
         self._start_tick = 0
         self._ticks = 1
+        self._plane_size = 0
 
     def reset(self, snapshot) -> None:
         """Load ``snapshot`` (a RoyaleGym ``Snapshot``, as ``ClashParallelEnv.snapshot`` returns)
@@ -63,10 +66,21 @@ class FastSim:
         if got is None:
             env = self.env
             mask = env.action_parser.action_mask(self.state, team)
-            entries = getattr(env.obs_builder, "_mask_entries", None)
-            got = entries(mask) if entries is not None else env.obs_builder.mask_only(mask)
+            got = self._entries(mask)
             self._obs[team] = got
         return got
+
+    def _entries(self, mask):
+        """The mask entries ``ObsBuilder._mask_entries`` writes (``action_mask``, ``mask_planes`` as
+        a view of it), without its per-call dtype and size arithmetic; the builder's own
+        ``mask_only`` for a builder with other mask keys (ability buttons) or none of these."""
+        builder = self.env.obs_builder
+        shape = getattr(builder, "mask_plane_shape", None)
+        if shape is None or getattr(builder, "ability_buttons", 0) or mask.dtype != np.int8:
+            return builder.mask_only(mask)
+        n = self._plane_size or int(np.prod(shape))
+        self._plane_size = n
+        return {"action_mask": mask, "mask_planes": mask[1 : 1 + n].reshape(shape)}
 
     def step(self, blue: int, red: int) -> tuple[bool, bool]:
         """One decision with these actions (each in its seat's own frame); returns (terminated,
