@@ -21,6 +21,10 @@ Every candidate of one decision replays the same playout streams (common random 
 the comparison between candidates is not drowned by the playout's own noise, and the chosen
 action is a pure function of the saved battle, the players' weights and the searching seat's
 stream (one uint64 drawn from it per choice decision).
+
+A simulation whose two seats are scripted and whose rewards are not kept is stepped by
+``shared.search.sim.FastSim`` (the same battle without the env's reward, observations and info:
+docs/search.md, "Its speed against the engine's"); the others by the env's own step.
 """
 
 from __future__ import annotations
