@@ -15,8 +15,11 @@ leave the player's own pick only for a difference it finds again.
 
 Prints the decisions searched, the agreement (with its Wilson 95 % interval), the share where the
 search left the player's own pick, and the search's cost; with ``--engine`` also the engine alone
-stepping the same battles (decisions/s) beside the search's simulated decisions per second of
-search (issue 37's bench target: at least 0.8 of it). A figure, not a test.
+stepping the same battles (decisions/s, the env's whole step with both seats ``mask_only``, in
+wall seconds) beside the search's simulated decisions per second of search. The issue 37 figure
+(RoyaleSim's step alone on the same simulated decisions, in CPU seconds, and where the rest of
+the search's time goes) is ``royalefleet bench --search`` (``royalefleet.bench.search_speed``).
+A figure, not a test.
 """
 
 from __future__ import annotations
