@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import numpy as np
 
-SEATS = ("blue", "red")
-
 
 class FastSim:
     """``env`` (a ``ClashParallelEnv``, used for its engine and components only) as a simulation:
@@ -43,16 +41,18 @@ class FastSim:
         self._plane_size = 0
 
     def reset(self, snapshot) -> None:
-        """Load ``snapshot`` (a RoyaleGym ``Snapshot``, as ``ClashParallelEnv.snapshot`` returns)
-        and reset the done conditions on it, as ``ClashParallelEnv.reset(options={"snapshot":
-        ...})`` does. Raises ValueError for a bad ``max_ticks`` on the snapshot (RoyaleGym's)."""
+        """Load ``snapshot`` (a RoyaleGym ``Snapshot``, as ``ClashParallelEnv.snapshot`` returns,
+        or its engine blob as bytes: no tick cap) and reset the done conditions on it, as
+        ``ClashParallelEnv.reset(options={"snapshot": ...})`` does. Raises ValueError for a bad
+        ``max_ticks`` on the snapshot (RoyaleGym's)."""
         from royalegym.state_mutator import check_max_ticks
 
         env = self.env
-        env.engine.load_state(snapshot.blob)
+        raw = isinstance(snapshot, bytes)
+        env.engine.load_state(snapshot if raw else snapshot.blob)
         state = env.engine.state()
         self._ticks = max(1, -(-env.decision_ms // state.tick_ms))
-        self._max_ticks = check_max_ticks(snapshot.max_ticks, "max_ticks")
+        self._max_ticks = None if raw else check_max_ticks(snapshot.max_ticks, "max_ticks")
         self._start_tick = state.tick
         env.termination.reset(state)
         if env.truncation is not None:

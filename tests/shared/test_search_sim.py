@@ -76,3 +76,20 @@ def test_the_lean_step_and_the_envs_step_give_the_same_boards_over_many_seeds(ba
             n_fast = look._play_fast(look._sims[:1], snap, me, group, act_many, seed, both, None, fast, 0)
             assert look._sims[0].engine.state_hash() == hash_slow  # the same battle at the leaf
             assert (n_fast, fast.board.tolist()) == (n_slow, slow.board.tolist())
+
+
+def test_the_lean_step_ends_where_the_env_does_under_a_snapshots_tick_cap(battle):
+    env_cfg, env, obs = battle
+    look = Lookahead(env_cfg, depth=12)
+    look.sim_envs(1)
+    opponent = ScriptedPlayer("scripted:defend", 0.9)
+    capped = env.snapshot(max_ticks=45)  # 5 decisions of 10 ticks: the cap ends the playout early
+
+    def act_many(observations, rngs):
+        return [opponent.act(o, r) for o, r in zip(observations, rngs)]
+
+    both, group = ["blue", "red"], [int(np.flatnonzero(obs["blue"]["action_mask"])[-1])]
+    slow, fast = Playouts(np.empty(1)), Playouts(np.empty(1))
+    n_slow = look._play_group(look._sims[:1], capped, 0, group, act_many, 3, both, None, slow, 0)
+    n_fast = look._play_fast(look._sims[:1], capped, 0, group, act_many, 3, both, None, fast, 0)
+    assert n_slow == n_fast == 5 and fast.board.tolist() == slow.board.tolist()
