@@ -170,19 +170,26 @@ def test_a_condition_is_reported_only_when_all_its_games_are_played(tmp_path):
 
 
 def test_off_by_default_outside_expert_iteration_and_on_under_it():
-    gens = load_config({"profile": "tiny", "run_name": "t"}).evaluation.strength.generations
+    gens = load_config({"profile": "cpu", "run_name": "t"}).evaluation.strength.generations
     assert gens.enabled is None
     assert [a for a in ("ppo", "dqn", "alphazero", "expert_iteration") if gens.active(a)] == ["expert_iteration"]
+    # the test suite's profile turns it off, as it does the standing measurement
+    assert not load_config({"profile": "tiny", "run_name": "t"}).evaluation.strength.generations.active(
+        "expert_iteration")
     assert not config(enabled=False).evaluation.strength.generations.active("expert_iteration")
     assert config(enabled=True).evaluation.strength.generations.active("ppo")
 
 
-def test_a_ppo_ladder_plans_no_generation(tmp_path):
-    cfg = load_config({"profile": "tiny", "run_name": "t"})
-    crown(tmp_path, cfg, promote=False)
+def test_a_ppo_ladder_plans_no_generation_by_default(tmp_path):
+    cfg = config(enabled=None)
+    assert cfg.learner.algorithm == "ppo"
+    crown(tmp_path, cfg, promote=True)
     svc = LadderService(cfg, bind="tcp://127.0.0.1:*", runs_dir=tmp_path, say=lambda s: None)
+    svc.sync_generations()
     assert not plan_path(tmp_path, "t").exists()
-    assert "generations" not in str(ladder_row(svc.handle(LadderStatusRequest(request_id=1, run_name="t"))))
+    status = svc.handle(LadderStatusRequest(request_id=1, run_name="t"))
+    assert status.generations == [] and status.generations_pending == 0
+    assert not [k for k in ladder_row(status) if k.startswith("expit/strength/")]
     svc.close()
 
 
@@ -235,3 +242,13 @@ def test_status_strength_and_report_show_each_generation(tmp_path, capsys):
     assert ("<tr><td>1</td><td>" + S2 + "</td><td>0.75 [0.30, 0.95] n=4</td><td>0.50 [0.15, 0.85] n=4</td>"
             "<td>1.00 [0.34, 1.00] n=2</td><td>0.75 [0.20, 0.97] n=2</td><td>0.50 [0.09, 0.91] n=2</td></tr>") in html_table
     assert "<td>0</td><td>" + S1 + "</td>" in html_table and html_table.count("<td>-</td>") == 1  # gen 0: no previous
+
+
+def test_verify_resume_does_not_compare_generation_strength_but_compares_the_generation():
+    from royalefleet.verify_resume import _compare
+
+    base = {"run/iteration": 2, "expit/generation": 1}
+    measured = dict(base, **{"expit/strength/generation": 1, "expit/strength/score/unsearched/" + DEF: 0.75})
+    assert _compare([base], [measured], first=2) == []  # the evaluators' clock, not the learner's
+    assert _compare([base], [dict(base, **{"expit/generation": 2})], first=2) == [
+        "iteration 2: 1 field(s) differ: expit/generation 1 != 2"]
