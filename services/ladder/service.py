@@ -8,7 +8,7 @@
   anchors (services/ladder/strength.py), handed to evaluators when no gate job is waiting.
 * Each champion of the chain (generation 0, then every promotion) is measured unsearched and
   searched when ``evaluation.strength.generations`` is active (services/ladder/generation_strength.py):
-  its jobs go to evaluators after the gate's and before the standing measurement's.
+  its jobs alternate with the gate's and come before the standing measurement's.
 * AdmitCandidate -> Admitted(status): a pool candidate filed in ``<run>/ladder/pool.json``
   (services/ladder/run_pool.py); LadderStatusRequest -> LadderStatus for the learner's row.
 * Pool-role assignments draw from the resident set (PFSP, redrawn when the pool changes);
@@ -42,7 +42,7 @@ from shared.messages import (
 )
 from shared.messages import AdmitCandidate, Admitted, LadderStatusRequest
 from shared.messages import EvalJobRequest, EvalReport  # evaluator jobs (services/ladder/gate_runner.py)
-from shared.messages import MeasureStrength, NoJob  # strength jobs (services/ladder/strength.py)
+from shared.messages import EvalJob, MeasureStrength, NoJob  # strength jobs (services/ladder/strength.py)
 from shared.messages import MAX_REPORT_ID
 from shared.log_guard import RefusalLog
 from shared.serve_loop import RequestLoop
@@ -217,6 +217,8 @@ class LadderService(RequestLoop):
         self.metrics.sync_strength(self.strength.summary, len(self.strength.waiting()))
         self._gate_problem: str | None = None
         self._generation_problem: str | None = None
+        self._generation_turn = False
+        """The next job request offers a generation job before the gate's (``_next_job``)."""
         self.sync_generations()  # a promotion a crash left unplanned is planned now
 
     def _allocate_job_id(self) -> int:
@@ -266,10 +268,7 @@ class LadderService(RequestLoop):
                 self.metrics.sync_strength(self.strength.summary, len(self.strength.waiting()))
                 return reply
             if isinstance(body, EvalJobRequest):
-                job = self.gates.request_job(body)  # a gate first: it decides the pool
-                if isinstance(job, NoJob):  # then a generation's, then the standing measurement's
-                    job = self.generations.request_job(body) or self.strength.request_job(body) or job
-                return job
+                return self._next_job(body)
             if isinstance(body, EvalReport) and self.generations.owns(body.job_id):
                 reply = self.generations.report(body, self.strength.log.append)
                 self.metrics.sync_generations(self.generations.measured, self.generations.pending())
@@ -287,6 +286,21 @@ class LadderService(RequestLoop):
             return self._refuse(body, "pool", str(exc))
         except OSError as exc:
             return self._refuse(body, "io", f"result log not written: {exc}")
+
+    def _next_job(self, req: EvalJobRequest) -> EvalJob | NoJob:
+        """A gate's job first (it decides the pool), except that a waiting generation job takes
+        every other turn a gate job would have (gates back to back would starve it: a `cpu` gate
+        outlasts the candidate cadence); then the standing strength measurement's."""
+        if self._generation_turn:
+            self._generation_turn = False
+            job = self.generations.request_job(req)
+            if job is not None:
+                return job
+        gate = self.gates.request_job(req)
+        if not isinstance(gate, NoJob):
+            self._generation_turn = True
+            return gate
+        return self.generations.request_job(req) or self.strength.request_job(req) or gate
 
     def _refuse(self, body, reason: str, text: str) -> Error:
         """Count, log (rate-limited) and answer one refused request."""

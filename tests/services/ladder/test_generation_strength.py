@@ -252,3 +252,23 @@ def test_verify_resume_does_not_compare_generation_strength_but_compares_the_gen
     assert _compare([base], [measured], first=2) == []  # the evaluators' clock, not the learner's
     assert _compare([base], [dict(base, **{"expit/generation": 2})], first=2) == [
         "iteration 2: 1 field(s) differ: expit/generation 1 != 2"]
+
+
+def test_generation_jobs_take_every_other_turn_while_a_gate_has_jobs(tmp_path):
+    cfg = config()
+    crown(tmp_path, cfg, promote=False)  # the free champion's anchor record: gate jobs waiting
+    svc = LadderService(cfg, bind="tcp://127.0.0.1:*", runs_dir=tmp_path, say=lambda s: None)
+    order = []
+    while not isinstance(job := svc.handle(EvalJobRequest(request_id=1, worker="w")), NoJob):
+        order.append("generation" if svc.generations.owns(job.job_id) else job_kind(svc, job))
+        svc.handle(EvalReport(request_id=2, job_id=job.job_id, run_name="t", worker="w",
+                              records=records_for(job, outcome)))
+    # the anchor record's 2 jobs (2 anchors x 4 games, 2 seeds a job) alternate with the
+    # generation's 4 (no previous generation); the generation's rest once the gate has none
+    assert order == ["gate", "generation", "gate", "generation", "generation", "generation"]
+    svc.close()
+
+
+def job_kind(svc, job) -> str:
+    assert not svc.strength.owns(job.job_id)
+    return "gate"
