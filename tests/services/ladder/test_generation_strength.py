@@ -134,9 +134,18 @@ def test_each_generation_is_measured_unsearched_searched_and_without_an_opponent
         want |= {f"expit/strength/score/{c}": k / n, f"expit/strength/score_lo/{c}": pytest.approx(lo, abs=1e-12),
                  f"expit/strength/score_hi/{c}": pytest.approx(hi, abs=1e-12), f"expit/strength/games/{c}": n}
     assert got == want and all(schema_key(k) for k in got)
-    # the learner's gauge for a row key, and the ladder's gauges per generation
+    # the learner's /metrics for the row, and the ladder's gauges per generation
     assert prometheus_name("expit/strength/score/searched/" + DEF) == (
         "royalefleet_learner_expit_strength_score", {"condition": "searched/" + DEF})
+    from services.learner.metrics import LearnerMetrics
+
+    learner = LearnerMetrics(port=None)
+    learner.export(row)
+    exported = generate_latest(learner.registry).decode()
+    lo, _ = wilson(1.5, 2)
+    assert 'royalefleet_learner_expit_strength_score{condition="searched_sim_random/scripted:defend"} 0.75' in exported
+    assert f'royalefleet_learner_expit_strength_score_lo{{condition="searched_sim_random/scripted:defend"}} {lo!r}' in exported
+    assert "royalefleet_learner_expit_strength_generation 1.0" in exported
     text = generate_latest(svc.metrics.registry).decode()
     assert ('royalefleet_ladder_generation_strength_score{condition="searched_sim_random/previous",'
             'generation="1"} 0.5') in text
