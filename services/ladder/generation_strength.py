@@ -219,7 +219,10 @@ class GenerationStrengthRunner:
 
     def request_job(self, req: EvalJobRequest) -> EvalJob | None:
         """The oldest generation job not handed out (or handed out more than the job deadline
-        ago); None when there is none."""
+        ago); None when there is none, or when the measurement is off now (a plan an earlier
+        start made is kept, not played)."""
+        if not self.active:
+            return None
         ev, now = self.config.evaluation, self.clock()
         for e in self.plan.entries:
             for j in e.jobs:

@@ -281,3 +281,15 @@ def test_generation_jobs_take_every_other_turn_while_a_gate_has_jobs(tmp_path):
 def job_kind(svc, job) -> str:
     assert not svc.strength.owns(job.job_id)
     return "gate"
+
+
+def test_a_plan_is_kept_but_not_played_once_the_measurement_is_turned_off(tmp_path):
+    crown(tmp_path, config(), promote=False)
+    LadderService(config(), bind="tcp://127.0.0.1:*", runs_dir=tmp_path, say=lambda s: None).close()
+    planned = read_plan(plan_path(tmp_path, "t"))
+    assert len(planned.entries[0].jobs) == 4
+    svc = LadderService(config(enabled=False), bind="tcp://127.0.0.1:*", runs_dir=tmp_path, say=lambda s: None)
+    assert svc.generations.request_job(EvalJobRequest(request_id=1, worker="w")) is None
+    assert svc.gates.next_job_id >= 4  # its ids stay used
+    assert read_plan(plan_path(tmp_path, "t")) == planned
+    svc.close()
