@@ -14,6 +14,10 @@ over ``ladder/strength.json`` and the result log) and writes, with matplotlib (A
 * ``training.png``: win rate against each scripted opponent, KL, entropy, clip fraction, value
   loss, explained variance and throughput, one panel each, over timesteps.
 
+With generations measured (``evaluation.strength.generations``), ``strength_generations.png``
+(score against generation, unsearched and searched, Wilson 95 %) and a table per generation
+(``royalefleet.generation_report``) follow the strength section.
+
 ``index.html`` embeds the plots (base64 ``data:`` URIs) and the strength table, so the one file
 can be mailed or opened anywhere. A plot with nothing to draw yet (no strength snapshot
 measured) says so on the plot instead of being left out.
@@ -43,6 +47,8 @@ TRAINING_PANELS = (
 )
 """(title, row key or key prefix ending in '/', unit) of each panel of training.png."""
 PLOTS = ("strength_timesteps.png", "strength_wall.png", "training.png")
+GENERATION_PLOT = "strength_generations.png"
+"""Written beside PLOTS when the run measures its generations."""
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -155,6 +161,16 @@ def strength_table_html(measured) -> str:
             + "".join(body) + "</table>")
 
 
+def _generation_section(images: list[str], generations, pending: int) -> str:
+    """The per-generation section (its plot is the fourth image), or "" when the run measures none."""
+    from royalefleet import generation_report
+
+    if len(images) < 4:
+        return ""
+    return (f"<h2>Strength of each generation</h2>\n<p>{len(generations)} generation(s) measured, {pending} "
+            f"pending.</p>\n{images[3]}\n{generation_report.table_html(generations)}\n")
+
+
 def write_report(cfg, out: Path) -> Path:
     """Write the PNGs and index.html of run ``cfg`` to ``out``; returns the page's path.
     Raises OSError for a missing metrics.jsonl or a folder that cannot be written, ValueError
@@ -164,12 +180,18 @@ def write_report(cfg, out: Path) -> Path:
     matplotlib.use("Agg")
     from royalefleet.cmd_strength import strength_of_run
 
+    from royalefleet import generation_report
+    from services.ladder.generation_strength import generation_strength_of_run
+
     run = Path(cfg.runs_dir) / cfg.run_name
     rows = read_rows(RunDir(run).metrics)
     measured, pending = strength_of_run(cfg)
+    generations, gen_pending = generation_strength_of_run(cfg)
     out.mkdir(parents=True, exist_ok=True)
     figures = {"strength_timesteps.png": strength_figure(measured, "timesteps"),
                "strength_wall.png": strength_figure(measured, "wall"), "training.png": training_figure(rows)}
+    if generations or gen_pending:
+        figures[GENERATION_PLOT] = generation_report.figure(generations)
     images = []
     for name, fig in figures.items():
         fig.savefig(out / name, dpi=80)
@@ -188,7 +210,7 @@ timesteps; {len(measured)} strength snapshot(s) measured, {pending} pending. Wri
 <h2>Strength against the scripted anchors</h2>
 {images[0]}{images[1]}
 {strength_table_html(measured)}
-<h2>Training</h2>
+{_generation_section(images, generations, gen_pending)}<h2>Training</h2>
 {images[2]}
 <script>
 // Says on the page which plots the browser decoded (tests/royalefleet/test_report.py reads it back).
@@ -216,5 +238,6 @@ def cmd_report(args, out=None) -> int:
     except (OSError, ValueError) as exc:
         print(f"royalefleet report: {exc}", file=sys.stderr)
         return 2
-    out.write(f"wrote {page} and {', '.join(str(folder / p) for p in PLOTS)}\n")
+    plots = PLOTS + ((GENERATION_PLOT,) if (folder / GENERATION_PLOT).exists() else ())
+    out.write(f"wrote {page} and {', '.join(str(folder / p) for p in plots)}\n")
     return 0

@@ -151,6 +151,15 @@ def strength_lines(cfg) -> list[str]:
             f"({len(measured)} measured, {pending} pending; `royalefleet strength` for the table)"]
 
 
+def generation_lines(cfg) -> list[str]:
+    """Each promoted generation's strength, the newest few (``royalefleet.generation_report``)."""
+    from royalefleet.generation_report import status_lines as lines_of
+    from services.ladder.generation_strength import generation_strength_of_run
+
+    measured, pending = generation_strength_of_run(cfg)
+    return lines_of(measured, pending, cfg.evaluation.strength.generations.active(cfg.learner.algorithm))
+
+
 def alarm_lines(run: Path) -> list[str]:
     fired = RunDir(run).read_alarms()
     if not fired:
@@ -208,6 +217,7 @@ def status_lines(cfg, now: float | None = None) -> tuple[list[str], bool]:
         (rd.halted, lambda: [halt_line(run)]),
         (rd.pool, lambda: ladder_lines(cfg, run)),
         (rd.strength, lambda: strength_lines(cfg)),
+        (rd.strength.with_name("generation_strength.json"), lambda: generation_lines(cfg)),
         (rd.alarms, lambda: alarm_lines(run)),
         (rd.purged, lambda: [x for x in [purged_line(run)] if x]),
         (rd.replays_index, lambda: replay_lines(run)),

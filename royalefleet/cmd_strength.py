@@ -11,7 +11,8 @@ Bradley-Terry-Davidson rating in Elo (``scripted:noop`` = 0) with its standard e
 score against each anchor with the Wilson 95 % interval; with ``evaluation.strength.search``, the
 same snapshot searching at each budget on the line below (``+search:N`` where the iteration
 stands). A snapshot whose games are not all in the log yet is listed as pending, never with a
-partial score.
+partial score. When the run measures its generations (``evaluation.strength.generations``,
+services/ladder/generation_strength.py), their table follows (``royalefleet.generation_report``).
 """
 
 from __future__ import annotations
@@ -74,16 +75,22 @@ def table_lines(measured, pending: int) -> list[str]:
 
 
 def cmd_strength(args, out=None) -> int:
+    from royalefleet import generation_report
+    from services.ladder.generation_strength import generation_strength_of_run
+
     out = out or sys.stdout
     cfg = run_config(args, must_exist=True)
     try:
         measured, pending = strength_of_run(cfg)
+        generations, gen_pending = generation_strength_of_run(cfg)
     except (OSError, ValueError) as exc:
         print(f"royalefleet strength: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        for m in measured:
+        for m in measured + generations:
             out.write(msgspec.json.encode(m).decode() + "\n")
-        return 0 if measured else EMPTY_LISTING
+        return 0 if measured or generations else EMPTY_LISTING
     out.write("\n".join(table_lines(measured, pending)) + "\n")
-    return 0 if measured else EMPTY_LISTING
+    if generations or gen_pending:
+        out.write("\n".join(["", "each generation:"] + generation_report.table_lines(generations, gen_pending)) + "\n")
+    return 0 if measured or generations else EMPTY_LISTING

@@ -33,8 +33,9 @@ TIMING_FIELDS = ("time/", "throughput/", "run/wall_seconds")
 """Row keys excluded from the comparison: wall-clock measurements, different on every run."""
 
 EVALUATION_FIELDS = ("ladder/champion_rating", "ladder/rating/", "ladder/rating_se/", "ladder/transitivity_residual",
-                     "ladder/gate_score_lower_bound", "strength/")
-"""Row keys fitted from the evaluators' games (ratings, the gate's bound, strength scores): the
+                     "ladder/gate_score_lower_bound", "strength/", "expit/strength/")
+"""Row keys fitted from the evaluators' games (ratings, the gate's bound, strength scores, each
+generation's strength: services/ladder/generation_strength.py): the
 evaluators play them beside the run on their own clock, so how many have been fitted when the
 learner asks the ladder (once per iteration) depends on wall time, and a stopped-and-resumed
 run has had more of it. Nothing the learner trains on reads them."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from shared.config_schema import (
     CheckpointConfig, ConfigError, DeterminismConfig, EnvConfig, EvaluationConfig, GateConfig, LadderConfig,
-    LocalConfig, NetConfig, PoolConfig, PPOConfig, RolloutConfig, RunConfig, StrengthConfig,
+    GenerationStrengthConfig, LocalConfig, NetConfig, PoolConfig, PPOConfig, RolloutConfig, RunConfig, StrengthConfig,
 )
 
 
@@ -85,7 +85,9 @@ def tiny() -> RunConfig:
         checkpoint=CheckpointConfig(every_iterations=1, keep=3),
         determinism=DeterminismConfig(torch_threads=1),
         # Off in the test suite's size (a test turns it on): its games would compete with the gates'.
-        evaluation=EvaluationConfig(strength=StrengthConfig(every_iterations=0, games_per_anchor=2)),
+        # So is each generation's (an expert-iteration stack test would otherwise play searched games).
+        evaluation=EvaluationConfig(strength=StrengthConfig(every_iterations=0, games_per_anchor=2,
+                                                            generations=GenerationStrengthConfig(enabled=False))),
     )
 
 

@@ -746,6 +746,68 @@ class LadderConfig(_Cfg):
         return problems + self.pool.problems()
 
 
+GENERATION_ANCHORS = ("scripted:defend", "scripted:random_legal", "scripted:first-affordable")
+"""The scripted anchors a promoted generation is measured against unsearched (issue 37's targets)."""
+
+
+class GenerationStrengthConfig(_Cfg):
+    """Each promoted generation's strength (services/ladder/generation_strength.py;
+    docs/ladder.md, "Strength of each generation"): when the ladder's champion chain grows (the
+    run's first snapshot, then every champion a gate promotes), the evaluators play that champion
+    ``snap:<id>`` unsearched against ``anchors``, searched (``snap:<id>`` + ``search``) against
+    ``searched_anchors``, and searched with the simulations' opponent played by ``sim_as``
+    (``opp=<sim_as>``: a search that does not model its opponent exactly) against the same
+    anchors and against the previous generation's champion (a pool snapshot). Operational (not
+    in the run identity, like the whole ``evaluation`` section)."""
+
+    enabled: bool | None = None
+    """true: measure every generation; false: never; null (the default): only under
+    ``learner.algorithm`` "expert_iteration", whose generations these are."""
+    anchors: list[ScriptedId] = msgspec.field(default_factory=lambda: list(GENERATION_ANCHORS))
+    """Scripted anchors each generation plays unsearched."""
+    games: PosInt = 100
+    """Unsearched games against each anchor (ceil(n / 2) evaluation seeds, both sides). 100 gives
+    a Wilson 95 % half-width of at most 0.10; an unsearched game is about 0.45 s here."""
+    search: str = "+search:8"
+    """The search suffix of the searched player (docs/search.md's grammar: ``+search:N[:D]``
+    and ``,name=value`` options)."""
+    searched_anchors: list[ScriptedId] = msgspec.field(default_factory=lambda: ["scripted:defend"])
+    """Scripted anchors each generation plays searched (and searched with ``opp=<sim_as>``)."""
+    searched_games: PosInt = 20
+    """Games of each searched pairing; a searched game costs 6-20x an unsearched one."""
+    sim_as: str = "random"
+    """The scripted bot the searched player's simulations play for the other seat in the
+    pairings that are not an opponent model (``opp=<sim_as>``, one of
+    ``shared.search.spec.SIM_BOTS``); "" leaves those pairings out."""
+
+    def active(self, algorithm: str) -> bool:
+        """Whether a run of ``learner.algorithm`` ``algorithm`` measures its generations."""
+        return self.enabled if self.enabled is not None else algorithm == "expert_iteration"
+
+    def problems(self, seeds: int | None) -> list[str]:
+        """A search suffix that does not parse, an unknown ``sim_as``, games beyond the
+        ``seeds`` evaluation seeds (``ladder.pool.eval_seed_count``; None: not checked, the
+        measurement is off)."""
+        from shared.search.spec import SIM_BOTS, split_search
+
+        problems, where = [], "evaluation.strength.generations"
+        try:
+            if split_search("snap:0000000000000000" + self.search)[1] is None:
+                raise ValueError("no +search: suffix")
+        except ValueError as exc:
+            problems.append(f"{where}.search: {self.search!r} is not a search suffix ({exc}); write it as "
+                            "\"+search:8\" or \"+search:8:30,p=4\" (docs/search.md)")
+        if self.sim_as and self.sim_as not in SIM_BOTS:
+            problems.append(f"{where}.sim_as: {self.sim_as!r} is not a simulated bot; use one of "
+                            f"{', '.join(SIM_BOTS)} or \"\" for none")
+        for name in ("games", "searched_games"):
+            n = getattr(self, name)
+            if seeds is not None and (n + 1) // 2 > seeds:
+                problems.append(f"{where}.{name}: {n} games need {(n + 1) // 2} evaluation seeds, but "
+                                f"ladder.pool.eval_seed_count is {seeds}; lower the games or raise the seed count")
+        return problems
+
+
 class StrengthConfig(_Cfg):
     """The standing strength measurement (docs/ladder.md, "Strength"): every
     ``every_iterations`` iterations the learner writes its actor of that iteration to the
@@ -770,6 +832,8 @@ class StrengthConfig(_Cfg):
     plays the same games against the same anchors, and ``royalefleet strength`` shows it on the
     line below the unsearched snapshot. Empty (the default): no searched games. A searched game
     costs about ten unsearched ones at N = 8 (4 s against 0.4 s here)."""
+    generations: GenerationStrengthConfig = msgspec.field(default_factory=GenerationStrengthConfig)
+    """Each promoted generation's strength, unsearched and searched (GenerationStrengthConfig)."""
 
     def problems(self) -> list[str]:
         """A measurement without ``scripted:noop`` (the rating's zero) and an anchor named twice.
@@ -1245,6 +1309,8 @@ class RunConfig(_Cfg):
                 problems.append(f"obs.frame_stack: the rollouts' search simulates single frames; obs.frame_stack "
                                 f"{frame_stack} is not searched: set obs.frame_stack 1")
         strength, seeds = self.evaluation.strength, self.ladder.pool.eval_seed_count
+        gens = strength.generations
+        problems += gens.problems(seeds if gens.active(self.learner.algorithm) else None)
         if strength.every_iterations and (strength.games_per_anchor + 1) // 2 > seeds:
             problems.append(
                 f"evaluation.strength.games_per_anchor: {strength.games_per_anchor} paired battles need "

@@ -587,6 +587,23 @@ class StrengthSummary(Struct, forbid_unknown_fields=True, kw_only=True):
     """Strength snapshots waiting for (or in) play."""
 
 
+class GenerationStrength(Struct, forbid_unknown_fields=True, kw_only=True):
+    """One promoted generation's strength (services/ladder/generation_strength.py): generation
+    ``generation`` (its index in the ladder's champion chain: 0 the run's first snapshot) is
+    the champion ``champion`` (``snap:<id>``). Per condition (``unsearched/<anchor>``,
+    ``searched/<anchor>``, ``searched_sim_<bot>/<anchor>``, ``searched_sim_<bot>/previous``):
+    the score (a draw counts half) over ``games`` games and its Wilson 95 % interval
+    ``score_lo`` .. ``score_hi``; a condition is present only when all its games are played."""
+
+    generation: int
+    champion: str
+    env_steps: int | None = None
+    games: dict[str, int] = {}
+    score: dict[str, float] = {}
+    score_lo: dict[str, float] = {}
+    score_hi: dict[str, float] = {}
+
+
 class LadderStatusRequest(_Msg, tag="ladder_status_request"):
     request_id: int
     run_name: str
@@ -623,6 +640,11 @@ class LadderStatus(_Msg, tag="ladder_status"):
     (condition 1; services/ladder/gate_runner.py); None before the first gate."""
     strength: StrengthSummary | None = None
     """The newest strength measurement; None until a strength snapshot's games are all played."""
+    generations: list[GenerationStrength] = []
+    """Each promoted generation measured so far (at least one condition played), oldest first;
+    empty when ``evaluation.strength.generations`` is off."""
+    generations_pending: int = 0
+    """Generations with games still to play."""
 
 
 # ----------------------------------------------------------------- learner <-> checkpoint

@@ -275,6 +275,15 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "strength/score_lo/{anchor}": ("fraction", "Wilson 95 % lower bound of strength/score"),
     "strength/score_hi/{anchor}": ("fraction", "Wilson 95 % upper bound of strength/score"),
     "strength/games/{anchor}": ("games", "games behind strength/score (both sides of each seed)"),
+    # each promoted generation's strength (services/ladder/generation_strength.py), the newest measured
+    # generation's, through the ladder's status: every key absent until one of its conditions is played.
+    "expit/strength/generation": ("count", "the generation (index in the ladder's champion chain, 0 the run's first snapshot) the expit/strength/ keys measure"),
+    "expit/strength/measured": ("count", "generations with at least one strength condition measured"),
+    "expit/strength/pending": ("count", "generations with strength games still to play"),
+    "expit/strength/score/{condition}": ("fraction", "that generation's score in one condition: unsearched/<anchor>, searched/<anchor> (the search simulates the anchor), searched_sim_<bot>/<anchor> and searched_sim_<bot>/previous (simulated as <bot>: no opponent model); a draw counts half"),
+    "expit/strength/score_lo/{condition}": ("fraction", "Wilson 95 % lower bound of expit/strength/score"),
+    "expit/strength/score_hi/{condition}": ("fraction", "Wilson 95 % upper bound of expit/strength/score"),
+    "expit/strength/games/{condition}": ("games", "games behind expit/strength/score (both sides of each seed)"),
     "ladder/gate_score_lower_bound": ("fraction", "the last gate's Wilson 95 % lower bound of the candidate's score against the champion (passes at ladder.gate.champion_lower_bound); absent before a gate"),
 }
 

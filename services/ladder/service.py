@@ -6,6 +6,9 @@
   id the log holds already (a resend after a lost Ack) adds only what the log lacks (count 0).
 * MeasureStrength -> Ack(jobs planned): a strength snapshot's games against the scripted
   anchors (services/ladder/strength.py), handed to evaluators when no gate job is waiting.
+* Each champion of the chain (generation 0, then every promotion) is measured unsearched and
+  searched when ``evaluation.strength.generations`` is active (services/ladder/generation_strength.py):
+  its jobs alternate with the gate's and come before the standing measurement's.
 * AdmitCandidate -> Admitted(status): a pool candidate filed in ``<run>/ladder/pool.json``
   (services/ladder/run_pool.py); LadderStatusRequest -> LadderStatus for the learner's row.
 * Pool-role assignments draw from the resident set (PFSP, redrawn when the pool changes);
@@ -39,7 +42,7 @@ from shared.messages import (
 )
 from shared.messages import AdmitCandidate, Admitted, LadderStatusRequest
 from shared.messages import EvalJobRequest, EvalReport  # evaluator jobs (services/ladder/gate_runner.py)
-from shared.messages import MeasureStrength, NoJob  # strength jobs (services/ladder/strength.py)
+from shared.messages import EvalJob, MeasureStrength, NoJob  # strength jobs (services/ladder/strength.py)
 from shared.messages import MAX_REPORT_ID
 from shared.log_guard import RefusalLog
 from shared.serve_loop import RequestLoop
@@ -51,6 +54,7 @@ from services.ladder.pool import PoolCorrupt
 from services.ladder.results import RecordRefused, ReportIds, ResultLog, check_records, check_run_name
 from services.ladder.run_pool import PoolRefusal, PoolWriteError, RunPool
 from services.ladder.strength import StrengthRunner
+from services.ladder.generation_strength import GenerationStrengthRunner
 
 MAX_ORDINAL = 2**31 - 1
 """Ordinals travel as int32 in a Round's ``ordinal`` array."""
@@ -132,9 +136,33 @@ class Metrics:
                                         "snapshot; NaN before the first", registry=r)
         self.strength_pending = Gauge(p + "strength_pending", "Strength snapshots waiting for (or in) play", registry=r)
         self.sync_strength(None, 0)
+        # Each generation's strength (services/ladder/generation_strength.py): a series per
+        # generation and condition once measured, none before.
+        self.generation_score = Gauge(p + "generation_strength_score", "A promoted generation's score in one "
+                                      "condition (unsearched/<anchor>, searched/<anchor>, searched_sim_<bot>/...; a "
+                                      "draw counts half)", ["generation", "condition"], registry=r)
+        self.generation_score_lo = Gauge(p + "generation_strength_score_lo", "Wilson 95 % lower bound of "
+                                         "generation_strength_score", ["generation", "condition"], registry=r)
+        self.generation_score_hi = Gauge(p + "generation_strength_score_hi", "Wilson 95 % upper bound of "
+                                         "generation_strength_score", ["generation", "condition"], registry=r)
+        self.generation_games = Gauge(p + "generation_strength_games", "Games behind generation_strength_score",
+                                      ["generation", "condition"], registry=r)
+        self.generations_pending = Gauge(p + "generation_strength_pending", "Generations with strength games "
+                                         "still to play", registry=r)
         self.seen_gates: tuple[int, int] | None = None
         self.seen_champion: str | None = None
         self.seen_eval_games: int | None = None
+
+    def sync_generations(self, measured, pending: int) -> None:
+        """Set the generation strength gauges from ``GenerationStrength`` measurements."""
+        self.generations_pending.set(pending)
+        for g in measured:
+            for cond, score in g.score.items():
+                labels = (str(g.generation), cond)
+                self.generation_score.labels(*labels).set(score)
+                self.generation_score_lo.labels(*labels).set(g.score_lo[cond])
+                self.generation_score_hi.labels(*labels).set(g.score_hi[cond])
+                self.generation_games.labels(*labels).set(g.games[cond])
 
     def sync_strength(self, summary, pending: int) -> None:
         """Set the strength gauges from a ``StrengthSummary`` (None: NaN, never 0)."""
@@ -182,9 +210,16 @@ class LadderService(RequestLoop):
         self._pool_problem: str | None = None
         self.gates = GateRunner(config, self.runs_dir, say=say)  # the gate's jobs and decisions
         self.strength = StrengthRunner(config, self.runs_dir, next_job_id=self._allocate_job_id, say=say)
-        self.gates.next_job_id = max(self.gates.next_job_id, self.strength.max_job_id + 1)  # one id space
+        self.generations = GenerationStrengthRunner(config, self.runs_dir, next_job_id=self._allocate_job_id,
+                                                    records=lambda: self.strength.log.read().records, say=say)
+        self.gates.next_job_id = max(self.gates.next_job_id, self.strength.max_job_id + 1,
+                                     self.generations.max_job_id + 1)  # one id space
         self.metrics.sync_strength(self.strength.summary, len(self.strength.waiting()))
         self._gate_problem: str | None = None
+        self._generation_problem: str | None = None
+        self._generation_turn = False
+        """The next job request offers a generation job before the gate's (``_next_job``)."""
+        self.sync_generations()  # a promotion a crash left unplanned is planned now
 
     def _allocate_job_id(self) -> int:
         job_id = self.gates.next_job_id
@@ -225,16 +260,19 @@ class LadderService(RequestLoop):
                 status = self.pool.status(body)
                 status.gate_score_lower_bound = self.gates.last_lower_bound
                 status.strength = self.strength.summary
+                status.generations = list(self.generations.measured)
+                status.generations_pending = self.generations.pending()
                 return status
             if isinstance(body, MeasureStrength):
                 reply = self.strength.submit(body)
                 self.metrics.sync_strength(self.strength.summary, len(self.strength.waiting()))
                 return reply
             if isinstance(body, EvalJobRequest):
-                job = self.gates.request_job(body)  # a gate first: it decides the pool
-                if isinstance(job, NoJob):
-                    job = self.strength.request_job(body) or job
-                return job
+                return self._next_job(body)
+            if isinstance(body, EvalReport) and self.generations.owns(body.job_id):
+                reply = self.generations.report(body, self.strength.log.append)
+                self.metrics.sync_generations(self.generations.measured, self.generations.pending())
+                return reply
             if isinstance(body, EvalReport):
                 if self.strength.owns(body.job_id):
                     reply = self.strength.report(body)
@@ -248,6 +286,21 @@ class LadderService(RequestLoop):
             return self._refuse(body, "pool", str(exc))
         except OSError as exc:
             return self._refuse(body, "io", f"result log not written: {exc}")
+
+    def _next_job(self, req: EvalJobRequest) -> EvalJob | NoJob:
+        """A gate's job first (it decides the pool), except that a waiting generation job takes
+        every other turn a gate job would have (gates back to back would starve it: a `cpu` gate
+        outlasts the candidate cadence); then the standing strength measurement's."""
+        if self._generation_turn:
+            self._generation_turn = False
+            job = self.generations.request_job(req)
+            if job is not None:
+                return job
+        gate = self.gates.request_job(req)
+        if not isinstance(gate, NoJob):
+            self._generation_turn = True
+            return gate
+        return self.generations.request_job(req) or self.strength.request_job(req) or gate
 
     def _refuse(self, body, reason: str, text: str) -> Error:
         """Count, log (rate-limited) and answer one refused request."""
@@ -313,6 +366,23 @@ class LadderService(RequestLoop):
         if time.monotonic() - self._synced >= POOL_SYNC_S:
             self.sync_pool_metrics()
             self.tick_gates()
+            self.sync_generations()
+
+    def sync_generations(self) -> None:
+        """Plan the champion chain's generations not planned yet (nothing when the measurement
+        is off); a pool or plan file that cannot be read or written is said once, not raised."""
+        if not self.generations.active:
+            return
+        try:
+            state = self.pool.state()
+            steps = {cid: c.env_steps for cid, c in state.admitted.items()}
+            self.generations.sync(list(state.champions), steps.get)
+            self._generation_problem = None
+        except (PoolCorrupt, OSError, ValueError) as exc:
+            if str(exc) != self._generation_problem:
+                self._generation_problem = str(exc)
+                self.say(f"ladder: generation strength not planned: {exc}")
+        self.metrics.sync_generations(self.generations.measured, self.generations.pending())
 
     def tick_gates(self) -> None:
         """Let the gate runner plan and decide; a failure is said once, not raised."""

@@ -40,6 +40,24 @@ def ladder_row(status: LadderStatus) -> dict:
     for member, se in status.rating_se.items():
         row["ladder/rating_se/" + member] = se
     row.update(strength_row(status.strength))
+    row.update(generation_strength_row(status.generations, status.generations_pending))
+    return row
+
+
+def generation_strength_row(generations, pending: int) -> dict:
+    """``expit/strength/...`` row keys of the newest measured generation (a list of
+    ``GenerationStrength``, oldest first; services/ladder/generation_strength.py): {} (every key
+    absent, never 0 or 0.5) until a generation has a condition whose games are all played."""
+    if not generations:
+        return {}
+    g = generations[-1]
+    row: dict = {"expit/strength/generation": g.generation, "expit/strength/measured": len(generations),
+                 "expit/strength/pending": pending}
+    for cond, score in g.score.items():
+        row["expit/strength/score/" + cond] = score
+        row["expit/strength/score_lo/" + cond] = g.score_lo[cond]
+        row["expit/strength/score_hi/" + cond] = g.score_hi[cond]
+        row["expit/strength/games/" + cond] = g.games[cond]
     return row
 
 

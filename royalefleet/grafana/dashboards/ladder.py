@@ -106,7 +106,31 @@ def strength() -> list[dict]:
     ]
 
 
-ROWS = [("Ratings", ratings), ("Pool", pool), ("Gate", gate), ("Evaluators", evaluators), ("Strength", strength)]
+def generations() -> list[dict]:
+    """Each promoted generation's strength, unsearched and searched (services/ladder/generation_strength.py)."""
+    score = L("expit/strength/score/{condition}")
+    return [
+        ts("Strength by generation: unsearched and searched (ladder)", [
+            ("royalefleet_ladder_generation_strength_score", "generation {{generation}} {{condition}}"),
+        ], unit="percentunit", width=24,
+           description="Every measured generation (0: the run's first snapshot, then each champion a gate promoted) "
+                       "in each condition: unsearched/<anchor>, searched/<anchor> (the search simulates the anchor), "
+                       "searched_sim_<bot>/<anchor> and searched_sim_<bot>/previous (the search simulates the other "
+                       "seat as <bot>, not the opponent: strength that is not an opponent model). A draw counts "
+                       "half; evaluation.strength.generations."),
+        ts("Newest generation: score with Wilson 95 % (learner row)", [
+            (score, "{{condition}}"),
+            (L("expit/strength/score_lo/{condition}"), "{{condition}} lower"),
+            (L("expit/strength/score_hi/{condition}"), "{{condition}} upper"),
+        ], unit="percentunit", description="The expit/strength/ keys: the newest generation with a condition played."),
+        ts("Generations measured", [(L("expit/strength/generation"), "generation"),
+                                    (L("expit/strength/measured"), "measured"),
+                                    ("royalefleet_ladder_generation_strength_pending", "pending")]),
+    ]
+
+
+ROWS = [("Ratings", ratings), ("Pool", pool), ("Gate", gate), ("Evaluators", evaluators), ("Strength", strength),
+        ("Strength by generation", generations)]
 """(row title, the function giving its panels), top to bottom. Panel ids follow this order,
 so a row added at the end leaves every existing id (and the alert rules' panel link) alone."""
 
