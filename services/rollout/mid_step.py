@@ -38,8 +38,12 @@ class MidStepQueries:
     ``recv()`` takes the next message as (message, arrays), or None for one that does not decode
     (the rollout's own, which counts it)."""
 
-    def __init__(self, sock, send: Callable, recv: Callable[[], tuple | None]):
+    def __init__(self, sock, send: Callable, recv: Callable[[], tuple | None], metrics=None):
         self.sock, self.send, self.recv = sock, send, recv
+        self.metrics = metrics
+        """``RolloutMetrics`` or None: questions asked, timed out, and the one awaiting its answer
+        now (``royalefleet_rollout_mid_step_waiting``, what ``royalefleet chaos`` aims its
+        mid-question kills at)."""
         self.backlog: deque = deque()
         """(message, arrays) received while a step waited for an answer: handled next, in order."""
 
@@ -68,6 +72,22 @@ class MidStepQueries:
         cycle, shard (and seq, where it has one) and return its array ``name`` of shape (n,).
         Raises ``MidStepTimeout`` after ``timeout_s``, ProtocolError for an answer of another
         shape, ``Stopping`` on a stop request or a Close/Refused."""
+        m = self.metrics
+        if m is not None:
+            m.mid_step_questions.inc()
+            m.mid_step_waiting.set(1)
+        try:
+            return self._await(query, arrays, answer, name, n, timeout_s, stop_requested)
+        except MidStepTimeout:
+            if m is not None:
+                m.mid_step_timeouts.inc()
+            raise
+        finally:
+            if m is not None:
+                m.mid_step_waiting.set(0)
+
+    def _await(self, query, arrays: dict, answer: type, name: str, n: int, timeout_s: float,
+               stop_requested: Callable[[], bool]) -> np.ndarray:
         key = _key(query)
         self.send(query, arrays)
         deadline = time.monotonic() + timeout_s

@@ -94,7 +94,7 @@ class RolloutService:
         self.compressor: RowCompressor | None = None
         """Set when the learner's Welcome names wire codec 2."""
         self.last_sent = self.last_heard = time.monotonic()
-        self.mid_step = MidStepQueries(self.sock, self._send, self._recv)
+        self.mid_step = MidStepQueries(self.sock, self._send, self._recv, self.metrics)
         """The searched step's queries to the learner (``LeafQuery``, ``SimActQuery``) and their backlog."""
 
     # ------------------------------------------------------------------ plumbing

@@ -56,6 +56,8 @@ def test_the_answer_of_its_own_step_ends_the_wait_and_the_rest_waits_in_order(pa
     thread, out = _ask(rollout)
     identity, body, arrays = _query(router)
     assert isinstance(body, LeafQuery) and (body.iteration, body.cycle, body.shard) == (3, 4, 1)
+    m = rollout.metrics  # the question is outstanding: what royalefleet chaos aims its kills at
+    assert (m.mid_step_questions._value.get(), m.mid_step_waiting._value.get()) == (1, 1)
     np.testing.assert_array_equal(arrays["leaf_rows"], ROWS)
     assert arrays["leaf_return"].tolist() == [0.5, -1.0] and arrays["leaf_discount"].tolist() == [0.9, 0.0]
     other = Step(iteration=3, cycle=4, shard=0)
@@ -66,6 +68,7 @@ def test_the_answer_of_its_own_step_ends_the_wait_and_the_rest_waits_in_order(pa
                    identity=identity)
     thread.join(5)
     assert "error" not in out and out["q"].tolist() == [1.5, -2.0]
+    assert (m.mid_step_waiting._value.get(), m.mid_step_timeouts._value.get()) == (0, 0)
     assert [type(m) for m, _ in rollout.mid_step.backlog] == [Step, LeafValues]
     assert rollout.mid_step.backlog[0][0] == other and rollout.mid_step.backlog[1][0] == stale
 
@@ -89,6 +92,9 @@ def test_no_answer_gives_up_after_the_round_timeout_naming_the_step(pair):
     assert isinstance(out["error"], MidStepTimeout)
     assert str(out["error"]) == ("no LeafValues from the learner within 1 s (rollout.round_timeout_s) for "
                                  "iteration 3 cycle 4 shard 1")
+    m = rollout.metrics
+    assert (m.mid_step_questions._value.get(), m.mid_step_timeouts._value.get(), m.mid_step_waiting._value.get()) == (
+        1, 1, 0)
 
 
 def test_an_answer_of_the_wrong_length_is_a_protocol_error(pair):
