@@ -101,7 +101,8 @@ class ChaosError(AssertionError):
 
 
 class Chaos:
-    def __init__(self, folder: Path, seed: int, say=print, algorithm: str = "ppo"):
+    def __init__(self, folder: Path, seed: int, say=print, algorithm: str = "ppo",
+                 round_timeout_s: float | None = None):
         from royalefleet.launcher import on_free_ports
         from shared.config import load_config
 
@@ -117,6 +118,8 @@ class Chaos:
                "local": {"rollouts": ROLLOUTS, "evaluators": EVALUATORS}}
         if algorithm != "ppo":
             doc["learner"] = {"algorithm": algorithm}
+        if round_timeout_s is not None:  # tiny's is 10 s; the default 30 s
+            doc["rollout"] = {"round_timeout_s": round_timeout_s}
         if algorithm in SEARCHED:  # the rollouts' metrics on: the mid-question kills read them
             doc["services"]["rollout_metrics_port"] = free_port_run(ROLLOUTS)
             doc["alphazero"] = SEARCH["alphazero"]
@@ -659,10 +662,11 @@ def schedule(rng: random.Random, kills: int, faults: list[str]) -> list[tuple[st
 
 
 def run_chaos(folder: Path, *, seed: int = 1, kills: int = 12, faults: list[str] | None = None,
-              say=print, algorithm: str = "ppo") -> tuple[Figures, list[str]]:
+              say=print, algorithm: str = "ppo", round_timeout_s: float | None = None) -> tuple[Figures, list[str]]:
     """Run the schedule on a fresh `tiny` stack of ``learner.algorithm`` ``algorithm`` in
     ``folder``; (figures, problems found). Raises ValueError naming an unknown fault, or a
-    mid-question fault asked of an algorithm whose rollouts do not search."""
+    mid-question fault asked of an algorithm whose rollouts do not search. ``round_timeout_s``:
+    the stack's ``rollout.round_timeout_s`` (None: tiny's 10 s)."""
     faults = default_faults(algorithm) if faults is None else faults
     by_name = {f.name: f for f in FAULTS}
     unknown = [f for f in faults if f not in by_name]
@@ -672,7 +676,7 @@ def run_chaos(folder: Path, *, seed: int = 1, kills: int = 12, faults: list[str]
     if unsearched:
         raise ValueError(f"fault(s) {unsearched} need rollouts that search: --algorithm {algorithm!r} asks no "
                          f"mid-step questions; use one of {', '.join(SEARCHED)}")
-    chaos = Chaos(folder, seed, say, algorithm)
+    chaos = Chaos(folder, seed, say, algorithm, round_timeout_s)
     events = schedule(chaos.rng, kills, faults)
     t0 = time.monotonic()
     chaos.start()
@@ -782,6 +786,11 @@ def add_parser(sub) -> None:
     p.add_argument("--algorithm", default="ppo", choices=("ppo", "dqn") + SEARCHED,
                    help="the stack's learner.algorithm (default ppo); under alphazero or expert_iteration the "
                         "rollouts search and the faults add kills during their mid-step questions")
+    p.add_argument("--mid-question-kills", type=int, default=1, metavar="N",
+                   help="under a searched --algorithm, play each mid-question fault (rollout_mid_question, "
+                        "learner_mid_question) N times (default 1)")
+    p.add_argument("--round-timeout", type=float, default=None, metavar="S",
+                   help="the stack's rollout.round_timeout_s (default tiny's 10 s; the config default is 30)")
     p.add_argument("--list-faults", action="store_true", help="print the faults and exit")
     p.add_argument("--keep", metavar="DIR", help="run in DIR and keep it (default: a temporary folder, removed)")
     p.set_defaults(func=cmd_chaos)
@@ -799,13 +808,18 @@ def cmd_chaos(args) -> int:
     every = [f.name for f in FAULTS if args.algorithm in SEARCHED or not f.needs_search]
     names = {"default": default_faults(args.algorithm), "all": every}.get(
         args.faults, [x for x in args.faults.split(",") if x])
-    if args.kills < 1:
-        print("royalefleet chaos: --kills must be at least 1", file=sys.stderr)
+    if args.kills < 1 or args.mid_question_kills < 0 or (args.round_timeout is not None and args.round_timeout <= 0):
+        print("royalefleet chaos: --kills must be at least 1, --mid-question-kills at least 0 and --round-timeout "
+              "above 0", file=sys.stderr)
         return 2
+    by_name = {f.name: f for f in FAULTS}
+    names = [n for n in names if not (n in by_name and by_name[n].needs_search)] + [
+        n for n in names if n in by_name and by_name[n].needs_search] * args.mid_question_kills
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="royalefleet-chaos-"))
     try:
         figures, problems = run_chaos(folder, seed=args.seed, kills=args.kills, faults=names,
-                                      say=lambda s: print(s, flush=True), algorithm=args.algorithm)
+                                      say=lambda s: print(s, flush=True), algorithm=args.algorithm,
+                                      round_timeout_s=args.round_timeout)
     except ValueError as exc:
         print(f"royalefleet chaos: {exc}", file=sys.stderr)
         return 2

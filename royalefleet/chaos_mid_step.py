@@ -14,9 +14,11 @@ catch is tried again, up to a deadline.
   ``rollout.round_timeout_s`` from its last question), the launcher restarts it, it joins
   again, and the rows go on.
 - ``learner_mid_question``: the frozen learner SIGKILLed with the question unanswered. The
-  rollout must not wait forever: it gives up after ``rollout.round_timeout_s``
-  (``MidStepTimeout``, counted ``royalefleet_rollout_mid_step_timeouts``), says Hello again,
-  and joins the learner resumed from its checkpoint; the rows go on.
+  rollout must not wait forever: the restarted learner answers its heartbeats with a Rejoin,
+  which ends the wait (counted ``royalefleet_rollout_mid_step_rejoins``), or, failing that, it
+  gives up after ``rollout.round_timeout_s`` (``MidStepTimeout``, counted
+  ``royalefleet_rollout_mid_step_timeouts``); it says Hello again and joins the learner resumed
+  from its checkpoint; the rows go on.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ def rollout_metrics_port(pid: int) -> int | None:
 
 
 def mid_step_state(pid: int) -> tuple[float, float, float] | None:
-    """(questions asked, timeouts, waiting now) of rollout ``pid``'s /metrics, or None when it
-    does not answer (starting, dead, or its metrics off)."""
+    """(questions asked, questions given up (timed out or ended by a Rejoin), waiting now) of
+    rollout ``pid``'s /metrics, or None when it does not answer (starting, dead, or its metrics
+    off)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     port = rollout_metrics_port(pid)
@@ -65,7 +68,8 @@ def mid_step_state(pid: int) -> tuple[float, float, float] | None:
     values = {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
     try:
         return (values["royalefleet_rollout_mid_step_questions_total"],
-                values["royalefleet_rollout_mid_step_timeouts_total"], values["royalefleet_rollout_mid_step_waiting"])
+                values["royalefleet_rollout_mid_step_timeouts_total"] + values["royalefleet_rollout_mid_step_rejoins_total"],
+                values["royalefleet_rollout_mid_step_waiting"])
     except KeyError:
         return None
 
@@ -154,6 +158,7 @@ def learner_mid_question(chaos: Chaos, settle_s: float | None = None) -> None:
     learner, rollout, asked = catch_mid_question(chaos)
     before = chaos.last_iteration()
     timeouts = (mid_step_state(rollout) or (0, 0, 0))[1]
+    seen = len(chaos.lines())
     os.kill(learner, signal.SIGKILL)
     chaos.figures.kills += 1
     t_kill = time.monotonic()
@@ -161,8 +166,12 @@ def learner_mid_question(chaos: Chaos, settle_s: float | None = None) -> None:
               "unanswered")
     _rows_go_on(chaos, "learner", t_kill, before)
     after = mid_step_state(rollout)
+    unanswered = [line for line in chaos.lines()[seen:] if "did not answer SetState" in line]
+    if unanswered:  # its battles restarted although the checkpoint held their states: a loss
+        chaos.problems.append(f"learner_mid_question: {unanswered[0]}")
     if after is None:
         chaos.problems.append(f"learner_mid_question: rollout {rollout} died after the learner's kill (it must rejoin)")
     elif after[1] <= timeouts:
-        chaos.problems.append(f"learner_mid_question: rollout {rollout} counted no mid-step timeout "
-                              f"({timeouts:.0f} -> {after[1]:.0f}): its unanswered question did not end in one")
+        chaos.problems.append(f"learner_mid_question: rollout {rollout} counted no mid-step question given up "
+                              f"({timeouts:.0f} -> {after[1]:.0f}): its unanswered question ended neither in a "
+                              "timeout nor a Rejoin")

@@ -41,6 +41,8 @@ class RolloutMetrics:
                                           "middle of a searched step (LeafQuery, SimActQuery)", registry=r)
         self.mid_step_timeouts = Counter(PREFIX + "mid_step_timeouts", "Mid-step questions the learner did not answer "
                                          "within rollout.round_timeout_s (the rollout then rejoins)", registry=r)
+        self.mid_step_rejoins = Counter(PREFIX + "mid_step_rejoins", "Mid-step questions given up because the learner "
+                                        "said it does not know this rollout (it restarted since; Rejoin)", registry=r)
         self.mid_step_waiting = Gauge(PREFIX + "mid_step_waiting", "1 while a searched step waits for the learner's "
                                       "answer to a mid-step question, else 0", registry=r)
         self.idle_seconds = Counter(PREFIX + "idle_seconds", "Seconds spent waiting for the learner while holding "

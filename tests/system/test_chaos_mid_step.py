@@ -8,10 +8,12 @@ timeout (counted: a lost rollout, its pending searched rows as refused), trains 
 launcher's restart joins again. The learner killed with a question unanswered: the rollout gives
 up after the round timeout (a counted mid-step timeout), says Hello again and joins the learner
 resumed from its newest checkpoint, whose state is exactly that checkpoint's row's. Nothing is
-counted twice: every row's replay holds exactly the searched rows of its window of iterations."""
+counted twice: every row's replay holds exactly the searched rows of its window of iterations,
+and the ladder files every finished episode once."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -63,3 +65,7 @@ def test_kills_during_mid_step_questions_lose_nothing_and_nothing_waits_forever(
     assert [r["expit/replay_rows"] for r in rows] == [sum(decisions[max(0, k + 1 - window):k + 1])
                                                        for k in range(len(rows))]
     assert [r["run/iteration"] for r in rows] == list(range(1, len(rows) + 1)) and len(rows) > it
+    # and the ladder filed every finished episode once, though its battle was re-played after each kill
+    records = [json.loads(line)["record"] for line in (chaos.run_dir / "ladder" / "results.jsonl").read_text().splitlines()]
+    keys = [(r["battle"], r["ordinal"], r["seat"]) for r in records]
+    assert records and len(set(keys)) == len(keys), sorted(k for k in keys if keys.count(k) > 1)
