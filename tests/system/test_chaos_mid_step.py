@@ -52,6 +52,9 @@ def test_kills_during_mid_step_questions_lose_nothing_and_nothing_waits_forever(
     assert missed, chaos.tail(60)
     lost = [r for r in rows if r["health/rollouts_lost"]]
     assert len(lost) == 1 and lost[0]["search/refused"] > 0
+    # no question went to a learner that had not sent its Step (refused unexpected, unanswered: a
+    # stale Step played after a Rejoin), and every battle the checkpoint held continued
+    assert not [line for line in lines if "outside a collection" in line or "did not answer SetState" in line]
     # the learner's death: resumed from its newest checkpoint, exactly that checkpoint's state
     resumed = [re.match(r"learner: resumed iteration (\d+) .*\(state ([0-9a-f]+)\)", line) for line in lines]
     resumed = [m for m in resumed if m]
