@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from royalefleet import chaos_mid_step
 from royalefleet.procfs import children_of
 from shared.run_dir import RunDir
 
@@ -51,6 +52,14 @@ after 5 s instead of 30, so a run of a dozen kills fits in CI (the retry path is
 MAX_MESSAGE_MB = 2
 """``services.max_message_mb`` of the chaos stack: a message over it (``oversized``) costs a few
 MB to send, not 150 (tiny's largest message, a checkpoint, is 0.7 MB)."""
+SEARCHED = ("alphazero", "expert_iteration")
+"""``learner.algorithm``s whose rollouts search and ask the learner questions mid-step: the
+mid-question kills (royalefleet/chaos_mid_step.py) are on for these."""
+SEARCH = {"alphazero": {"candidates": 4, "depth": 6, "leaf_value": "critic"},
+          "expert_iteration": {"replay_iterations": 4}}
+"""The searched chaos stack's sections, as tests/system/test_expert_iteration_stack.py's: the
+critic values every leaf (a ``LeafQuery`` each searched step) and network opponents act in the
+simulations (``SimActQuery``s, ``sim_opponent`` "battle", the default)."""
 STARTUP_S = 180.0
 """How long anything may take to come (back) up on a loaded 2-core machine."""
 
@@ -65,6 +74,10 @@ class Figures:
     retrained: int = 0
     faults: list = field(default_factory=list)
     seconds: float = 0.0
+    mid_question: dict = field(default_factory=lambda: {"rollout": [], "learner": []})
+    """kind -> seconds from each kill that landed during a mid-step question to the next row."""
+    mid_question_tries: int = 0
+    """Freezes of the learner it took to catch those questions outstanding."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,8 @@ class Fault:
     """Issue 12's item whose fix this fault needs (off by default until it lands); None: on."""
     kills_learner: bool = False
     """It ends with the learner's SIGKILL: it takes one of the schedule's learner kills."""
+    needs_search: bool = False
+    """Only for a searched ``learner.algorithm`` (``SEARCHED``): on by default there, refused elsewhere."""
 
 
 class ChaosError(AssertionError):
@@ -86,12 +101,13 @@ class ChaosError(AssertionError):
 
 
 class Chaos:
-    def __init__(self, folder: Path, seed: int, say=print):
+    def __init__(self, folder: Path, seed: int, say=print, algorithm: str = "ppo",
+                 round_timeout_s: float | None = None):
         from royalefleet.launcher import on_free_ports
         from shared.config import load_config
 
         self.folder, self.say, self.rng = folder, say, random.Random(seed)
-        self.seed = seed
+        self.seed, self.algorithm = seed, algorithm
         services = on_free_ports(load_config({"profile": "tiny"}).services)
         doc = {"profile": "tiny", "runs_dir": str(folder / "runs"), "run_name": "chaos",
                "services": {k: getattr(services, k) for k in (
@@ -100,6 +116,15 @@ class Chaos:
                | {"rollout_metrics_port": 0, "evaluator_metrics_port": 0, "request_timeout_s": REQUEST_TIMEOUT_S,
                   "max_message_mb": MAX_MESSAGE_MB},
                "local": {"rollouts": ROLLOUTS, "evaluators": EVALUATORS}}
+        if algorithm != "ppo":
+            doc["learner"] = {"algorithm": algorithm}
+        if round_timeout_s is not None:  # tiny's is 10 s; the default 30 s
+            doc["rollout"] = {"round_timeout_s": round_timeout_s}
+        if algorithm in SEARCHED:  # the rollouts' metrics on: the mid-question kills read them
+            doc["services"]["rollout_metrics_port"] = free_port_run(ROLLOUTS)
+            doc["alphazero"] = SEARCH["alphazero"]
+            if algorithm in SEARCH and algorithm != "alphazero":
+                doc[algorithm] = SEARCH[algorithm]
         folder.mkdir(parents=True, exist_ok=True)
         self.config_path = folder / "chaos-config.json"
         self.config_path.write_text(json.dumps(doc, indent=1))
@@ -115,9 +140,12 @@ class Chaos:
 
     # ------------------------------------------------------------------ processes
 
-    def start(self) -> None:
+    def start(self, doctor: bool = True) -> None:
+        """``royalefleet up`` of the chaos config; ``doctor=False``: without its machine checks
+        (``--no-doctor``, as the stack tests start it)."""
         self._out = open(self.out_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "royalefleet", "up", "--config", str(self.config_path)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "royalefleet", "up", "--config", str(self.config_path),
+                                      *(() if doctor else ("--no-doctor",))],
                                      stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=os.environ | {"PYTHONUNBUFFERED": "1",
                                                        "ROYALEFLEET_HALT_TOKEN": self.halt_token})
@@ -233,6 +261,27 @@ class Chaos:
 
     def endpoint(self, service: str) -> str:
         return f"tcp://127.0.0.1:{getattr(self.cfg.services, f'{service}_port')}"
+
+
+def free_port_run(n: int) -> int:
+    """A loopback port p with p .. p + n - 1 free now (the launcher gives rollout k port p + k)."""
+    import socket
+
+    for _ in range(200):
+        socks = [socket.socket()]
+        try:
+            socks[0].bind(("127.0.0.1", 0))
+            base = socks[0].getsockname()[1]
+            for k in range(1, n):
+                socks.append(socket.socket())
+                socks[-1].bind(("127.0.0.1", base + k))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise ChaosError(f"no {n} consecutive free loopback ports found in 200 tries")
 
 
 # ============================================================================ hostile messages
@@ -562,12 +611,18 @@ FAULTS: tuple[Fault, ...] = (
     Fault("unauthenticated_save", "a SaveCheckpoint from a stranger: refused, nothing pruned", unauthenticated_save),
     Fault("halt_junk", "malformed and unauthorized requests and 40 idle connections to the halt endpoint",
           halt_junk),
+    Fault("rollout_mid_question", "a rollout SIGKILLed while its searched step waits for the learner's answer",
+          chaos_mid_step.rollout_mid_question, needs_search=True),
+    Fault("learner_mid_question", "the learner SIGKILLed with a rollout's mid-step question unanswered",
+          chaos_mid_step.learner_mid_question, kills_learner=True, needs_search=True),
 )
 """Hostile messages (``must_refuse``) and the SIGKILLs are not in this table: they are always on."""
 
 
-def default_faults() -> list[str]:
-    return [f.name for f in FAULTS if f.needs_item is None]
+def default_faults(algorithm: str = "ppo") -> list[str]:
+    """The faults on for a run of ``algorithm``: those whose fix has landed, the mid-question
+    kills only where the rollouts search."""
+    return [f.name for f in FAULTS if f.needs_item is None and (algorithm in SEARCHED or not f.needs_search)]
 
 
 # ============================================================================ the run
@@ -607,21 +662,28 @@ def schedule(rng: random.Random, kills: int, faults: list[str]) -> list[tuple[st
 
 
 def run_chaos(folder: Path, *, seed: int = 1, kills: int = 12, faults: list[str] | None = None,
-              say=print) -> tuple[Figures, list[str]]:
-    """Run the schedule on a fresh `tiny` stack in ``folder``; (figures, problems found)."""
-    faults = default_faults() if faults is None else faults
+              say=print, algorithm: str = "ppo", round_timeout_s: float | None = None) -> tuple[Figures, list[str]]:
+    """Run the schedule on a fresh `tiny` stack of ``learner.algorithm`` ``algorithm`` in
+    ``folder``; (figures, problems found). Raises ValueError naming an unknown fault, or a
+    mid-question fault asked of an algorithm whose rollouts do not search. ``round_timeout_s``:
+    the stack's ``rollout.round_timeout_s`` (None: tiny's 10 s)."""
+    faults = default_faults(algorithm) if faults is None else faults
     by_name = {f.name: f for f in FAULTS}
     unknown = [f for f in faults if f not in by_name]
     if unknown:
         raise ValueError(f"unknown fault(s) {unknown}; known: {', '.join(by_name)}")
-    chaos = Chaos(folder, seed, say)
+    unsearched = [f for f in faults if by_name[f].needs_search and algorithm not in SEARCHED]
+    if unsearched:
+        raise ValueError(f"fault(s) {unsearched} need rollouts that search: --algorithm {algorithm!r} asks no "
+                         f"mid-step questions; use one of {', '.join(SEARCHED)}")
+    chaos = Chaos(folder, seed, say, algorithm, round_timeout_s)
     events = schedule(chaos.rng, kills, faults)
     t0 = time.monotonic()
     chaos.start()
     try:
         chaos.wait_for("the first two iterations", lambda: chaos.last_iteration() >= 2)
         n_kills = sum(e[0] == "kill" or (e[0] == "fault" and by_name[e[1]].kills_learner) for e in events)
-        say(f"chaos: seed {seed}, {n_kills} SIGKILLs, faults {', '.join(faults) or 'none'}")
+        say(f"chaos: {algorithm}, seed {seed}, {n_kills} SIGKILLs, faults {', '.join(faults) or 'none'}")
         for what, arg in events:
             chaos.wait_for("every service up", chaos.all_up)
             time.sleep(chaos.rng.uniform(0.2, 1.2))
@@ -700,9 +762,14 @@ def check_run(chaos: Chaos) -> None:
 def describe(f: Figures) -> str:
     sent, counted = int(sum(f.refused_sent.values())), int(sum(f.refused_counted.values()))
     per = ", ".join(f"{s} {int(n)}" for s, n in sorted(f.refused_counted.items()))
+    mid = ""
+    if any(f.mid_question.values()):
+        mid = "; kills during a mid-step question: " + ", ".join(
+            f"{kind} {len(s)} (next row after {', '.join(f'{x:.0f}' for x in s)} s)"
+            for kind, s in f.mid_question.items() if s) + f", caught in {f.mid_question_tries} freeze(s) of the learner"
     return (f"{f.kills} SIGKILLs survived ({f.restarts} restarts); {counted} of {sent} hostile messages refused and "
             f"counted ({per}); {f.iterations} iterations, one row each; {f.retrained} iteration(s) retrained after "
-            f"resumes; faults: {', '.join(f.faults) or 'none'}; {f.seconds:.0f} s")
+            f"resumes; faults: {', '.join(f.faults) or 'none'}{mid}; {f.seconds:.0f} s")
 
 
 # ============================================================================ command line
@@ -716,6 +783,14 @@ def add_parser(sub) -> None:
     p.add_argument("--kills", type=int, default=12, help="SIGKILLs at least, over every service (default 12)")
     p.add_argument("--faults", default="default",
                    help="comma-separated fault names, 'default' (those whose fix has landed) or 'all'")
+    p.add_argument("--algorithm", default="ppo", choices=("ppo", "dqn") + SEARCHED,
+                   help="the stack's learner.algorithm (default ppo); under alphazero or expert_iteration the "
+                        "rollouts search and the faults add kills during their mid-step questions")
+    p.add_argument("--mid-question-kills", type=int, default=1, metavar="N",
+                   help="under a searched --algorithm, play each mid-question fault (rollout_mid_question, "
+                        "learner_mid_question) N times (default 1)")
+    p.add_argument("--round-timeout", type=float, default=None, metavar="S",
+                   help="the stack's rollout.round_timeout_s (default tiny's 10 s; the config default is 30)")
     p.add_argument("--list-faults", action="store_true", help="print the faults and exit")
     p.add_argument("--keep", metavar="DIR", help="run in DIR and keep it (default: a temporary folder, removed)")
     p.set_defaults(func=cmd_chaos)
@@ -727,17 +802,24 @@ def cmd_chaos(args) -> int:
     if args.list_faults:
         for f in FAULTS:
             state = "on" if f.needs_item is None else f"off until issue 12 item {f.needs_item} is fixed"
+            state = f"on under {', '.join(SEARCHED)}" if f.needs_search and f.needs_item is None else state
             print(f"{f.name:<28} {state:<38} {f.what}")
         return 0
-    names = {"default": default_faults(), "all": [f.name for f in FAULTS]}.get(
+    every = [f.name for f in FAULTS if args.algorithm in SEARCHED or not f.needs_search]
+    names = {"default": default_faults(args.algorithm), "all": every}.get(
         args.faults, [x for x in args.faults.split(",") if x])
-    if args.kills < 1:
-        print("royalefleet chaos: --kills must be at least 1", file=sys.stderr)
+    if args.kills < 1 or args.mid_question_kills < 0 or (args.round_timeout is not None and args.round_timeout <= 0):
+        print("royalefleet chaos: --kills must be at least 1, --mid-question-kills at least 0 and --round-timeout "
+              "above 0", file=sys.stderr)
         return 2
+    by_name = {f.name: f for f in FAULTS}
+    names = [n for n in names if not (n in by_name and by_name[n].needs_search)] + [
+        n for n in names if n in by_name and by_name[n].needs_search] * args.mid_question_kills
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="royalefleet-chaos-"))
     try:
         figures, problems = run_chaos(folder, seed=args.seed, kills=args.kills, faults=names,
-                                      say=lambda s: print(s, flush=True))
+                                      say=lambda s: print(s, flush=True), algorithm=args.algorithm,
+                                      round_timeout_s=args.round_timeout)
     except ValueError as exc:
         print(f"royalefleet chaos: {exc}", file=sys.stderr)
         return 2

@@ -37,6 +37,14 @@ class RolloutMetrics:
         self.search_steps = Counter(PREFIX + "search_sim_steps", "Engine decisions stepped in search simulations "
                                     "(beside the battles' own decisions)", registry=r)
         self.searched_decisions = Counter(PREFIX + "searched_decisions", "Learner choice decisions searched", registry=r)
+        self.mid_step_questions = Counter(PREFIX + "mid_step_questions", "Questions asked of the learner in the "
+                                          "middle of a searched step (LeafQuery, SimActQuery)", registry=r)
+        self.mid_step_timeouts = Counter(PREFIX + "mid_step_timeouts", "Mid-step questions the learner did not answer "
+                                         "within rollout.round_timeout_s (the rollout then rejoins)", registry=r)
+        self.mid_step_rejoins = Counter(PREFIX + "mid_step_rejoins", "Mid-step questions given up because the learner "
+                                        "said it does not know this rollout (it restarted since; Rejoin)", registry=r)
+        self.mid_step_waiting = Gauge(PREFIX + "mid_step_waiting", "1 while a searched step waits for the learner's "
+                                      "answer to a mid-step question, else 0", registry=r)
         self.idle_seconds = Counter(PREFIX + "idle_seconds", "Seconds spent waiting for the learner while holding "
                                     "battles (no Step or Plan to act on)", registry=r)
         self.held_seconds = Counter(PREFIX + "held_seconds", "Wall seconds spent holding battles (idle or stepping)",

@@ -7,8 +7,10 @@ search's leaves valued by the critic (``alphazero.leaf_value = "critic"``), and 
 The rollout sends a query and waits for the answer of the same (iteration, cycle, shard[, seq])
 before it goes on. Whatever else the learner sends meanwhile (another shard's
 Step, an answer given up on) waits in ``backlog`` and is handled next, in order; a Close or
-Refused ends the wait at once (and is handled first); no answer within the round timeout raises
-``MidStepTimeout``. Torch-free, like the rest of the rollout.
+Refused ends the wait at once (and is handled first), and so does a Rejoin for this rollout: a
+learner that restarted since the question (killed with it unanswered) does not know it, and
+says so to the heartbeats the wait keeps sending (``keepalive``). No answer within the round
+timeout raises ``MidStepTimeout``. Torch-free, like the rest of the rollout.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from shared.messages import Close, LeafQuery, LeafValues, ProtocolError, Refused, SimActions, SimActQuery
+from shared.messages import Close, LeafQuery, LeafValues, ProtocolError, Refused, Rejoin, SimActions, SimActQuery
 
 
 class MidStepTimeout(RuntimeError):
@@ -29,8 +31,8 @@ class MidStepTimeout(RuntimeError):
 
 
 class Stopping(Exception):
-    """The wait ended without an answer: a stop was requested (no args), or a Close or Refused
-    came instead (its message as the arg, first in the backlog)."""
+    """The wait ended without an answer: a stop was requested (no args), or a Close, a Refused
+    or a Rejoin for this rollout came instead (its message as the arg, first in the backlog)."""
 
 
 class MidStepQueries:
@@ -38,8 +40,16 @@ class MidStepQueries:
     ``recv()`` takes the next message as (message, arrays), or None for one that does not decode
     (the rollout's own, which counts it)."""
 
-    def __init__(self, sock, send: Callable, recv: Callable[[], tuple | None]):
+    def __init__(self, sock, send: Callable, recv: Callable[[], tuple | None], metrics=None,
+                 keepalive: Callable[[], None] | None = None):
         self.sock, self.send, self.recv = sock, send, recv
+        self.keepalive = keepalive
+        """Called every wake of a wait (the rollout's heartbeat when one is due): a learner that
+        restarted meanwhile answers it with a Rejoin, which ends the wait at once."""
+        self.metrics = metrics
+        """``RolloutMetrics`` or None: questions asked, timed out, and the one awaiting its answer
+        now (``royalefleet_rollout_mid_step_waiting``, what ``royalefleet chaos`` aims its
+        mid-question kills at)."""
         self.backlog: deque = deque()
         """(message, arrays) received while a step waited for an answer: handled next, in order."""
 
@@ -68,6 +78,26 @@ class MidStepQueries:
         cycle, shard (and seq, where it has one) and return its array ``name`` of shape (n,).
         Raises ``MidStepTimeout`` after ``timeout_s``, ProtocolError for an answer of another
         shape, ``Stopping`` on a stop request or a Close/Refused."""
+        m = self.metrics
+        if m is not None:
+            m.mid_step_questions.inc()
+            m.mid_step_waiting.set(1)
+        try:
+            return self._await(query, arrays, answer, name, n, timeout_s, stop_requested)
+        except MidStepTimeout:
+            if m is not None:
+                m.mid_step_timeouts.inc()
+            raise
+        except Stopping as exc:
+            if m is not None and exc.args and isinstance(exc.args[0], Rejoin):
+                m.mid_step_rejoins.inc()
+            raise
+        finally:
+            if m is not None:
+                m.mid_step_waiting.set(0)
+
+    def _await(self, query, arrays: dict, answer: type, name: str, n: int, timeout_s: float,
+               stop_requested: Callable[[], bool]) -> np.ndarray:
         key = _key(query)
         self.send(query, arrays)
         deadline = time.monotonic() + timeout_s
@@ -78,6 +108,8 @@ class MidStepQueries:
                                   f"(rollout.round_timeout_s) for iteration {query.iteration} cycle {query.cycle} "
                                   f"shard {query.shard}")
             received = self.recv() if self.sock.poll(max(1, int(min(left, 0.2) * 1000)), zmq.POLLIN) else None
+            if self.keepalive is not None:
+                self.keepalive()
             if received is None:
                 continue
             msg, got = received
@@ -87,7 +119,8 @@ class MidStepQueries:
                     raise ProtocolError("arrays", f"{answer.__name__} for {n} rows must carry {name} ({n},), got "
                                                   f"{None if out is None else out.shape}")
                 return out
-            if isinstance(msg, (Close, Refused)):  # the learner is done with this rollout: no answer will come
+            if isinstance(msg, (Close, Refused)) or (  # the learner is done with this rollout, or does not
+                    isinstance(msg, Rejoin) and msg.instance in ("", query.instance)):  # know it: no answer will come
                 self.backlog.appendleft((msg, got))
                 raise Stopping(msg)
             self.backlog.append((msg, got))

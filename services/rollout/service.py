@@ -94,7 +94,7 @@ class RolloutService:
         self.compressor: RowCompressor | None = None
         """Set when the learner's Welcome names wire codec 2."""
         self.last_sent = self.last_heard = time.monotonic()
-        self.mid_step = MidStepQueries(self.sock, self._send, self._recv)
+        self.mid_step = MidStepQueries(self.sock, self._send, self._recv, self.metrics, lambda: keepalive(self))
         """The searched step's queries to the learner (``LeafQuery``, ``SimActQuery``) and their backlog."""
 
     # ------------------------------------------------------------------ plumbing
@@ -296,6 +296,7 @@ class RolloutService:
             if msg.instance and msg.instance != self.instance:
                 return None  # drawn by a heartbeat of an instance already replaced
             self.say(f"rollout {self.instance}: learner asks to rejoin ({msg.reason})")
+            self.mid_step.backlog.clear()  # a Step set aside for the old instance: its questions go unanswered
             self.instance = uuid.uuid4().hex[:12]
             self._hello()
         elif isinstance(msg, Refused):
@@ -366,6 +367,14 @@ class RolloutService:
 
     def close(self) -> None:
         self.sock.close(linger=transport.LINGER_MS)
+
+
+def keepalive(service: RolloutService) -> None:
+    """A ready Heartbeat when one is due (``rollout.heartbeat_s`` since the last message); a
+    searched step's wait calls it, so a learner restarted since its question answers with a
+    Rejoin, which ends the wait at once instead of after ``rollout.round_timeout_s``."""
+    if service.welcome is not None and time.monotonic() - service.last_sent > service.welcome.rollout.heartbeat_s:
+        service._send(Heartbeat(instance=service.instance, state="ready"))
 
 
 def _default_env():

@@ -43,6 +43,55 @@ def test_faults_not_yet_fixed_are_off_and_named_with_their_item():
         chaos.run_chaos(None, faults=["no_such_fault"])
 
 
+def test_the_mid_question_kills_are_on_only_where_the_rollouts_search_and_refused_elsewhere():
+    mid = ["rollout_mid_question", "learner_mid_question"]
+    assert not set(mid) & set(chaos.default_faults()) and not set(mid) & set(chaos.default_faults("dqn"))
+    for algorithm in ("alphazero", "expert_iteration"):
+        assert chaos.default_faults(algorithm) == chaos.default_faults() + mid
+    with pytest.raises(ValueError, match=r"\['learner_mid_question'\] need rollouts that search: --algorithm 'ppo' "
+                                         r"asks no mid-step questions; use one of alphazero, expert_iteration"):
+        chaos.run_chaos(None, faults=["learner_mid_question"])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_learners_mid_question_kill_takes_one_of_the_schedules_learner_kills(seed):
+    faults = chaos.default_faults("expert_iteration")
+    events = chaos.schedule(random.Random(seed), 12, faults)
+    by_name = {f.name: f for f in chaos.FAULTS}
+    learner = [arg for what, arg in events if what == "fault" and by_name[arg].kills_learner]
+    assert "learner_mid_question" in learner and "rollout_mid_question" in [a for w, a in events if w == "fault"]
+    # it waits until the learner has run QUICK_EXIT_S: not a quick exit, so not counted toward giving up
+    quick = len(learner) - 1 + sum(1 for what, arg in events if what == "kill" and arg == "learner")
+    assert quick < GIVE_UP_QUICK_EXITS - 1
+
+
+def test_a_process_age_is_read_from_proc():
+    import os
+    import time
+
+    from royalefleet.chaos_mid_step import process_age_s
+
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.3)
+        young, old = process_age_s(child.pid), process_age_s(os.getpid())
+        assert 0.2 < young < 5.0 and old > young  # the test process started before its child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_free_port_run_finds_consecutive_free_ports():
+    import socket
+
+    base = chaos.free_port_run(3)
+    for port in range(base, base + 3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # free: binds
+
+
 @pytest.mark.parametrize("service, union", [("learner", ToLearner), ("ladder", ToLadder),
                                             ("checkpoint", ToCheckpoint)])
 def test_every_hostile_message_is_refused_on_a_real_socket_with_its_reason(service, union):

@@ -56,6 +56,8 @@ def test_the_answer_of_its_own_step_ends_the_wait_and_the_rest_waits_in_order(pa
     thread, out = _ask(rollout)
     identity, body, arrays = _query(router)
     assert isinstance(body, LeafQuery) and (body.iteration, body.cycle, body.shard) == (3, 4, 1)
+    m = rollout.metrics  # the question is outstanding: what royalefleet chaos aims its kills at
+    assert (m.mid_step_questions._value.get(), m.mid_step_waiting._value.get()) == (1, 1)
     np.testing.assert_array_equal(arrays["leaf_rows"], ROWS)
     assert arrays["leaf_return"].tolist() == [0.5, -1.0] and arrays["leaf_discount"].tolist() == [0.9, 0.0]
     other = Step(iteration=3, cycle=4, shard=0)
@@ -66,6 +68,7 @@ def test_the_answer_of_its_own_step_ends_the_wait_and_the_rest_waits_in_order(pa
                    identity=identity)
     thread.join(5)
     assert "error" not in out and out["q"].tolist() == [1.5, -2.0]
+    assert (m.mid_step_waiting._value.get(), m.mid_step_timeouts._value.get()) == (0, 0)
     assert [type(m) for m, _ in rollout.mid_step.backlog] == [Step, LeafValues]
     assert rollout.mid_step.backlog[0][0] == other and rollout.mid_step.backlog[1][0] == stale
 
@@ -89,6 +92,62 @@ def test_no_answer_gives_up_after_the_round_timeout_naming_the_step(pair):
     assert isinstance(out["error"], MidStepTimeout)
     assert str(out["error"]) == ("no LeafValues from the learner within 1 s (rollout.round_timeout_s) for "
                                  "iteration 3 cycle 4 shard 1")
+    m = rollout.metrics
+    assert (m.mid_step_questions._value.get(), m.mid_step_timeouts._value.get(), m.mid_step_waiting._value.get()) == (
+        1, 1, 0)
+
+
+def test_a_restarted_learners_rejoin_ends_the_wait_at_once_and_an_old_instances_waits(pair):
+    """The learner killed with the question unanswered: its successor does not know this rollout
+    and answers the heartbeats the wait keeps sending with a Rejoin, which ends the wait (well
+    before the round timeout); a Rejoin drawn by an older instance's heartbeat does not. Handling
+    it drops what the dead learner sent meanwhile (another shard's Step: played under the new
+    instance, its questions went unanswered for a round timeout and its battles' recorded states
+    were refused, found by royalefleet chaos) and says Hello under a new instance."""
+    import time
+    from types import SimpleNamespace
+
+    from shared.messages import Heartbeat, Rejoin
+
+    router, rollout = pair
+    from shared.config import EnvConfig
+
+    # what keepalive and the Hello read
+    rollout.welcome = SimpleNamespace(rollout=SimpleNamespace(heartbeat_s=0.05), env=EnvConfig())
+    out = {}
+
+    def run():
+        try:
+            query = LeafQuery(instance=rollout.instance, iteration=3, cycle=4, shard=1)
+            rollout.mid_step.ask(query, ROWS, np.zeros(2), np.zeros(2), 30.0, lambda: False)
+        except Exception as exc:  # noqa: BLE001  (handed to the test thread)
+            out["error"] = exc
+
+    t0 = time.monotonic()
+    thread = threading.Thread(target=run)
+    thread.start()
+    identity, _, _ = _query(router)
+    beat = _query(router)[1]  # the wait's keepalive: a heartbeat once heartbeat_s has passed
+    assert beat == Heartbeat(instance=rollout.instance, state="ready")
+    old = Rejoin(reason="this learner does not know instance x", instance="x")
+    mine = Rejoin(reason="this learner does not know instance " + rollout.instance, instance=rollout.instance)
+    stale_step = Step(iteration=3, cycle=4, shard=0)  # the dead learner's, sent before it died
+    transport.send(router, stale_step, {"actions": np.zeros(4, np.int16)}, identity=identity)
+    transport.send(router, old, identity=identity)
+    transport.send(router, mine, identity=identity)
+    thread.join(5)
+    assert isinstance(out["error"], Stopping) and out["error"].args == (mine,) and time.monotonic() - t0 < 5
+    assert [m for m, _ in rollout.mid_step.backlog] == [mine, stale_step, old]  # the Rejoin handled first
+    m = rollout.metrics
+    assert (m.mid_step_rejoins._value.get(), m.mid_step_timeouts._value.get(), m.mid_step_waiting._value.get()) == (
+        1, 0, 0)
+    before = rollout.instance
+    assert rollout._dispatch(*rollout.mid_step.backlog.popleft()) is None  # as run() handles it next
+    assert not rollout.mid_step.backlog and rollout.instance != before
+    hello = _query(router)[1]
+    while isinstance(hello, Heartbeat):
+        hello = _query(router)[1]
+    assert type(hello).__name__ == "Hello" and hello.instance == rollout.instance
 
 
 def test_an_answer_of_the_wrong_length_is_a_protocol_error(pair):
