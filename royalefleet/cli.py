@@ -36,13 +36,21 @@ from shared.run_dir import RunDir  # noqa: E402
 
 
 def _algorithm_choices() -> tuple[str, ...]:
-    """``learner.algorithm``'s values, read from the config schema's Literal (one source of truth
-    with the learner's registry, which tests/services/learner checks against it)."""
-    import typing
+    """``learner.algorithm``'s values, from the algorithms' table (shared/algorithms.py: one source
+    of truth with the config's Literal and the learner's registry, which tests/services/learner
+    checks against it)."""
+    from shared.algorithms import algorithm_names
 
-    from shared.config_schema import LearnerConfig
+    return algorithm_names()
 
-    return typing.get_args(typing.get_type_hints(LearnerConfig)["algorithm"])
+
+def _algorithm_help() -> str:
+    """``--algorithm``'s help: each declared algorithm with its summary, in table order."""
+    from shared.algorithms import ALGORITHMS
+
+    named = [spec.name + (f" ({spec.summary})" if spec.summary else "") for spec in ALGORITHMS]
+    listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + ", or " + named[-1]
+    return "the learner (overrides learner.algorithm; in the run identity): " + listed
 
 
 def _load(args) -> object:
@@ -342,11 +350,7 @@ def stack_options(sp) -> None:
                     help="battles each rollout steps at once (overrides rollout.battles; in the run identity); "
                     "--battles is a total of battles played wherever it is taken (demos record)")
     sp.add_argument("--battles", dest="old_battles", help=argparse.SUPPRESS)
-    sp.add_argument("--algorithm", choices=_algorithm_choices(),
-                    help="the learner (overrides learner.algorithm; in the run identity): ppo, dqn (n-step "
-                    "Double DQN from prioritized replay; docs/design.md), alphazero (the rollouts search the "
-                    "learner's choice decisions, the actor learns the search's policy; docs/learning.md), or "
-                    "expert_iteration (generations distilled from the search; docs/expert-iteration.md)")
+    sp.add_argument("--algorithm", choices=_algorithm_choices(), help=_algorithm_help())
     sp.add_argument("--verbose", action="store_true", help="echo every service's output, not only the learner's")
     sp.add_argument("--allow-identity-drift", action="store_true",
                     help="resume a checkpoint whose run identity differs, recording the drift (drift.json)")

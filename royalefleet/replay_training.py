@@ -30,6 +30,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from shared.algorithms import algorithm
 from shared.run_dir import RunDir
 
 COMPARED = ("outcome", "episode_steps", "episode_ticks", "own_crowns", "enemy_crowns", "cards_played")
@@ -174,7 +175,7 @@ def plan(cfg, lines, rec, root: Path, pf) -> tuple[dict[str, Seat], Weights]:
                    "see every decision of the episode)")
             problems.append(f"{s} ({seat.player}): {why}: where its decisions were taken is unknown")
             continue
-        if seat.player == "learner" and cfg.learner.algorithm in ("alphazero", "expert_iteration"):
+        if seat.player == "learner" and algorithm(cfg.learner.algorithm).searches:
             problems.append(f"{s} (learner): its choice decisions played the rollouts' search (learner.algorithm "
                             f"{cfg.learner.algorithm}), which replay does not run again: it would re-sample the actor "
                             "instead")

@@ -29,7 +29,9 @@ from typing import Any, get_args, get_type_hints
 import msgspec
 from msgspec import Struct
 
+from shared.algorithms import algorithm_sections
 from shared.config import PROFILES, LearnerConfig, RunConfig
+from shared.config_schema import RunConfigFields
 from shared.identity import config_identity
 
 _CHANGED = "<changed by --explain>"
@@ -78,14 +80,30 @@ def _struct_of(tp: Any) -> tuple[type[Struct] | None, bool]:
     return None, False
 
 
+def _algorithm_sections() -> dict[str, tuple[str, int, str]]:
+    """RunConfig's algorithm sections (shared/algorithms.py): name -> (the declaration's
+    ``section_doc``, the section class's line, its source file)."""
+    out = {}
+    for spec in algorithm_sections():
+        _, line = inspect.getsourcelines(spec.section)
+        out[spec.name] = (spec.section_doc, line, inspect.getsourcefile(spec.section) or "?")
+    return out
+
+
 def _walk(struct: type[Struct], prefix: str) -> list[FieldDoc]:
-    docs = _field_docstrings(struct)
-    source = inspect.getsourcefile(struct) or "?"
+    if struct is RunConfig:  # built from RunConfigFields and the algorithms' sections
+        docs = _field_docstrings(RunConfigFields)
+        declared = _algorithm_sections()
+    else:
+        docs, declared = _field_docstrings(struct), {}
     out = []
     for f in msgspec.structs.fields(struct):
         path = f"{prefix}{f.encode_name}"
         sub, is_list = _struct_of(f.type)
         doc, line = docs.get(f.name, ("", 0))
+        source = inspect.getsourcefile(struct) or "?"
+        if f.name in declared:
+            doc, line, source = declared[f.name]
         if sub is not None and not is_list:
             out.append(FieldDoc(path, struct, f.name, f.type, source, line, doc or inspect.cleandoc(sub.__doc__ or ""),
                                 True))

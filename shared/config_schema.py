@@ -21,30 +21,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
-from msgspec import Meta, Struct
+from msgspec import Meta
 
+from shared.algorithms import algorithm, algorithm_names, algorithm_sections
+from shared.config_types import ConfigSection, Fraction01, NonNegFloat, NonNegInt, Port, PosFloat, PosInt
 from shared.scripted import SCRIPTED_PLAYERS
 from shared.schedules import GeometricSpec, LinearSpec, Schedule, schedule_problems
 
 FORMAT_VERSION = 1
 
-PosInt = Annotated[int, Meta(ge=1)]
-NonNegInt = Annotated[int, Meta(ge=0)]
-PosFloat = Annotated[float, Meta(gt=0.0)]
-NonNegFloat = Annotated[float, Meta(ge=0.0)]
-Fraction01 = Annotated[float, Meta(ge=0.0, le=1.0)]
-Port = Annotated[int, Meta(ge=0, le=65535)]
 
+
+if TYPE_CHECKING:
+    AlgorithmName = str
+else:
+    AlgorithmName = Literal[algorithm_names()]
+"""A ``learner.algorithm`` name: one of shared/algorithms.py's table, another refused naming them."""
 
 ScriptedId = Literal[SCRIPTED_PLAYERS]
 """A scripted player id (shared/scripted.py); another string is refused naming the known ones."""
 
 
-class _Cfg(Struct, forbid_unknown_fields=True, kw_only=True):
-    """Base of every config struct: unknown fields refused, keyword-only."""
+_Cfg = ConfigSection
 
 
 class ConfigError(ValueError):
@@ -906,18 +907,17 @@ class DeterminismConfig(_Cfg):
 class LearnerConfig(_Cfg):
     """Which learner trains on the fleet's rows (docs/design.md, "Typed batches and a second learner (DQN)")."""
 
-    algorithm: Literal["ppo", "dqn", "alphazero", "expert_iteration"] = "ppo"
-    """``ppo``: clipped PPO over each iteration's rectangle (``ppo``, ``advantage``). ``dqn``:
+    algorithm: AlgorithmName = "ppo"
+    """One of ``shared/algorithms.py``'s ``ALGORITHMS`` (``royalefleet up --help`` lists them with a
+    phrase each). ``ppo``: clipped PPO over each iteration's rectangle (``ppo``, ``advantage``). ``dqn``:
     n-step Double DQN from prioritized replay (``dqn``; services/learner/dqn), its Q rows the
     actor network's logits at ``dqn.heads`` 1 without dueling, else its own K-head network whose
     heads' mean is written into the actor; the pool and evaluators play its snapshots as they
     play a PPO actor). ``alphazero``: the rollouts search the candidates the learner's prior
     names at its choice decisions (``alphazero``; services/rollout/search.py) and the actor
     learns the search's completed-Q policy by cross-entropy, the critic the realized returns
-    (services/learner/alphazero). ``expert_iteration``: the rollouts search as under
-    ``alphazero`` with the prior of the current generation (a frozen copy of the network the
-    ladder's gate last promoted) while the learner trains the next one on a replay of the recent
-    generations' searched rows (``expert_iteration``; services/learner/expert_iteration).
+    (services/learner/alphazero). Another declares itself in its own folder, its settings in the
+    section of its name (docs/iteration.md, "Adding a learner algorithm").
     Changes every number a run produces: part of algo_digest when it is not ``ppo``."""
 
 
@@ -1056,8 +1056,8 @@ class AlphaZeroConfig(_Cfg):
     value_scale: NonNegFloat = 0.0
     """Tower HP per unit of the fixed value scale (the players' ``vs=S``): each playout's board
     difference becomes tanh(diff / value_scale) before the mean, and the scores the rollouts report
-    are on that scale (expert iteration then uses them as they are, not its own
-    ``expert_iteration.value_scale``). 0: raw board differences. Needs ``leaf_value`` "board"."""
+    are on that scale (expert iteration then uses them as they are, not its own section's
+    ``value_scale``). 0: raw board differences. Needs ``leaf_value`` "board"."""
     keep: NonNegFloat = 0.0
     """The margin (score units: tanh units under ``value_scale``) another candidate's mean must
     beat the prior's own pick (the first candidate, the top Gumbel key) by to be played (the
@@ -1099,43 +1099,9 @@ class AlphaZeroConfig(_Cfg):
         return data
 
 
-class ExpertIterationConfig(_Cfg):
-    """Expert iteration (``learner.algorithm = "expert_iteration"``; docs/expert-iteration.md):
-    the search is the ``alphazero`` section's (candidates, depth, c_scale of the move rule,
-    sim_opponent, leaf_value); this section is the target, the replay and the update's learning
-    rates (epochs, batch sizes, clip and ``vf_coef`` are the ``ppo`` section's). Every field is
-    part of algo_digest when the algorithm is ``expert_iteration``, and moves nothing otherwise."""
-
-    replay_iterations: Annotated[int, Meta(ge=1, le=256)] = 8
-    """Iterations whose searched rows the replay holds (the newest K); older ones are dropped."""
-    replay_rows: PosInt = 16384
-    """The most searched rows the replay holds (the oldest dropped first). A row is one packed
-    observation (15,375 B on the 145-card catalogue) and its target: 16,384 rows are ~250 MB in
-    memory, less in the checkpoint (its rows are stored zlib level 1)."""
-    lr_actor: PosFloat = 2e-3
-    """Adam learning rate of the actor (the clone that works used 2e-3; AlphaZero's 2e-4 barely
-    moved it), times the warm start's hold multiplier."""
-    lr_critic: PosFloat = 1e-3
-    """Adam learning rate of the critic."""
-    c_scale: PosFloat = 0.3
-    """sigma's scale in the policy target (``shared.search.targets.margin_policy``): a candidate
-    that beats the prior's own pick by d on the fixed scale gains (50 + 1) x c_scale x (d - keep)
-    nats of logit."""
-    keep: NonNegFloat = 0.3
-    """The margin (fixed-scale units) a candidate must beat the prior's own pick by to gain mass
-    in the target; noise below it earns nothing."""
-    value_scale: PosFloat = 2000.0
-    """Tower HP per unit of the fixed scale for board scores (``alphazero.leaf_value = "board"``):
-    a candidate's score is tanh(board difference / value_scale). Critic scores
-    (``leaf_value = "critic"``) are already on the critic's scale and are used as they are."""
-    value_target: Literal["root", "return"] = "root"
-    """The critic's target on a searched row. ``root``: the search's root value, the score of the
-    move played (needs ``alphazero.leaf_value = "critic"``: board scores are not in the critic's
-    units); ``return``: the realized return-to-go (TD(``alphazero.value_lambda``))."""
-
-
-class RunConfig(_Cfg):
-    """One run, completely."""
+class RunConfigFields(_Cfg):
+    """One run, completely: ``RunConfig`` is this with each learner algorithm's section added
+    last (shared/algorithms.py's ``algorithm_sections``, in table order)."""
 
     format_version: int = FORMAT_VERSION
     """Version of this document's layout: a config of another version is refused at load
@@ -1183,9 +1149,7 @@ class RunConfig(_Cfg):
     """The DQN learner's settings, read only when ``learner.algorithm = "dqn"``."""
     alphazero: AlphaZeroConfig = msgspec.field(default_factory=AlphaZeroConfig)
     """The AlphaZero learner's settings, read only when ``learner.algorithm = "alphazero"``
-    (its search settings also under ``expert_iteration``)."""
-    expert_iteration: ExpertIterationConfig = msgspec.field(default_factory=ExpertIterationConfig)
-    """Expert iteration's settings, read only when ``learner.algorithm = "expert_iteration"``."""
+    (its search settings also under every algorithm whose declaration ``searches``)."""
 
     def problems(self, profiles: Collection[str]) -> list[str]:
         """Every cross-field rule the config breaks, all at once (SEED RL's validate_config):
@@ -1201,7 +1165,7 @@ class RunConfig(_Cfg):
         problems += self.rollout.problems()
         problems += self.ppo.problems()
         problems += self.dqn.problems(in_use=self.learner.algorithm == "dqn")
-        problems += self.alphazero.problems(in_use=self.learner.algorithm in ("alphazero", "expert_iteration"))
+        problems += self.alphazero.problems(in_use=algorithm(self.learner.algorithm).searches)
         problems += self.advantage.problems()
         problems += self.env.problems()
         problems += self.ladder.problems()
@@ -1232,12 +1196,9 @@ class RunConfig(_Cfg):
             if frame_stack > 1:
                 problems.append(f"obs.frame_stack: the DQN learner's Q rows read one frame; obs.frame_stack "
                                 f"{frame_stack} needs its replay to carry the history: set obs.frame_stack 1")
-        if self.learner.algorithm == "expert_iteration" and self.expert_iteration.value_target == "root" \
-                and self.alphazero.leaf_value != "critic":
-            problems.append("expert_iteration.value_target: \"root\" trains the critic on the search's root value, "
-                            "which is in the critic's units only under alphazero.leaf_value \"critic\"; set that, or "
-                            "expert_iteration.value_target \"return\"")
-        if self.learner.algorithm in ("alphazero", "expert_iteration"):
+        spec = algorithm(self.learner.algorithm)
+        problems += spec.problems(self)  # type: ignore[arg-type]  # self is a RunConfig
+        if spec.searches:
             if overlap:
                 problems.append("rollout.overlap: the AlphaZero learner does not overlap collection with its update "
                                 "(a searched round's target is formed with the actor that answers it); set it false")
@@ -1253,3 +1214,19 @@ class RunConfig(_Cfg):
         return problems
 
 
+def _with_algorithm_sections(base: type[RunConfigFields]) -> type[RunConfigFields]:
+    """``base`` with one field per declared algorithm section (its name, its Struct, its
+    defaults), appended in table order: a config document's key order stays that of the table."""
+    return msgspec.defstruct(
+        "RunConfig", [(spec.name, spec.section, msgspec.field(default_factory=spec.section))
+                      for spec in algorithm_sections()],
+        bases=(base,), module=__name__, kw_only=True, forbid_unknown_fields=True)
+
+
+if TYPE_CHECKING:
+    class RunConfig(RunConfigFields):
+        """One run, completely (its algorithm sections: ``getattr(cfg, name)``, typed by the
+        algorithm's declaration module)."""
+else:
+    RunConfig = _with_algorithm_sections(RunConfigFields)
+    RunConfig.__doc__ = RunConfigFields.__doc__

@@ -58,6 +58,7 @@ from typing import Any
 
 import msgspec
 
+from shared.algorithms import identity_part
 from shared.components import user_code as user_code_of
 from shared.config import RunConfig
 from shared.extensions import ExtensionRecord, extension_records
@@ -130,14 +131,10 @@ def config_digests(cfg: RunConfig) -> dict[str, str]:
         # it keeps the arch digest it had before the field existed
         "arch_digest": digest(_without(cfg.net, "device", "autocast")
                               | ({"frame_stack": cfg.obs.frame_stack} if cfg.obs.frame_stack != 1 else {})),
-        # PPO runs keep the digest they had before the DQN learner existed; a DQN run adds its own.
+        # PPO runs keep the digest they had before the DQN learner existed; another algorithm adds
+        # its declaration's part (shared/algorithms.py: its name and sections)
         "algo_digest": digest({"ppo": cfg.ppo, "advantage": cfg.advantage, "autocast": cfg.net.autocast,
-                               **({"algorithm": cfg.learner.algorithm, "dqn": cfg.dqn} if cfg.learner.algorithm == "dqn" else {}),
-                               **({"algorithm": cfg.learner.algorithm, "alphazero": cfg.alphazero.identity_part()}
-                                  if cfg.learner.algorithm == "alphazero" else {}),
-                               **({"algorithm": cfg.learner.algorithm, "alphazero": cfg.alphazero.identity_part(),
-                                   "expert_iteration": cfg.expert_iteration}
-                                  if cfg.learner.algorithm == "expert_iteration" else {})}),
+                               **identity_part(cfg)}),
         "rollout_digest": digest({"battles": cfg.rollout.battles, "shards": cfg.rollout.shards,
                                   "local_rollouts": cfg.local.rollouts,
                                   "mask_only_scripted": cfg.rollout.mask_only_scripted}),

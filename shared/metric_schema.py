@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 
-# key -> (unit, meaning)
-SCHEMA: dict[str, tuple[str, str]] = {
+from shared.algorithms import merged
+
+# key -> (unit, meaning), but the learner algorithms' own (shared/algorithms.py), appended below
+_CORE: dict[str, tuple[str, str]] = {
     # run
     "run/iteration": ("count", "iterations finished, this one included"),
     "run/timesteps": ("timesteps", "learner transitions trained on since the run began"),
@@ -170,18 +172,6 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "az/actor_optimizer_steps": ("count", "actor optimizer steps this iteration (batches with a searched row)"),
     "az/grad_norm_actor": ("norm", "actor gradient norm before clipping, mean over steps"),
     "az/grad_norm_critic": ("norm", "critic gradient norm before clipping, mean over steps"),
-    "expit/generation": ("count", "expert iteration: the generation whose prior the rollouts searched with this iteration (0: the start; +1 at each champion the ladder's gate promoted)"),
-    "expit/generation_switched": ("count", "1 when this iteration's collection was the first with a new generation's prior, else 0"),
-    "expit/replay_rows": ("count", "searched rows in expert iteration's replay after this iteration's were added (the update trains on all of them)"),
-    "expit/replay_iterations": ("count", "iterations whose searched rows the replay holds"),
-    "expit/prior_entropy": ("nats", "mean entropy over the legal set of the generation's prior (the network the rollouts played) on this iteration's searched rows"),
-    "expit/prior_top1": ("fraction", "share of this iteration's searched rows where the generation's prior's argmax is the target's"),
-    "expit/prior_kl_target": ("nats", "mean KL(target || generation's prior) over this iteration's searched rows"),
-    "expit/next_entropy": ("nats", "expit/prior_entropy of the network in training (the next generation), after this iteration's update"),
-    "expit/next_top1": ("fraction", "expit/prior_top1 of the network in training, after this iteration's update"),
-    "expit/next_kl_target": ("nats", "expit/prior_kl_target of the network in training, after this iteration's update"),
-    "expit/move_top1": ("fraction", "share of searched decisions whose move played is the target's argmax"),
-    "expit/root_value": ("reward", "mean root value over this iteration's searched rows: the score of the move played on the fixed scale (the critic's units under alphazero.leaf_value \"critic\", tanh of the board difference otherwise)"),
     # dqn (learner.algorithm = "dqn"; services/learner/dqn/update.py): absent from a PPO row
     "dqn/td_error_abs": ("reward", "mean |TD error| over the (record, head) pairs the bootstrap masks include, all minibatches"),
     "dqn/q_abs_mean": ("reward", "mean |Q(s, a)| of the taken actions over records and heads"),
@@ -277,6 +267,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "strength/games/{anchor}": ("games", "games behind strength/score (both sides of each seed)"),
     "ladder/gate_score_lower_bound": ("fraction", "the last gate's Wilson 95 % lower bound of the candidate's score against the champion (passes at ladder.gate.champion_lower_bound); absent before a gate"),
 }
+
+SCHEMA: dict[str, tuple[str, str]] = merged(_CORE, "row_keys", "shared/metric_schema.py")
+"""Every row key: RoyaleFleet's own, then each learner algorithm's ``row_keys`` in table order."""
 
 
 def prometheus_name(key: str) -> tuple[str, dict[str, str]]:

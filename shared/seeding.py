@@ -19,7 +19,9 @@ import string
 
 import numpy as np
 
-STREAMS: dict[str, str] = {
+from shared.algorithms import merged
+
+_CORE: dict[str, str] = {
     "env/battle/{battle}/ordinal/{ordinal}": "the reset seed of one episode of one battle (decks, engine)",
     "match/battle/{battle}/ordinal/{ordinal}": "who plays one episode of one battle: opponent and learner seat",
     "match/roles/battles/{battles}": "the permutation laying mirror/pool/scripted roles over battle indices",
@@ -36,8 +38,6 @@ STREAMS: dict[str, str] = {
     "search/battle/{battle}/ordinal/{ordinal}/tick/{tick}/seat/{seat}":
         "a rollout search's simulation streams at one choice decision of one learner seat",
     "az/minibatch/iteration/{iteration}/epoch/{epoch}": "the row permutation of one AlphaZero epoch",
-    "expit/minibatch/iteration/{iteration}/epoch/{epoch}":
-        "the permutation of the replay's rows in one expert-iteration epoch",
     "search/gumbel/iteration/{iteration}/cycle/{cycle}/slot/{slot}":
         "the Gumbel noise whose top-k over one learner row's prior names the row's search candidates (alphazero)",
     "preflight/sample": "the random-legal play that samples observations for the codec table",
@@ -54,6 +54,9 @@ STREAMS: dict[str, str] = {
     "clone/init": "a clone's initial network weights",
     "clone/epoch/{epoch}": "the row order of one clone epoch",
 }
+
+STREAMS: dict[str, str] = merged(_CORE, "seed_streams", "shared/seeding.py")
+"""Every stream: RoyaleFleet's own, then each learner algorithm's ``seed_streams`` (shared/algorithms.py)."""
 
 _FIELDS = {t: {f for _, f, _, _ in string.Formatter().parse(t) if f} for t in STREAMS}
 

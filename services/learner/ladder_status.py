@@ -67,7 +67,8 @@ class LadderStatusPoller:
         self.client, self.run_name, self.timeout_s, self.say = client, run_name, timeout_s, say
         self.silent = False
         self.last: LadderStatus | None = None
-        """The last status the ladder answered (None: none yet); expert iteration reads its gate."""
+        """The last status the ladder answered (None: none yet): an algorithm that follows the
+        gate reads it through ``AlgorithmParts.pool.status``."""
 
     def poll(self) -> dict:
         try:

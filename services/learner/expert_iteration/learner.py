@@ -35,6 +35,7 @@ from services.learner.alphazero.book import rollout_search_of
 from services.learner.alphazero.rounds import SearchRounds
 from services.learner.alphazero.update import az_update
 from services.learner.checkpoint_types import Component
+from services.learner.expert_iteration.declare import settings
 from services.learner.expert_iteration.generations import Generations
 from services.learner.expert_iteration.prior import legal_log_priors, prior_metrics
 from services.learner.expert_iteration.replay import FILES as REPLAY_FILES
@@ -86,7 +87,7 @@ class ExpertIterationAlgorithm:
     (``algorithm.Algorithm.extension_hooks``); the PPO actor-loss hooks are not run."""
 
     def __init__(self, parts: AlgorithmParts):
-        cfg, ex = parts.cfg, parts.cfg.expert_iteration
+        cfg, ex = parts.cfg, settings(parts.cfg)
         other = sorted(set(cfg.extensions) - set(EXTENSIONS_TAKEN))
         if other:
             raise SystemExit(f"learner: expert_iteration takes the extension sections {list(EXTENSIONS_TAKEN)}; "
@@ -175,7 +176,7 @@ class ExpertIterationAlgorithm:
     def train(self, collected: Collected, context: TrainContext) -> TrainResult:
         """The value pass (the realized returns, for the row and ``value_target = "return"``),
         this iteration's searched rows into the replay, then ``az_update`` over the replay."""
-        c, ctx, cfg, ex = collected, context, self.cfg, self.cfg.expert_iteration
+        c, ctx, cfg, ex = collected, context, self.cfg, settings(self.cfg)
         adv = values_and_advantages(ctx.policy, c.rect, ctx.return_scaler, frame_history=None, gamma=c.sched["gamma"],
                                     lam=cfg.alphazero.value_lambda, standardize_rewards=cfg.advantage.standardize_rewards)
         row = self.book.row(c.seconds, c.stats.env_steps)
