@@ -24,12 +24,15 @@ from shared.batches import AlphaZeroBatch
 class TreeStrapBatch:
     """``search``: the rows (packed obs, players, legal CSR) with the search's target and the value
     target; ``proposal``: the same rows and CSR with the Thompson target; ``masks`` float32
-    (records, heads) in {0, 1}. Raises ValueError when the two batches disagree in rows or legal
-    sets, or the masks' shape or values are wrong."""
+    (records, heads) in {0, 1}; ``heads_target``: what every head trains toward, the same rows
+    with the search's target over the legal set (None: ``search`` itself) or over the searched
+    candidates only (``candidate_batch``). Raises ValueError when the batches disagree in rows or
+    the proposal's legal sets, or the masks' shape or values are wrong."""
 
     search: AlphaZeroBatch
     proposal: AlphaZeroBatch
     masks: np.ndarray
+    heads_target: AlphaZeroBatch | None = None
 
     def __post_init__(self):
         s, p, n = self.search, self.proposal, len(self.search)
@@ -41,6 +44,10 @@ class TreeStrapBatch:
         if not np.isin(m, (0.0, 1.0)).all():
             raise ValueError("TreeStrapBatch.masks must hold 0 or 1 (bootstrap membership)")
         self.masks = m.astype(np.float32)
+        if self.heads_target is None:
+            self.heads_target = s
+        elif len(self.heads_target) != n:
+            raise ValueError(f"TreeStrapBatch.heads_target has {len(self.heads_target)} rows, the search {n}")
 
     def __len__(self) -> int:
         return len(self.search)
@@ -82,3 +89,25 @@ def search_top(search: AlphaZeroBatch, positions: np.ndarray) -> np.ndarray:
     """int64 (n,): per row, the candidate index with the largest search target (ties: the lower)."""
     t = np.where(positions >= 0, search.policy_targets[np.maximum(positions, 0)], -np.inf)
     return np.argmax(t, axis=1)
+
+
+def candidate_batch(search: AlphaZeroBatch, candidates: np.ndarray, positions: np.ndarray) -> AlphaZeroBatch:
+    """``search``'s rows with each row's policy set narrowed to its searched candidates (ascending
+    ids) and the search's target there renormalised to sum to 1 (uniform over the candidates where
+    it puts no mass on any): a head then learns to rank what the search compared, the set the
+    Thompson choice is taken among (docs/treestrap.md, ``treestrap.head_support``)."""
+    ids, probs, counts = [], [], np.zeros(len(search), np.int64)
+    for i in range(len(search)):
+        real = candidates[i] >= 0
+        order = np.argsort(candidates[i][real], kind="stable")
+        c, pos = candidates[i][real][order], positions[i][real][order]
+        t = search.policy_targets[pos].astype(np.float64)
+        t = t / t.sum() if t.sum() > 0 else np.full(len(c), 1.0 / len(c))
+        ids.append(c.astype(np.int16))
+        probs.append(t.astype(np.float32))
+        counts[i] = len(c)
+    offsets = np.zeros(len(search) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return AlphaZeroBatch(obs=search.obs, players=search.players, policy_targets=np.concatenate(probs),
+                          value_targets=search.value_targets, policy_weights=search.policy_weights,
+                          legal_ids=np.concatenate(ids), legal_offsets=offsets, n_actions=search.n_actions)

@@ -10,7 +10,7 @@ it reads as they are); the rollouts search for it with the ``alphazero`` section
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from msgspec import Meta
 
@@ -42,6 +42,11 @@ class TreeStrapConfig(ConfigSection):
     whose argmax among the searched candidates is each candidate (1: one sampled head's choice)."""
     ensemble_coef: PosFloat = 1.0
     """Weight of the heads' masked cross-entropy beside the proposal's in the actor's loss."""
+    head_support: Literal["candidates", "legal"] = "candidates"
+    """The set a head's softmax and target are over. ``candidates``: the row's searched candidates,
+    the search's target renormalised there (a head learns to rank what the search compared, the
+    set the Thompson choice is taken among); ``legal``: the row's whole legal set (seed 000's
+    action targets as they are)."""
     lr_heads: PosFloat = 2e-3
     """Adam learning rate of the score heads (the trunk takes the actor's,
     ``expert_iteration.lr_actor``)."""

@@ -46,6 +46,7 @@ from services.learner.extension_hooks import lr_multiplier
 from services.learner.stops import stoppable
 from services.learner.treestrap.batch import (
     TreeStrapBatch,
+    candidate_batch,
     candidate_positions,
     proposal_batch,
     search_top,
@@ -155,8 +156,9 @@ class TreeStrapAlgorithm(ExpertIterationAlgorithm):
         row.update({f"treestrap/{k}": v for k, v in ensemble_keys(scores, search_top(search, positions)).items()})
         drawn = stream(cfg.master_seed, "treestrap/thompson/iteration/{iteration}", iteration=c.iteration).integers(
             ts.heads, size=(len(search), ts.draws))
-        batch = TreeStrapBatch(search, proposal_batch(search, positions, thompson_probs(thompson_choice(scores, drawn),
-                                                                                         cands.shape[1])), masks)
+        choice = thompson_probs(thompson_choice(scores, drawn), cands.shape[1])
+        batch = TreeStrapBatch(search, proposal_batch(search, positions, choice), masks,
+                               candidate_batch(search, cands, positions) if ts.head_support == "candidates" else None)
 
         def epoch_rng(e: int):
             return stream(cfg.master_seed, "treestrap/minibatch/iteration/{iteration}/epoch/{epoch}",

@@ -3,10 +3,11 @@
 Per batch B of n rows, P its policy rows, M = sum of the batch's masks over P x heads:
 
     proposal = (1 / max(|P|, 1)) sum_{i in P} CE(thompson_i, softmax_L(actor logits_i))
-    heads    = ensemble_coef (1 / max(M, 1)) sum_{i in P} sum_h mask_ih CE(pi_i, softmax_L(score_ih))
+    heads    = ensemble_coef (1 / max(M, 1)) sum_{i in P} sum_h mask_ih CE(pi_i, softmax_S(score_ih))
     value    = vf_coef (1 / n) sum_{i in B} (V(s_i) - z_i)^2
 
-(seed 000: an action loss per record/head pair, multiplied by the masks, reduced over the included
+with S the row's set in ``batch.heads_target`` (its legal set, or its searched candidates) and pi_i
+the search's target there (seed 000: an action loss per record/head pair, multiplied by the masks, reduced over the included
 pairs; ``alphazero.loss.policy_cross_entropy`` per pair). The heads read the actor's tile
 features from the same forward (``heads.tile_features``), so the trunk learns from both. As
 ``alphazero.update.az_update``: an epoch is ``max(1, n // ppo.batch_size)`` nearly equal batches of
@@ -52,7 +53,8 @@ def treestrap_update(model, heads, opts: tuple[torch.optim.Optimizer, torch.opti
     if n == 0:
         raise ValueError("treestrap_update got no rows")
     opt_actor, opt_critic, opt_heads = opts
-    search, proposal = batch.search, batch.proposal
+    search, proposal, heads_target = batch.search, batch.proposal, batch.heads_target
+    assert heads_target is not None  # TreeStrapBatch fills it
     policy_rows = search.policy_weights > 0
     n_batches = max(1, n // ppo.batch_size)
     sums = {"ce": 0.0, "head": 0.0, "pairs": 0.0, "sq": 0.0}
@@ -76,7 +78,7 @@ def treestrap_update(model, heads, opts: tuple[torch.optim.Optimizer, torch.opti
                 local = np.flatnonzero(policy_rows[cells])
                 if local.size:
                     rows = cells[local]
-                    mb, mp = search.minibatch(rows), proposal.minibatch(rows)
+                    mb, mp, mh = search.minibatch(rows), proposal.minibatch(rows), heads_target.minibatch(rows)
                     idx = torch.as_tensor(local, device=device)
                     with tile_features(model.actor) as seen:
                         logits = model.actor_logits({k: t[idx] for k, t in obs.items()})
@@ -86,7 +88,8 @@ def treestrap_update(model, heads, opts: tuple[torch.optim.Optimizer, torch.opti
                     ce = policy_cross_entropy(logits, legal, torch.as_tensor(mp.policy_targets, device=device),
                                               torch.as_tensor(mp.policy_weights, device=device))
                     masks = torch.as_tensor(batch.masks[rows], device=device)
-                    hce = head_cross_entropy(scores, legal, torch.as_tensor(mb.policy_targets, device=device), masks)
+                    hce = head_cross_entropy(scores, torch.as_tensor(mh.legal, device=device),
+                                             torch.as_tensor(mh.policy_targets, device=device), masks)
                     loss = loss + ce.sum() / n_policy + ensemble_coef * hce.sum() / max(n_pairs, 1.0)
                     sums["ce"] += float(ce.detach().double().sum())
                     sums["head"] += float(hce.detach().double().sum())

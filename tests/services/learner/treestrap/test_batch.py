@@ -42,3 +42,16 @@ def test_the_batch_refuses_masks_that_are_not_bootstrap_membership():
         TreeStrapBatch(SEARCH, p, np.ones(2))
     with pytest.raises(ValueError, match="must hold 0 or 1"):
         TreeStrapBatch(SEARCH, p, np.full((2, 3), 0.5))
+
+
+def test_the_heads_target_over_the_candidates_is_the_search_target_renormalised_there():
+    from services.learner.treestrap.batch import candidate_batch
+
+    h = candidate_batch(SEARCH, CANDS, candidate_positions(IDS, OFF, CANDS))
+    # row 0: candidates {0, 3, 7} hold the whole target; row 1: {0, 2} too
+    assert h.legal_ids.tolist() == [0, 3, 7, 0, 2] and h.legal_offsets.tolist() == [0, 3, 5]
+    np.testing.assert_allclose(h.policy_targets, [0.2, 0.5, 0.3, 0.9, 0.1], rtol=1e-6)
+    narrow = np.array([[7, 3, -1], [2, -1, -1]])  # row 0: {3, 7}: 0.5, 0.3 -> 0.625, 0.375; row 1: {2} -> 1
+    h = candidate_batch(SEARCH, narrow, candidate_positions(IDS, OFF, narrow))
+    assert h.legal_ids.tolist() == [3, 7, 2] and h.legal_offsets.tolist() == [0, 2, 3]
+    np.testing.assert_allclose(h.policy_targets, [0.625, 0.375, 1.0], rtol=1e-6)
