@@ -13,7 +13,6 @@ candidates). A figure, not a test; docs/design.md, "TreeStrap", records one.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -26,12 +25,29 @@ def figures(rows: list[dict]) -> list[tuple[int, float, float, float]]:
     return [(int(r["run/iteration"]), 1.0 - r[KEYS[0]], r[KEYS[1]], r[KEYS[2]]) for r in rows if all(k in r for k in KEYS)]
 
 
+USAGE = "usage: python -m services.learner.treestrap.steadiness RUN_DIR [--last N]"
+
+
+def parse(argv: list[str]) -> tuple[Path, int] | None:
+    """(the run's folder, N) of ``RUN_DIR [--last N]``; None when the words are not that (a figure
+    tool's two arguments: no service settings, so no parser of its own beyond this)."""
+    last = 6
+    if len(argv) == 3 and argv[1] == "--last" and argv[2].isdigit() and int(argv[2]) > 0:
+        last = int(argv[2])
+    elif len(argv) != 1 or argv[0].startswith("-"):
+        return None
+    return Path(argv[0]), last
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m services.learner.treestrap.steadiness", description=__doc__.split("\n")[0])
-    ap.add_argument("run_dir", type=Path, help="the run's folder (its metrics.jsonl)")
-    ap.add_argument("--last", type=int, default=6, help="iterations the means are over (default 6)")
-    args = ap.parse_args(argv)
-    path = args.run_dir / "metrics.jsonl"
+    got_args = parse(sys.argv[1:] if argv is None else argv)
+    if got_args is None:
+        print(USAGE + " (N >= 1, default 6)", file=sys.stderr)
+        return 2
+    run_dir, last = got_args
+    from shared.run_dir import RunDir
+
+    path = RunDir(run_dir).metrics
     if not path.is_file():
         print(f"steadiness: {path} does not exist: give a run's folder", file=sys.stderr)
         return 2
@@ -42,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     print("iteration  single  ensemble  search")
     for it, single, ens, search in got:
         print(f"{it:9d}  {single:6.3f}  {ens:8.3f}  {search:6.3f}")
-    tail = got[-args.last:]
+    tail = got[-last:]
     mean = [sum(x[i] for x in tail) / len(tail) for i in (1, 2, 3)]
     print(f"last {len(tail)}: single {mean[0]:.3f}, ensemble {mean[1]:.3f}, search {mean[2]:.3f}")
     return 0

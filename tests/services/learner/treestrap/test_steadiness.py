@@ -26,3 +26,9 @@ def test_a_run_without_the_keys_is_refused_by_name(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"run/iteration": 1}) + "\n")
     assert main([str(tmp_path)]) == 2
     assert "is it a treestrap run?" in capsys.readouterr().err
+
+
+def test_words_other_than_a_folder_and_last_n_are_refused_with_the_usage(capsys):
+    for argv in ([], ["a", "b"], ["--last", "3"], ["run", "--last", "0"], ["run", "--first", "2"]):
+        assert main(argv) == 2
+        assert "usage: python -m services.learner.treestrap.steadiness RUN_DIR [--last N]" in capsys.readouterr().err
