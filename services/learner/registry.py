@@ -1,9 +1,10 @@
 """The learner's algorithms by their ``learner.algorithm`` name (``algorithm.Algorithm``).
 
 Adding one is a folder beside ``ppo/``, ``dqn/`` and ``alphazero/`` that implements the
-protocol, and one line here (docs/iteration.md, "Adding a learner algorithm"); the config's
-``learner.algorithm`` choices (shared/config.py) name it. The name only picks an entry of this
-fixed table: a config never chooses a module to import.
+protocol and declares itself (``declare.py``, listed in shared/algorithms.py's ``ALGORITHMS``:
+the config's ``learner.algorithm`` choices come from there), and its factory here
+(docs/iteration.md, "Adding a learner algorithm"). The name only picks an entry of this fixed
+table: a config never chooses a module to import.
 """
 
 from __future__ import annotations

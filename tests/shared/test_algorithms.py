@@ -184,3 +184,22 @@ def test_an_algorithm_is_named_outside_its_folder_only_by_the_registries():
         assert not outside, f"{name} is named outside {folder}/ and the registries: {outside}"
         for registry in REGISTRIES:
             assert pattern.search((ROOT / registry).read_text()), registry
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn", "alphazero", "expert_iteration"])
+def test_replay_refuses_the_learner_seat_of_exactly_the_searching_algorithms(tmp_path, name):
+    """``royalefleet replay`` reads ``searches`` from the table: a searched learner seat is not
+    replayed (its decisions were the search's), another goes on to the weights check."""
+    from types import SimpleNamespace as NS
+
+    from royalefleet.replay_training import NotReplayable, plan
+    from shared.config import load_config
+
+    cfg = load_config({"profile": "tiny", "learner": {"algorithm": name}, "alphazero": {"leaf_value": "critic"}})
+    span = NS(iteration=2, actor_digest="0" * 16, decisions=3)  # no checkpoint of 1 in tmp_path
+    rec = NS(battle=0, ordinal=0, iteration=2, role="scripted", seat="blue", player="learner",
+             opponent="scripted:noop", provenance=NS(spans=[span]))
+    with pytest.raises(NotReplayable) as refused:
+        plan(cfg, [NS(record=rec)], rec, tmp_path, None)
+    searched = f"its choice decisions played the rollouts' search (learner.algorithm {name})"
+    assert (searched in str(refused.value)) == algorithm(name).searches == (name in ("alphazero", "expert_iteration"))
