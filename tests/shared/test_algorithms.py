@@ -186,7 +186,7 @@ def test_an_algorithm_is_named_outside_its_folder_only_by_the_registries():
             assert pattern.search((ROOT / registry).read_text()), registry
 
 
-@pytest.mark.parametrize("name", ["ppo", "dqn", "alphazero", "expert_iteration"])
+@pytest.mark.parametrize("name", ["ppo", "dqn", "alphazero", "expert_iteration", "treestrap"])
 def test_replay_refuses_the_learner_seat_of_exactly_the_searching_algorithms(tmp_path, name):
     """``royalefleet replay`` reads ``searches`` from the table: a searched learner seat is not
     replayed (its decisions were the search's), another goes on to the weights check."""
@@ -202,4 +202,4 @@ def test_replay_refuses_the_learner_seat_of_exactly_the_searching_algorithms(tmp
     with pytest.raises(NotReplayable) as refused:
         plan(cfg, [NS(record=rec)], rec, tmp_path, None)
     searched = f"its choice decisions played the rollouts' search (learner.algorithm {name})"
-    assert (searched in str(refused.value)) == algorithm(name).searches == (name in ("alphazero", "expert_iteration"))
+    assert (searched in str(refused.value)) == algorithm(name).searches == (name in ("alphazero", "expert_iteration", "treestrap"))
