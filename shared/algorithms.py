@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from services.learner.expert_iteration import declare as expert_iteration
+from services.learner.treestrap import declare as treestrap
 from shared.algorithm_spec import AlgorithmSpec
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ ALGORITHMS: tuple[AlgorithmSpec, ...] = (
     DQN,
     ALPHAZERO,
     expert_iteration.SPEC,
+    treestrap.SPEC,
 )
 """Every learner algorithm, in ``learner.algorithm``'s order (that of the choices and of the
 algorithm sections at the end of ``RunConfig``). Adding one: its declaration module's import

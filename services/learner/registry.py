@@ -40,11 +40,18 @@ def _expert_iteration(parts: AlgorithmParts) -> Algorithm:
     return ExpertIterationAlgorithm(parts)
 
 
+def _treestrap(parts: AlgorithmParts) -> Algorithm:
+    from services.learner.treestrap.learner import TreeStrapAlgorithm
+
+    return TreeStrapAlgorithm(parts)
+
+
 ALGORITHMS: dict[str, Callable[[AlgorithmParts], Algorithm]] = {
     "ppo": _ppo,
     "dqn": _dqn,
     "alphazero": _alphazero,
     "expert_iteration": _expert_iteration,
+    "treestrap": _treestrap,
 }
 """``learner.algorithm`` -> the factory of its ``Algorithm`` (imported when chosen: a PPO run
 never imports the DQN learner)."""
