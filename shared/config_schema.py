@@ -1127,6 +1127,14 @@ class AlphaZeroConfig(_Cfg):
     beat the prior's own pick (the first candidate, the top Gumbel key) by to be played (the
     players' ``keep=M``). Needs ``leaf_value`` "board"."""
 
+    full_search_share: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
+    """Playout-cap randomisation (KataGo, Wu 2019, sec. 3.1; docs/expert-iteration.md): the share
+    of the learner's choice decisions searched fully. A coin from
+    ``search/full/iteration/{i}/cycle/{t}/slot/{s}`` picks each one: full search (its candidates
+    in the Step, its target a policy label) with probability ``full_search_share``, else the
+    prior's own sampled move with no simulation (a value-only row). 1: every choice decision
+    searched, as before the field existed."""
+
     def stable(self) -> bool:
         """True when the rollouts play the players' move rule (``playouts``' docstring)."""
         return self.playouts != 1 or self.halving or self.value_scale > 0 or self.keep > 0
@@ -1157,7 +1165,7 @@ class AlphaZeroConfig(_Cfg):
         a run that does not use them keeps the digest it had before they existed."""
         data = msgspec.to_builtins(self)
         for name, default in (("playouts", 1), ("halving", False), ("continuation", "random"),
-                              ("sim_opponents", []), ("value_scale", 0.0), ("keep", 0.0)):
+                              ("sim_opponents", []), ("value_scale", 0.0), ("keep", 0.0), ("full_search_share", 1.0)):
             if data.get(name) == default:
                 data.pop(name)
         return data

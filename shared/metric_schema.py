@@ -163,6 +163,11 @@ _CORE: dict[str, tuple[str, str]] = {
     "search/critic_leaves": ("count", "search leaves the learner's critic valued this iteration (alphazero.leaf_value \"critic\"; absent under \"board\")"),
     "search/opponent_rows": ("count", "a network opponent's decisions in search simulations answered by the learner this iteration (alphazero.sim_opponent \"battle\"; absent when none)"),
     "search/refused": ("count", "searched slots of malformed rounds (not a learner choice row, illegal candidates): trained value-only"),
+    # playout-cap randomisation (alphazero.full_search_share below 1; absent at 1) and the labels per hour
+    "search/fast_decisions": ("decisions", "learner choice decisions the playout-cap coin gave the unsearched policy this iteration (the prior's own move, no simulation; value-only rows)"),
+    "search/full_frac": ("fraction", "share of the learner choice decisions the playout-cap coin sent to a full search this iteration (its expectation: alphazero.full_search_share)"),
+    "throughput/labels_per_hour": ("labels/h", "search/decisions (searched rows accepted with a policy target) x 3600 / time/iteration: the labels a searched learner gets per hour of wall time"),
+    "throughput/replay_labels_per_hour": ("labels/h", "expit/labels_added x 3600 / time/iteration: the labels expert iteration's replay gains per hour of wall time"),
     "az/policy_loss": ("nats", "mean weighted cross-entropy of the actor against the search target per searched row, all epochs"),
     "az/kl_target": ("nats", "mean KL(target || actor) over the searched rows in the first epoch's forwards, before their step"),
     "az/value_loss": ("reward^2", "mean (V - z)^2 over every row forwarded, z the realized return-to-go"),

@@ -40,6 +40,8 @@ _CORE: dict[str, str] = {
     "az/minibatch/iteration/{iteration}/epoch/{epoch}": "the row permutation of one AlphaZero epoch",
     "search/gumbel/iteration/{iteration}/cycle/{cycle}/slot/{slot}":
         "the Gumbel noise whose top-k over one learner row's prior names the row's search candidates (alphazero)",
+    "search/full/iteration/{iteration}/cycle/{cycle}/slot/{slot}":
+        "the playout-cap coin: whether one learner choice row is searched fully (alphazero.full_search_share)",
     "preflight/sample": "the random-legal play that samples observations for the codec table",
     "torch/init": "initial network weights",
     "eval/bootstrap/{comparison}": "bootstrap resamples over seeds for one gate comparison",

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from services.learner.collected import Collected
     from services.learner.parts import IterationState, LearnerParts
 
+LABELS_PER_HOUR = (("search/decisions", "throughput/labels_per_hour"),
+                   ("expit/labels_added", "throughput/replay_labels_per_hour"))
+"""(count key, per-hour key): a row with the count gets it per hour of the iteration's wall time
+(``time/iteration``), as ``throughput/overall_steps_per_second`` is the trainable rows per second."""
+
 
 def publish(parts: LearnerParts, state: IterationState, c: Collected, row: dict, reported: list) -> dict:
     """Publish iteration ``c.iteration``'s ``row`` (module docstring); returns the row as written.
@@ -53,6 +58,9 @@ def publish(parts: LearnerParts, state: IterationState, c: Collected, row: dict,
     row["time/checkpoint"] = time.perf_counter() - t0
     row["time/iteration"] = time.perf_counter() - c.t_start
     row["throughput/overall_steps_per_second"] = row["health/trainable_rows"] / row["time/iteration"]
+    for count, key in LABELS_PER_HOUR:  # a searched learner's labels (policy targets) per hour of this iteration
+        if count in row:
+            row[key] = 3600.0 * row[count] / row["time/iteration"]
     # The row first, then the alarms read it, then the checkpoint it describes. One plain
     # copy (no numpy scalars) serves the file, the alarms and any bundle.
     row = metric_log.plain_row(row)

@@ -20,7 +20,10 @@ With the stable options of the ``alphazero`` section (``playouts``, ``halving``,
 move is its pick (the best mean; the first candidate, the prior's top Gumbel key, kept unless
 beaten by more than ``keep``) and the scores reported are the candidates' means. With every
 option at its default the scores and the move are exactly the one-playout search's.
-Forced decisions (~93 %) are never searched. The other seat plays in the simulation as the
+Forced decisions (~93 %) are never searched, nor a choice decision the Step does not name: under
+playout-cap randomisation (``alphazero.full_search_share`` below 1) the learner's coin leaves a
+share of them out of ``search_slots``, and the rollout plays the Step's action there (the prior's
+own sample), with no simulation. The other seat plays in the simulation as the
 battle's opponent does: a scripted bot here (stateless); a pool snapshot or the learner's own
 seat of a mirror battle by the learner's central inference, one ``SimActQuery`` per simulated
 decision for all the slot's candidates side by side (``sim_opponent`` "battle", the default;

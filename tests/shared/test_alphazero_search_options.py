@@ -14,7 +14,7 @@ from shared.config_schema import ConfigError
 from shared.identity import config_digests, digest
 from shared.search.spec import RolloutSearch, split_search
 
-NEW = ("playouts", "halving", "continuation", "sim_opponents", "value_scale", "keep")
+NEW = ("playouts", "halving", "continuation", "sim_opponents", "value_scale", "keep", "full_search_share")
 
 
 def _problems(**alphazero) -> list[str]:
@@ -79,6 +79,6 @@ def test_defaults_keep_the_digest_and_the_welcome_bytes_and_each_option_moves_th
         RolloutSearch(candidates=a.candidates, depth=a.depth, c_scale=a.c_scale, leaf_value=a.leaf_value,
                       sim_opponent=a.sim_opponent))
     for option, value in (("playouts", 2), ("halving", True), ("continuation", "defend"), ("sim_opponents", ["push"]),
-                          ("value_scale", 100.0), ("keep", 0.1)):
+                          ("value_scale", 100.0), ("keep", 0.1), ("full_search_share", 0.5)):
         moved = load_config({"profile": "tiny", "learner": {"algorithm": "alphazero"}, "alphazero": {option: value}})
         assert config_digests(moved)["algo_digest"] != base, option

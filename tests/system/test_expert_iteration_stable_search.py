@@ -2,7 +2,8 @@
 stable options (``alphazero.playouts``, ``halving``, ``continuation``, ``sim_opponents``,
 ``value_scale``, ``keep``): every reported search passes the learner's check of the players' move
 rule (none refused), the rows carry searched decisions, and a run stopped and resumed writes the
-same rows as one that never stopped."""
+same rows as one that never stopped; with playout-cap randomisation (``full_search_share`` 0.5)
+too, the coin's fast rows in the replay value-only."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from tests.stack import exact_rows
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("opponents", [{"sim_opponents": ["defend", "random_legal"]}, {"sim_opponent": "battle"}],
-                         ids=["scripted-opponents", "battle-opponents"])
+@pytest.mark.parametrize("opponents", [{"sim_opponents": ["defend", "random_legal"]}, {"sim_opponent": "battle"},
+                                       {"sim_opponents": ["defend"], "full_search_share": 0.5}],
+                         ids=["scripted-opponents", "battle-opponents", "playout-cap"])
 def test_a_run_searching_with_the_stable_options_is_accepted_and_resumes_row_for_row(tmp_path, opponents):
     """With scripted simulated opponents, and with the battle's own (a network opponent's simulated
     moves asked of the learner, one ``SimActQuery`` a simulated decision of each playout)."""
@@ -31,6 +33,13 @@ def test_a_run_searching_with_the_stable_options_is_accepted_and_resumes_row_for
     assert all(r["search/refused"] == 0 for r in rows)
     # the scores arrive on the tanh scale, so the root values lie in [-1, 1]
     assert all(-1 <= r["expit/root_value"] <= 1 for r in rows)
+    assert all(r["throughput/labels_per_hour"] > 0 and r["throughput/replay_labels_per_hour"] > 0 for r in rows)
+    if "full_search_share" in opponents:  # the coin's share realised; its fast rows trained value-only
+        assert all(0 < r["search/full_frac"] < 1 and r["search/fast_decisions"] > 0 for r in rows)
+        assert [r["az/policy_rows"] for r in rows] == [r["expit/replay_labels"] for r in rows]
+        assert all(r["expit/replay_rows"] > r["expit/replay_labels"] for r in rows)
+    else:
+        assert [r["expit/replay_labels"] for r in rows] == [r["expit/replay_rows"] for r in rows]
     if "sim_opponent" in opponents:  # the mirror battles' network opponents were asked of the learner
         assert sum(r.get("search/opponent_rows", 0) for r in rows) > 0
     else:

@@ -5,13 +5,18 @@ live actor's prior over the legal set (one forward over the round's choice rows:
 inference, batched like every round), Gumbel noise from
 ``search/gumbel/iteration/{i}/cycle/{t}/slot/{s}``, and the top-k of g + log prior as the
 candidates (the no-op in place of the k-th when it was not drawn); the Step carries them and
-their keys, and the row waits in ``pending``.
+their keys, and the row waits in ``pending``. Under playout-cap randomisation
+(``alphazero.full_search_share`` below 1; KataGo, Wu 2019, sec. 3.1) a coin from
+``search/full/iteration/{i}/cycle/{t}/slot/{s}`` first decides each choice row: with probability
+the share it is proposed as above, else it is ``fast``: left out of the Step's search arrays, so
+the rollout plays the prior's own sampled move with no simulation, and the row stays value-only.
 
 When the round after that step arrives (``complete``): each searched row's scores and move; the
 target is Gumbel MuZero's completed-Q policy (``shared.search.targets.completed_q_policy``) and
 the move is checked against the rule the rollout applies (``gumbel_move_index``). A row whose
 candidates, keys or move disagree with what was sent is a malformed search: counted
-(``refused``) and trained value-only. ``SearchBook`` keeps each searched cell's target for the
+(``refused``) and trained value-only; so is a report for a row that was not proposed (a ``fast``
+row among them): a fast row never gets a target. ``SearchBook`` keeps each searched cell's target for the
 update.
 """
 
@@ -127,13 +132,21 @@ class SearchBook:
     """Searched decisions whose move is the prior's own sample."""
     prior_seen: int = 0
     """Searched decisions whose prior's sample was given (the three counts' denominator)."""
+    full_share: float = 1.0
+    """``alphazero.full_search_share``: the probability a choice row is searched fully (module
+    docstring); 1 draws no coin."""
+    fast: set[tuple[int, int]] = field(default_factory=set)
+    """(cycle, global slot) of the choice rows the coin gave the unsearched policy this iteration."""
+    proposed: int = 0
+    """Choice rows proposed for a full search this iteration (their candidates sent)."""
 
     def begin(self, reward_divisor: float = 1.0) -> None:
         """Empty the book for an iteration whose rewards the critic sees divided by ``reward_divisor``."""
         self.targets.clear()
         self.pending.clear()
         self.refused = self.sim_steps = self.simulations = self.critic_leaves = self.opponent_rows = 0
-        self.prior_noop = self.move_noop = self.prior_agree = self.prior_seen = 0
+        self.prior_noop = self.move_noop = self.prior_agree = self.prior_seen = self.proposed = 0
+        self.fast.clear()
         self.sim_seconds = self.env_seconds = 0.0
         self.reward_divisor = float(reward_divisor)
 
@@ -171,10 +184,15 @@ class SearchBook:
         ``local`` (m,) the same slots' indices in the round, ``rows`` (m, row_bytes) and
         ``n_legal`` (m,) theirs; ``actions`` (m,), when given, the live actor's own samples of
         those rows (what the network plays: counted beside the search's moves, ``row``). Empty
-        dict when no row has a choice."""
+        dict when no row has a choice, or the coin searches none (``full_search``)."""
         choice = np.flatnonzero(n_legal > 1)
+        if self.full_share < 1.0 and len(choice):
+            full = np.asarray([self.full_search(iteration, cycle, int(learner[j])) for j in choice.tolist()], bool)
+            self.fast.update((cycle, int(learner[j])) for j in choice[~full].tolist())
+            choice = choice[full]
         if not len(choice):
             return {}
+        self.proposed += len(choice)
         lps = policy.legal_log_probs(rows[choice])
         k = self.candidates
         cands = np.full((len(choice), k), -1, np.int16)
@@ -188,6 +206,15 @@ class SearchBook:
             prior = -1 if actions is None else int(actions[j])
             self.pending[(cycle, slot)] = _Pending(lp, cand, keys[n, : len(cand)].copy(), prior)
         return {"search_slots": np.asarray(local, np.int16)[choice], "search_candidates": cands, "search_keys": keys}
+
+    def full_search(self, iteration: int, cycle: int, slot: int) -> bool:
+        """The playout-cap coin of one choice row (global ``slot`` of ``cycle``): True (search it
+        fully) with probability ``full_share``, one uniform of
+        ``search/full/iteration/{iteration}/cycle/{cycle}/slot/{slot}``, so every process and a
+        resumed run draw the same coin for the same row."""
+        u = stream(self.master_seed, "search/full/iteration/{iteration}/cycle/{cycle}/slot/{slot}",
+                   iteration=iteration, cycle=cycle, slot=slot).random()
+        return bool(u < self.full_share)
 
     def complete(self, cycle: int, slots: np.ndarray, candidates: np.ndarray, q: np.ndarray,
                  moves: np.ndarray) -> list[tuple[int, int, float]]:
@@ -236,6 +263,10 @@ class SearchBook:
             out["search/opponent_rows"] = float(self.opponent_rows)
         n = len(self.targets)
         out["search/decisions"] = float(n)
+        if self.full_share < 1.0:  # playout-cap randomisation: the coin's realised share (absent at 1)
+            out["search/fast_decisions"] = float(len(self.fast))
+            if self.proposed + len(self.fast):
+                out["search/full_frac"] = self.proposed / (self.proposed + len(self.fast))
         if collect_seconds > 0:
             out["throughput/searched_decisions_per_second"] = n / collect_seconds
             out["throughput/engine_steps_per_second"] = (env_steps + self.sim_steps) / collect_seconds

@@ -59,8 +59,10 @@ class ExpertIterationConfig(ConfigSection):
 ROW_KEYS: dict[str, tuple[str, str]] = {
     "expit/generation": ("count", "expert iteration: the generation whose prior the rollouts searched with this iteration (0: the start; +1 at each champion the ladder's gate promoted)"),
     "expit/generation_switched": ("count", "1 when this iteration's collection was the first with a new generation's prior, else 0"),
-    "expit/replay_rows": ("count", "searched rows in expert iteration's replay after this iteration's were added (the update trains on all of them)"),
+    "expit/replay_rows": ("count", "rows in expert iteration's replay after this iteration's were added (the update trains on all of them): the searched rows, and under playout-cap randomisation the value-only fast rows"),
     "expit/replay_iterations": ("count", "iterations whose searched rows the replay holds"),
+    "expit/labels_added": ("count", "rows with a policy target this iteration added to the replay (its trainable searched rows; 0 when the iteration's values tripped)"),
+    "expit/replay_labels": ("count", "rows with a policy target in the replay after this iteration's were added (expit/replay_rows less the value-only rows of playout-cap randomisation)"),
     "expit/prior_entropy": ("nats", "mean entropy over the legal set of the generation's prior (the network the rollouts played) on this iteration's searched rows"),
     "expit/prior_top1": ("fraction", "share of this iteration's searched rows where the generation's prior's argmax is the target's"),
     "expit/prior_kl_target": ("nats", "mean KL(target || generation's prior) over this iteration's searched rows"),

@@ -61,16 +61,21 @@ multiplies the actor's rate). The others hook into the PPO update and are refuse
 
 def searched_part(iteration: int, c: Collected, adv: Advantages, book: ExpitBook, root: bool) -> ReplayPart:
     """The trainable cells of ``c.rect`` with a search target, in (cycle, slot) order, as a
-    replay part: value target the root value (``root``) or the cell's return."""
+    replay part: value target the root value (``root``) or the cell's return. Under playout-cap
+    randomisation (``book.fast``) with the return as value target, the trainable fast rows too,
+    in the same order, value-only: an empty legal slice (policy weight 0 in the batch); under
+    ``root`` they have no root value and stay out."""
     rect = c.rect
-    cells = [(t, r) for t, r in zip(*np.nonzero(adv.trainable)) if (int(t), int(r)) in book.targets]
+    cells = [(int(t), int(r)) for t, r in zip(*np.nonzero(adv.trainable))
+             if (int(t), int(r)) in book.targets or (not root and (int(t), int(r)) in book.fast)]
     t_idx = np.asarray([t for t, _ in cells], np.int64)
     r_idx = np.asarray([r for _, r in cells], np.int64)
-    targets = [book.targets[(int(t), int(r))] for t, r in cells]
+    found = [book.targets.get(cell) for cell in cells]
+    targets = [x for x in found if x is not None]
     offsets = np.zeros(len(cells) + 1, np.int64)
-    np.cumsum([len(x.ids) for x in targets], out=offsets[1:])
+    np.cumsum([0 if x is None else len(x.ids) for x in found], out=offsets[1:])
     if root:
-        values = np.asarray([book.searched[(int(t), int(r))].root for t, r in cells], np.float32)
+        values = np.asarray([book.searched[cell].root for cell in cells], np.float32)
     else:
         values = adv.returns[t_idx, r_idx].astype(np.float32)
     return ReplayPart(iteration, np.ascontiguousarray(rect.rows[t_idx, r_idx]),
@@ -96,7 +101,8 @@ class ExpertIterationAlgorithm:
         self.book = ExpitBook(c_scale=cfg.alphazero.c_scale, candidates=cfg.alphazero.candidates,
                               master_seed=cfg.master_seed, target_c_scale=ex.c_scale, keep=ex.keep,
                               value_scale=ex.value_scale, move_keep=cfg.alphazero.keep if cfg.alphazero.stable() else None,
-                              critic_scores=cfg.alphazero.leaf_value == "critic" or cfg.alphazero.value_scale > 0)
+                              critic_scores=cfg.alphazero.leaf_value == "critic" or cfg.alphazero.value_scale > 0,
+                              full_share=cfg.alphazero.full_search_share)
         self.round_hooks = SearchRounds(self.book)
         self.replay = SearchReplay(ex.replay_iterations, ex.replay_rows)
         self.generations = Generations()
@@ -186,6 +192,10 @@ class ExpertIterationAlgorithm:
             self.replay.add(part)
         row.update({"expit/generation": float(self.generations.number), "expit/generation_switched": float(self.switched),
                     "expit/replay_rows": float(len(self.replay)), "expit/replay_iterations": float(len(self.replay.parts))})
+        # the labels (policy targets) this iteration gave the replay, and the replay's: under playout-cap
+        # randomisation it also holds value-only rows
+        row["expit/labels_added"] = float(0 if adv.nan_trips else part.labels())
+        row["expit/replay_labels"] = float(self.replay.labels())
         t0 = time.perf_counter()
         if adv.nan_trips or not len(self.replay):
             return TrainResult(adv, UpdateResult(0, {}, time.perf_counter() - t0), row)
@@ -199,9 +209,10 @@ class ExpertIterationAlgorithm:
         hold = lr_multiplier(ctx.extensions, c.iteration, ctx.env_steps)
         with learning_rates(((ctx.opt_actor, ex.lr_actor * hold), (ctx.opt_critic, ex.lr_critic))):
             stats = az_update(ctx.model, ctx.opt_actor, ctx.opt_critic, batch, fetch, cfg.ppo, epoch_rng, ctx.device)
-        if len(part):  # the next generation's prior on this iteration's searched rows, after its update
-            nxt = prior_metrics(part.legal_offsets, part.probs,
-                                legal_log_priors(ctx.policy, part.rows, part.legal_ids, part.legal_offsets))
+        labelled = part.labelled()
+        if len(labelled):  # the next generation's prior on this iteration's searched rows, after its update
+            nxt = prior_metrics(labelled.legal_offsets, labelled.probs,
+                                legal_log_priors(ctx.policy, labelled.rows, labelled.legal_ids, labelled.legal_offsets))
             row.update({f"expit/next_{k}": v for k, v in nxt.items()})
         return TrainResult(adv, UpdateResult(len(batch), stats, time.perf_counter() - t0), row)
 
@@ -212,8 +223,9 @@ class ExpertIterationAlgorithm:
         if not keys:
             return {}
         searched = [self.book.searched[k] for k in keys]
+        labelled = part.labelled()
         out = {f"expit/prior_{k}": v for k, v in prior_metrics(
-            part.legal_offsets, part.probs, np.concatenate([s.prior for s in searched])).items()}
+            labelled.legal_offsets, labelled.probs, np.concatenate([s.prior for s in searched])).items()}
         top = [int(self.book.targets[k].ids[int(np.argmax(self.book.targets[k].probs))]) for k in keys]
         out["expit/move_top1"] = float(np.mean([s.move == t for s, t in zip(searched, top)]))
         out["expit/root_value"] = float(np.mean([s.root for s in searched]))

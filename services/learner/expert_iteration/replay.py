@@ -2,7 +2,9 @@
 checkpoint so a resume trains on exactly the rows the uninterrupted run would.
 
 A part is one iteration's searched rows in (cycle, slot) order: packed observations, the policy
-target over each row's legal set (CSR), the value target. ``SearchReplay.add`` appends a part,
+target over each row's legal set (CSR), the value target; under playout-cap randomisation
+(``alphazero.full_search_share`` below 1) also the unsearched (fast) choice rows, value-only: an
+empty legal slice, trained with policy weight 0. ``SearchReplay.add`` appends a part,
 drops whole parts older than the newest ``max_iterations``, then drops the oldest rows (the
 oldest part's first rows first) until at most ``max_rows`` remain. The rows train in the
 replay's order (oldest first); the update permutes them by its own named stream.
@@ -46,6 +48,24 @@ class ReplayPart:
             self.packed = zlib.compress(np.ascontiguousarray(self.rows).tobytes(), 1)
         return self.packed
 
+    def labels(self) -> int:
+        """Rows with a policy target (a non-empty legal slice; the others are value-only)."""
+        return int(np.count_nonzero(np.diff(self.legal_offsets) > 0))
+
+    def labelled(self) -> ReplayPart:
+        """The part without its value-only rows (playout-cap randomisation's fast rows); itself
+        when it has none."""
+        keep = np.flatnonzero(np.diff(self.legal_offsets) > 0)
+        if len(keep) == len(self):
+            return self
+        counts = np.diff(self.legal_offsets)[keep]
+        entries = np.concatenate([np.arange(self.legal_offsets[i], self.legal_offsets[i + 1]) for i in keep]) \
+            if len(keep) else np.zeros(0, np.int64)
+        offsets = np.zeros(len(keep) + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return ReplayPart(self.iteration, self.rows[keep], self.legal_ids[entries], offsets, self.probs[entries],
+                          self.values[keep])
+
     def tail(self, start: int) -> ReplayPart:
         """The part without its first ``start`` rows."""
         off = self.legal_offsets
@@ -82,12 +102,17 @@ class SearchReplay:
                 self.parts[0] = first.tail(excess)
                 excess = 0
 
+    def labels(self) -> int:
+        """Rows with a policy target across the parts (``ReplayPart.labels``)."""
+        return sum(p.labels() for p in self.parts)
+
     def iterations(self) -> list[int]:
         return [p.iteration for p in self.parts]
 
     def batch(self, mask_offset: int, n_actions: int) -> AlphaZeroBatch:
-        """Every row as an ``AlphaZeroBatch`` (policy weight 1 each), oldest first. Raises
-        ValueError when the replay is empty."""
+        """Every row as an ``AlphaZeroBatch``, oldest first: policy weight 1 on a row with a
+        target, 0 on a value-only one (an empty legal slice: playout-cap randomisation's fast
+        rows). Raises ValueError when the replay is empty."""
         if not self.parts:
             raise ValueError("the replay holds no searched row")
         rows = np.concatenate([p.rows for p in self.parts])
@@ -96,12 +121,13 @@ class SearchReplay:
             offsets.append(p.legal_offsets[1:] + base)
             base += int(p.legal_offsets[-1])
         n = len(rows)
+        legal_offsets = np.concatenate(offsets)
         return AlphaZeroBatch(obs=PackedObs(rows, np.arange(n, dtype=np.int64), mask_offset, n_actions),
                               players=np.zeros(n, np.int32), policy_targets=np.concatenate([p.probs for p in self.parts]),
                               value_targets=np.concatenate([p.values for p in self.parts]),
-                              policy_weights=np.ones(n, np.float32),
+                              policy_weights=(np.diff(legal_offsets) > 0).astype(np.float32),
                               legal_ids=np.concatenate([p.legal_ids for p in self.parts]),
-                              legal_offsets=np.concatenate(offsets), n_actions=n_actions)
+                              legal_offsets=legal_offsets, n_actions=n_actions)
 
     def to_files(self) -> dict[str, bytes]:
         """``FILES``: the parts' iterations and sizes (JSON) and their arrays (msgpack of raw
