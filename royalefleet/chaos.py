@@ -41,6 +41,7 @@ from typing import Callable
 
 from royalefleet import chaos_mid_step
 from royalefleet.procfs import children_of
+from shared.algorithms import ALGORITHMS, algorithm_names
 from shared.run_dir import RunDir
 
 KINDS = ("checkpoint", "ladder", "learner", "rollout", "evaluator")
@@ -52,14 +53,15 @@ after 5 s instead of 30, so a run of a dozen kills fits in CI (the retry path is
 MAX_MESSAGE_MB = 2
 """``services.max_message_mb`` of the chaos stack: a message over it (``oversized``) costs a few
 MB to send, not 150 (tiny's largest message, a checkpoint, is 0.7 MB)."""
-SEARCHED = ("alphazero", "expert_iteration")
-"""``learner.algorithm``s whose rollouts search and ask the learner questions mid-step: the
-mid-question kills (royalefleet/chaos_mid_step.py) are on for these."""
-SEARCH = {"alphazero": {"candidates": 4, "depth": 6, "leaf_value": "critic"},
-          "expert_iteration": {"replay_iterations": 4}}
-"""The searched chaos stack's sections, as tests/system/test_expert_iteration_stack.py's: the
-critic values every leaf (a ``LeafQuery`` each searched step) and network opponents act in the
-simulations (``SimActQuery``s, ``sim_opponent`` "battle", the default)."""
+SEARCHED = tuple(spec.name for spec in ALGORITHMS if spec.searches)
+"""``learner.algorithm``s whose rollouts search and ask the learner questions mid-step (their
+declarations say so, shared/algorithms.py): the mid-question kills (royalefleet/chaos_mid_step.py)
+are on for these."""
+SEARCH = {"candidates": 4, "depth": 6, "leaf_value": "critic"}
+"""The searched chaos stack's ``alphazero`` section, as tests/system/test_expert_iteration_stack.py's:
+the critic values every leaf (a ``LeafQuery`` each searched step) and network opponents act in
+the simulations (``SimActQuery``s, ``sim_opponent`` "battle", the default); an algorithm's own
+section keeps its defaults."""
 STARTUP_S = 180.0
 """How long anything may take to come (back) up on a loaded 2-core machine."""
 
@@ -122,9 +124,7 @@ class Chaos:
             doc["rollout"] = {"round_timeout_s": round_timeout_s}
         if algorithm in SEARCHED:  # the rollouts' metrics on: the mid-question kills read them
             doc["services"]["rollout_metrics_port"] = free_port_run(ROLLOUTS)
-            doc["alphazero"] = SEARCH["alphazero"]
-            if algorithm in SEARCH and algorithm != "alphazero":
-                doc[algorithm] = SEARCH[algorithm]
+            doc["alphazero"] = SEARCH
         folder.mkdir(parents=True, exist_ok=True)
         self.config_path = folder / "chaos-config.json"
         self.config_path.write_text(json.dumps(doc, indent=1))
@@ -783,8 +783,8 @@ def add_parser(sub) -> None:
     p.add_argument("--kills", type=int, default=12, help="SIGKILLs at least, over every service (default 12)")
     p.add_argument("--faults", default="default",
                    help="comma-separated fault names, 'default' (those whose fix has landed) or 'all'")
-    p.add_argument("--algorithm", default="ppo", choices=("ppo", "dqn") + SEARCHED,
-                   help="the stack's learner.algorithm (default ppo); under alphazero or expert_iteration the "
+    p.add_argument("--algorithm", default="ppo", choices=algorithm_names(),
+                   help=f"the stack's learner.algorithm (default ppo); under {', '.join(SEARCHED)} the "
                         "rollouts search and the faults add kills during their mid-step questions")
     p.add_argument("--mid-question-kills", type=int, default=1, metavar="N",
                    help="under a searched --algorithm, play each mid-question fault (rollout_mid_question, "

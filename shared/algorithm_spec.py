@@ -42,6 +42,9 @@ class AlgorithmSpec:
     ``searches``: the rollouts search the learner's choice decisions with the ``alphazero``
     section's settings (that section is checked, overlap and frame stacking are refused,
     ``royalefleet replay`` refuses the learner's seat).
+    ``generations``: the learner's prior advances by generations the ladder's gate promotes (its
+    champion chain), so ``evaluation.strength.generations`` measures each one by default
+    (``GenerationStrengthConfig.active``).
     """
 
     name: str
@@ -53,3 +56,4 @@ class AlgorithmSpec:
     identity: Callable[[RunConfig], dict[str, Any]] = _nothing
     problems: Callable[[RunConfig], list[str]] = _no_problems
     searches: bool = False
+    generations: bool = False

@@ -27,6 +27,7 @@ import msgspec
 from msgspec import Meta
 
 from shared.algorithms import algorithm, algorithm_names, algorithm_sections
+from shared.algorithms import algorithm as declared_algorithm  # for a method whose parameter is named algorithm
 from shared.config_types import ConfigSection, Fraction01, NonNegFloat, NonNegInt, Port, PosFloat, PosInt
 from shared.scripted import SCRIPTED_PLAYERS
 from shared.schedules import GeometricSpec, LinearSpec, Schedule, schedule_problems
@@ -762,8 +763,9 @@ class GenerationStrengthConfig(_Cfg):
     in the run identity, like the whole ``evaluation`` section)."""
 
     enabled: bool | None = None
-    """true: measure every generation; false: never; null (the default): only under
-    ``learner.algorithm`` "expert_iteration", whose generations these are."""
+    """true: measure every generation; false: never; null (the default): only under a
+    ``learner.algorithm`` whose declaration has generations (shared/algorithm_spec.py: expert
+    iteration's and TreeStrap's), whose generations these are."""
     anchors: list[ScriptedId] = msgspec.field(default_factory=lambda: list(GENERATION_ANCHORS))
     """Scripted anchors each generation plays unsearched."""
     games: PosInt = 100
@@ -783,7 +785,9 @@ class GenerationStrengthConfig(_Cfg):
 
     def active(self, algorithm: str) -> bool:
         """Whether a run of ``learner.algorithm`` ``algorithm`` measures its generations."""
-        return self.enabled if self.enabled is not None else algorithm == "expert_iteration"
+        if self.enabled is not None:
+            return self.enabled
+        return declared_algorithm(algorithm).generations
 
     def problems(self, seeds: int | None) -> list[str]:
         """A search suffix that does not parse, an unknown ``sim_as``, games beyond the

@@ -6,8 +6,8 @@ run's first snapshot (admitted free: under expert iteration it stands in for the
 run started from), generation k the k-th champion a gate promoted, which is the prior the
 expert-iteration learner switches to (``expit/generation`` k while it sees every promotion).
 When ``evaluation.strength.generations`` is active (``GenerationStrengthConfig.active``: by
-default only under ``learner.algorithm`` "expert_iteration") and the chain holds a champion
-not planned yet, the ladder plans, with c = ``snap:<id>`` and s the config's ``search``:
+default only under an algorithm declared with generations: expert iteration's, TreeStrap's)
+and the chain holds a champion not planned yet, the ladder plans, with c = ``snap:<id>`` and s the config's ``search``:
 
 * ``unsearched/<anchor>``: c against each of ``anchors``, ``games`` games;
 * ``searched/<anchor>``: c + s against each of ``searched_anchors``, ``searched_games`` games

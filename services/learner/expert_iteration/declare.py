@@ -105,5 +105,6 @@ def problems(cfg: RunConfig) -> list[str]:
 SPEC = AlgorithmSpec(
     NAME, "generations distilled from the search; docs/expert-iteration.md", section=ExpertIterationConfig,
     section_doc="Expert iteration's settings, read only when ``learner.algorithm = \"expert_iteration\"``.",
-    row_keys=ROW_KEYS, seed_streams=SEED_STREAMS, identity=identity, problems=problems, searches=True)
+    row_keys=ROW_KEYS, seed_streams=SEED_STREAMS, identity=identity, problems=problems, searches=True,
+    generations=True)
 """Its declaration, listed in shared/algorithms.py's ``ALGORITHMS``."""

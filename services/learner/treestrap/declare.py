@@ -94,4 +94,5 @@ SPEC = AlgorithmSpec(NAME, "expert iteration whose policy is a Thompson proposal
                      "docs/treestrap.md", section=TreeStrapConfig,
                      section_doc="TreeStrap's ensemble, read only when ``learner.algorithm = \"treestrap\"``.",
                      row_keys=ROW_KEYS, seed_streams=SEED_STREAMS, identity=identity,
-                     problems=expert_iteration.problems, searches=True)
+                     problems=expert_iteration.problems, searches=True,
+                     generations=True)

@@ -181,7 +181,8 @@ def test_a_condition_is_reported_only_when_all_its_games_are_played(tmp_path):
 def test_off_by_default_outside_expert_iteration_and_on_under_it():
     gens = load_config({"profile": "cpu", "run_name": "t"}).evaluation.strength.generations
     assert gens.enabled is None
-    assert [a for a in ("ppo", "dqn", "alphazero", "expert_iteration") if gens.active(a)] == ["expert_iteration"]
+    assert [a for a in ("ppo", "dqn", "alphazero", "expert_iteration", "treestrap") if gens.active(a)] == [
+        "expert_iteration", "treestrap"]
     # the test suite's profile turns it off, as it does the standing measurement
     assert not load_config({"profile": "tiny", "run_name": "t"}).evaluation.strength.generations.active(
         "expert_iteration")
