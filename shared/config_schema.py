@@ -35,7 +35,6 @@ from shared.schedules import GeometricSpec, LinearSpec, Schedule, schedule_probl
 FORMAT_VERSION = 1
 
 
-
 if TYPE_CHECKING:
     AlgorithmName = str
 else:
@@ -47,6 +46,7 @@ ScriptedId = Literal[SCRIPTED_PLAYERS]
 
 
 _Cfg = ConfigSection
+"""Base of every config struct here (shared/config_types.py: unknown fields refused, keyword-only)."""
 
 
 class ConfigError(ValueError):
