@@ -49,6 +49,9 @@ CONDITIONAL_PREFIXES = {
     "royalefleet_learner_imitation_": "only with the imitation extension's KL anchor (this run has none)",
     "royalefleet_learner_az_": "only under learner.algorithm \"alphazero\" (this run trains PPO)",
     "royalefleet_learner_search_": "only under learner.algorithm \"alphazero\": the search's targets",
+    "royalefleet_learner_expit_strength_": "only once a generation's strength is measured (evaluation.strength."
+                                           "generations: an algorithm with generations; this run trains PPO)",
+    "royalefleet_ladder_generation_strength_": "only once a generation's strength is measured (as above)",
 }
 
 
