@@ -27,7 +27,6 @@ import msgspec
 from msgspec import Meta
 
 from shared.algorithms import algorithm, algorithm_names, algorithm_sections
-from shared.algorithms import algorithm as declared_algorithm  # for a method whose parameter is named algorithm
 from shared.config_types import ConfigSection, Fraction01, NonNegFloat, NonNegInt, Port, PosFloat, PosInt
 from shared.scripted import SCRIPTED_PLAYERS
 from shared.schedules import GeometricSpec, LinearSpec, Schedule, schedule_problems
@@ -783,11 +782,11 @@ class GenerationStrengthConfig(_Cfg):
     pairings that are not an opponent model (``opp=<sim_as>``, one of
     ``shared.search.spec.SIM_BOTS``); "" leaves those pairings out."""
 
-    def active(self, algorithm: str) -> bool:
-        """Whether a run of ``learner.algorithm`` ``algorithm`` measures its generations."""
+    def active(self, learner_algorithm: str) -> bool:
+        """Whether a run of ``learner.algorithm`` ``learner_algorithm`` measures its generations."""
         if self.enabled is not None:
             return self.enabled
-        return declared_algorithm(algorithm).generations
+        return algorithm(learner_algorithm).generations
 
     def problems(self, seeds: int | None) -> list[str]:
         """A search suffix that does not parse, an unknown ``sim_as``, games beyond the

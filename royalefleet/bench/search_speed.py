@@ -97,33 +97,24 @@ def measure(env, searched, opponent, *, battles: int, master_seed: int, first_ba
             max_decisions: int = 3600) -> SearchSpeed:
     """Play ``battles`` games of ``searched`` (a ``SearchedPlayer`` whose opponent model is
     scripted, so its simulations use one env) against ``opponent`` on ``env``, every choice
-    decision of its seat searched once; returns the ``SearchSpeed``. Battle b's env seed derives
-    from ``master_seed`` and b as in ``royalefleet.bench.search_stability``."""
-    from shared.seeding import derive_int, stream_path
+    decision of its seat searched once; returns the ``SearchSpeed``. The battles are
+    ``royalefleet.bench.search_stability.play_searched``'s (the same seeds and seats)."""
+    from royalefleet.bench.search_stability import play_searched
 
     out = SearchSpeed()
     time_engines(searched.lookahead.sim_envs(1), out.engine)  # built before the clock starts
-    steps0, seats = searched.stats.sim_steps, ("blue", "red")
-    for b in range(first_battle, first_battle + battles):
-        me = b % 2
-        seat = searched.bind(env, seats[me], opponent)
-        env_seed = derive_int(master_seed, stream_path("env/battle/{battle}/ordinal/{ordinal}", battle=b, ordinal=0))
-        obs, _ = env.reset(seed=int(env_seed))
-        opp_rng = np.random.default_rng((master_seed, b, 2))
-        for t in range(max_decisions):
-            mine = obs[seats[me]]
-            if int(np.count_nonzero(mine["action_mask"])) > 1:
-                w0, c0 = time.perf_counter(), time.process_time()
-                action = seat.act(mine, np.random.default_rng((master_seed, b, t, 0)))
-                out.cpu += time.process_time() - c0
-                out.wall += time.perf_counter() - w0
-                out.decisions += 1
-            else:
-                action = 0
-            theirs = int(opponent.act(obs[seats[1 - me]], opp_rng))
-            obs, _, term, trunc, _ = env.step({seats[me]: int(action), seats[1 - me]: theirs})
-            if term["blue"] or trunc["blue"]:
-                break
+    steps0 = searched.stats.sim_steps
+
+    def timed(seat, mine, b: int, t: int) -> int:
+        w0, c0 = time.perf_counter(), time.process_time()
+        action = seat.act(mine, np.random.default_rng((master_seed, b, t, 0)))
+        out.cpu += time.process_time() - c0
+        out.wall += time.perf_counter() - w0
+        out.decisions += 1
+        return action
+
+    play_searched(env, searched, opponent, timed, battles=battles, master_seed=master_seed,
+                  first_battle=first_battle, max_decisions=max_decisions)
     out.sim_steps = searched.stats.sim_steps - steps0
     return out
 

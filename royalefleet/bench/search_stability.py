@@ -64,37 +64,52 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return float((centre - half) / den), float((centre + half) / den)
 
 
-def measure(env, searched, opponent, *, battles: int, master_seed: int, first_battle: int = 0,
-            max_decisions: int = 3600) -> Stability:
-    """Play ``battles`` games of ``searched`` (a ``SearchedPlayer``) against ``opponent`` (any
-    unsearched player) on ``env`` and search each choice decision of the searched seat twice;
-    returns the ``Stability``. Battle b's env seed derives from ``master_seed`` and b."""
+def play_searched(env, searched, opponent, decide, *, battles: int, master_seed: int, first_battle: int = 0,
+                  max_decisions: int = 3600) -> None:
+    """Play battles ``first_battle`` .. ``first_battle + battles - 1`` of ``searched`` (a
+    ``SearchedPlayer``) against ``opponent`` (any unsearched player) on ``env``: the searched
+    player on blue in even battles, red in odd ones; battle b's env seed derives from
+    ``master_seed`` and b (stream ``env/battle/{battle}/ordinal/0``, the rollout's). At each
+    choice decision t of the searched seat (more than one legal action) ``decide(seat, obs, b,
+    t)`` gives the action played (``seat`` the player bound to the battle); a forced decision
+    plays the no-op. Shared by this bench and ``royalefleet.bench.search_speed``."""
     from shared.seeding import derive_int, stream_path
 
-    out = Stability()
-    t0, steps0 = time.perf_counter(), searched.stats.sim_steps
+    seats = ("blue", "red")
     for b in range(first_battle, first_battle + battles):
         me = b % 2
-        seats = ("blue", "red")
         seat = searched.bind(env, seats[me], opponent)
         env_seed = derive_int(master_seed, stream_path("env/battle/{battle}/ordinal/{ordinal}", battle=b, ordinal=0))
         obs, _ = env.reset(seed=int(env_seed))
         opp_rng = np.random.default_rng((master_seed, b, 2))
         for t in range(max_decisions):
             mine = obs[seats[me]]
-            if int(np.count_nonzero(mine["action_mask"])) > 1:
-                first = seat.act(mine, np.random.default_rng((master_seed, b, t, 0)))
-                overruled = searched.last is not None and searched.last.index != 0
-                second = seat.act(mine, np.random.default_rng((master_seed, b, t, 1)))
-                out.decisions += 1
-                out.agree += int(first == second)
-                out.overruled += int(overruled)
-            else:
-                first = 0
+            action = decide(seat, mine, b, t) if int(np.count_nonzero(mine["action_mask"])) > 1 else 0
             theirs = int(opponent.act(obs[seats[1 - me]], opp_rng))
-            obs, _, term, trunc, _ = env.step({seats[me]: int(first), seats[1 - me]: theirs})
+            obs, _, term, trunc, _ = env.step({seats[me]: int(action), seats[1 - me]: theirs})
             if term["blue"] or trunc["blue"]:
                 break
+
+
+def measure(env, searched, opponent, *, battles: int, master_seed: int, first_battle: int = 0,
+            max_decisions: int = 3600) -> Stability:
+    """Play ``battles`` games of ``searched`` (a ``SearchedPlayer``) against ``opponent`` (any
+    unsearched player) on ``env`` (``play_searched``) and search each choice decision of the
+    searched seat twice; returns the ``Stability``."""
+    out = Stability()
+    t0, steps0 = time.perf_counter(), searched.stats.sim_steps
+
+    def twice(seat, mine, b: int, t: int) -> int:
+        first = seat.act(mine, np.random.default_rng((master_seed, b, t, 0)))
+        overruled = searched.last is not None and searched.last.index != 0
+        second = seat.act(mine, np.random.default_rng((master_seed, b, t, 1)))
+        out.decisions += 1
+        out.agree += int(first == second)
+        out.overruled += int(overruled)
+        return first
+
+    play_searched(env, searched, opponent, twice, battles=battles, master_seed=master_seed,
+                  first_battle=first_battle, max_decisions=max_decisions)
     out.seconds = time.perf_counter() - t0
     out.sim_steps = searched.stats.sim_steps - steps0
     return out

@@ -44,13 +44,14 @@ import msgspec
 
 from shared.config import RunConfig
 from shared.durable import replace_file
-from shared.evaluation import EVAL_ROLE, seeds_for_games, side_scores
+from shared.evaluation import seeds_for_games, side_scores
 from shared.messages import Ack, EpisodeRecord, EvalJob, EvalJobRequest, EvalReport, GenerationStrength
 from shared.run_dir import RunDir
 from shared.search.spec import split_search, with_search
 from shared.stats import wilson_interval
 
 from services.ladder.gate_runner import JobSpec, ReportRefused, check_report, split_seeds
+from services.ladder.strength import fully_played, played_by_job
 
 PLAN_FILE = "generation_strength.json"
 CONDITION_PREFIX = "generation:"
@@ -115,30 +116,12 @@ def pairings(cfg, champion: str, previous: str | None) -> list[tuple[str, str, s
     return out
 
 
-def _played(records: list[EpisodeRecord]) -> dict[int, list[EpisodeRecord]]:
-    by_job: dict[int, list[EpisodeRecord]] = {}
-    for r in records:
-        if r.role == EVAL_ROLE:
-            by_job.setdefault(r.iteration, []).append(r)
-    return by_job
-
-
-def _whole(spec: JobSpec, records: list[EpisodeRecord] | None) -> bool:
-    if not records:
-        return False
-    try:
-        check_report(spec, records[: 4 * len(spec.seeds)])
-    except ReportRefused:
-        return False
-    return True
-
-
 def measure(plan: GenerationPlan, records: list[EpisodeRecord] | dict[int, list[EpisodeRecord]]
             ) -> list[GenerationStrength]:
     """Every generation of ``plan`` with at least one condition whose jobs are all in the result
     log's ``records`` (a list, or already grouped by job id), oldest first; each with the
     conditions so played (a condition with a job missing is left out: never a partial score)."""
-    by_job = records if isinstance(records, dict) else _played(records)
+    by_job = records if isinstance(records, dict) else played_by_job(records)
     out = []
     for e in plan.entries:
         g = GenerationStrength(generation=e.generation, champion=e.champion, env_steps=e.env_steps)
@@ -146,7 +129,7 @@ def measure(plan: GenerationPlan, records: list[EpisodeRecord] | dict[int, list[
         for j in e.jobs:
             conditions.setdefault(j.condition[len(CONDITION_PREFIX):], []).append(j)
         for cond, jobs in conditions.items():
-            if not all(_whole(j, by_job.get(j.job_id)) for j in jobs):
+            if not all(fully_played(j, by_job.get(j.job_id)) for j in jobs):
                 continue
             total = sum(float(side_scores(by_job[j.job_id], j.a, j.b, j.seeds).sum()) for j in jobs)
             n = sum(2 * len(j.seeds) for j in jobs)
@@ -172,8 +155,8 @@ class GenerationStrengthRunner:
         self.path = plan_path(runs_dir, self.run_name)
         self.plan = read_plan(self.path)
         owned = {j.job_id for e in self.plan.entries for j in e.jobs}
-        self.by_job = {k: v for k, v in _played(records() if owned else []).items() if k in owned}
-        self.played = {j for j in owned if _whole(self._spec(j), self.by_job.get(j))}
+        self.by_job = {k: v for k, v in played_by_job(records() if owned else []).items() if k in owned}
+        self.played = {j for j in owned if fully_played(self._spec(j), self.by_job.get(j))}
         self.issued: dict[int, float] = {}
         self.measured: list[GenerationStrength] = measure(self.plan, self.by_job)
 
@@ -265,6 +248,6 @@ def generation_strength_of_run(cfg) -> tuple[list[GenerationStrength], int]:
     plan = read_plan(plan_path(cfg.runs_dir, cfg.run_name))
     if not plan.entries:
         return [], 0
-    by_job = _played(ResultLog.for_run(cfg.runs_dir, cfg.run_name).read().records)
-    pending = sum(1 for e in plan.entries if not all(_whole(j, by_job.get(j.job_id)) for j in e.jobs))
+    by_job = played_by_job(ResultLog.for_run(cfg.runs_dir, cfg.run_name).read().records)
+    pending = sum(1 for e in plan.entries if not all(fully_played(j, by_job.get(j.job_id)) for j in e.jobs))
     return measure(plan, by_job), pending

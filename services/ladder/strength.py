@@ -116,7 +116,8 @@ def read_plan(path: str | os.PathLike) -> StrengthPlan:
         raise ValueError(f"{path}: not a strength plan ({exc})") from None
 
 
-def _played(records: list[EpisodeRecord]) -> dict[int, list[EpisodeRecord]]:
+def played_by_job(records: list[EpisodeRecord]) -> dict[int, list[EpisodeRecord]]:
+    """The evaluation episodes of the result log's ``records``, grouped by job id."""
     by_job: dict[int, list[EpisodeRecord]] = {}
     for r in records:
         if r.role == EVAL_ROLE:
@@ -124,7 +125,9 @@ def _played(records: list[EpisodeRecord]) -> dict[int, list[EpisodeRecord]]:
     return by_job
 
 
-def _whole(spec: JobSpec, records: list[EpisodeRecord] | None) -> bool:
+def fully_played(spec: JobSpec, records: list[EpisodeRecord] | None) -> bool:
+    """Whether ``records`` (one job's episodes) hold the whole of ``spec``'s games, as its
+    report would be checked (``check_report``)."""
     if not records:
         return False
     try:
@@ -140,8 +143,8 @@ def measure(plan: StrengthPlan, records: list[EpisodeRecord] | dict[int, list[Ep
     log's ``records`` (a list, or already grouped by job id) (module docstring). A snapshot with
     a job not wholly in the log is left out: never a partial score. ``rater`` is
     ``ladder.rater`` (its anchor is the pinned one)."""
-    by_job = records if isinstance(records, dict) else _played(records)
-    done = [e for e in plan.entries if all(_whole(j, by_job.get(j.job_id)) for j in e.jobs)]
+    by_job = records if isinstance(records, dict) else played_by_job(records)
+    done = [e for e in plan.entries if all(fully_played(j, by_job.get(j.job_id)) for j in e.jobs)]
     games = [r for e in done for j in e.jobs for r in by_job[j.job_id][: 4 * len(j.seeds)]]
     table = fit_with(games_from_results(games), rater) if done else None
     out = []
@@ -188,10 +191,10 @@ class StrengthRunner:
         self.log = ResultLog.for_run(self.runs_dir, self.run_name)
         self.plan = read_plan(self.path)
         owned = {j.job_id for e in self.plan.entries for j in e.jobs}
-        self.by_job = {k: v for k, v in _played(self.log.read().records).items() if k in owned}
+        self.by_job = {k: v for k, v in played_by_job(self.log.read().records).items() if k in owned}
         """Strength jobs' records (read once from the log, then added as reported)."""
         self.played: set[int] = {j.job_id for e in self.plan.entries for j in e.jobs
-                                 if _whole(j, self.by_job.get(j.job_id))}
+                                 if fully_played(j, self.by_job.get(j.job_id))}
         self.issued: dict[int, tuple[float, str]] = {}
         self.summary: StrengthSummary | None = None
         self.seed_set = eval_seed_set(config.master_seed, config.ladder.pool.eval_seed_count)
