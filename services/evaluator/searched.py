@@ -24,6 +24,7 @@ import numpy as np
 from shared.search.halving import evaluate
 from shared.search.lookahead import Lookahead, SearchStats, candidates_with_noop, gumbel_top_k
 from shared.search.models import continuation, opponent_set
+from shared.search.plans import plan_candidates
 from shared.search.spec import SearchSpec
 
 SIM_RANDOM_LEGAL_NOOP_PROB = 0.9
@@ -49,6 +50,9 @@ class SearchedPlayer:
         if policy is not None and policy.frame_stack != 1:
             raise SearchRefused(f"player {player_id!r}: search needs a snapshot without frame stacking "
                                 f"(this one stacks {policy.frame_stack} decisions); play {base.id!r} unsearched")
+        if policy is not None and spec.cand != "random":
+            raise SearchRefused(f"player {player_id!r}: cand={spec.cand} draws a scripted player's candidates; a "
+                                "snapshot's come from its policy (Gumbel-top-k): leave cand out")
         self.id, self.base, self.spec = player_id, base, spec
         self.noop_prob = random_legal_noop_prob
         playout, needs_obs = continuation(spec, base, random_legal_noop_prob)
@@ -111,9 +115,13 @@ class SearchedSeat:
         else:
             own = int(base.act(obs, draw))
             legal = np.flatnonzero(mask)
+            if self.player.spec.cand == "plans":
+                return self._search(plan_candidates(own, obs["mask_planes"], legal, k, draw), seed)
             others = draw.permutation(legal[legal != own])
             drawn = np.concatenate([[own], [0] if own else [], others[others != 0]]).astype(np.int64)
-        candidates = candidates_with_noop(drawn, k)
+        return self._search(candidates_with_noop(drawn, k), seed)
+
+    def _search(self, candidates: list[int], seed: int) -> int:
         result = evaluate(self.player.lookahead, self.env, self.seat, candidates, self.opponents, seed,
                           self.player.spec)
         self.player.last, self.player.last_candidates = result, candidates

@@ -29,7 +29,7 @@ MAX_DEPTH = 240
 _SUFFIX = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
-OPTION_NAMES = ("p", "sh", "cont", "opp", "vs", "keep")
+OPTION_NAMES = ("p", "sh", "cont", "opp", "vs", "keep", "cand")
 """The options of a search suffix after N[:D], ``,name=value`` each, in this canonical order
 (``SearchSpec`` says what each means); an option at its default is left out of the id."""
 MAX_PLAYOUTS = 64
@@ -40,6 +40,10 @@ SELF = "self"
 """``cont=self``: the searching player's own base continues its candidates (a snapshot's policy,
 a scripted bot's own choices)."""
 DEFAULT_CONT = "random"
+CANDIDATE_SOURCES = ("random", "plans")
+"""``cand=``: where a scripted player's candidates after its own pick and the no-op come from:
+random legal plays (the default), or ``plans`` (``shared.search.plans``: each card at
+``defend``'s anchor and pushed down either lane)."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,9 @@ class SearchSpec:
       tanh(diff / S) in [-1, 1] before averaging (a fixed scale, no per-decision min-max); 0: the
       raw board difference;
     * ``keep`` (``keep=M``, in score units: tanh units under ``vs``): the player's own pick is
-      played unless another candidate's mean score beats it by more than M.
+      played unless another candidate's mean score beats it by more than M;
+    * ``cand`` (``cand=plans``): a scripted player's further candidates are its cards' plan moves
+      (``shared.search.plans.slot_plans``), not random legal plays (``CANDIDATE_SOURCES``).
     """
 
     candidates: int
@@ -74,6 +80,7 @@ class SearchSpec:
     opponents: tuple[str, ...] = ()
     value_scale: float = 0.0
     keep: float = 0.0
+    cand: str = "random"
 
     def options(self) -> str:
         """The ``,name=value`` options of the id, canonical (defaults left out)."""
@@ -90,6 +97,8 @@ class SearchSpec:
             parts.append(f"vs={self.value_scale:g}")
         if self.keep:
             parts.append(f"keep={self.keep:g}")
+        if self.cand != "random":
+            parts.append(f"cand={self.cand}")
         return "".join("," + p for p in parts)
 
     def suffix(self) -> str:
@@ -139,6 +148,10 @@ def parse_options(text: str, problem) -> dict:
             raise problem(f"opp={out['opp']!r}: simulated opponents are distinct names of {', '.join(SIM_BOTS)} "
                           "separated by /")
         fields["opponents"] = names
+    if "cand" in out:
+        if out["cand"] not in CANDIDATE_SOURCES:
+            raise problem(f"cand={out['cand']!r}: candidates come from one of {', '.join(CANDIDATE_SOURCES)}")
+        fields["cand"] = out["cand"]
     for key, field_name in (("vs", "value_scale"), ("keep", "keep")):
         if key in out:
             fields[field_name] = _float_option(key, out[key], problem)
