@@ -54,14 +54,12 @@ class Stability:
         return self.agree / max(self.decisions, 1)
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of k successes in n trials (95 % at z 1.96); (0, 1) for n 0."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    centre, half = p + z * z / (2 * n), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    den = 1 + z * z / n
-    return float((centre - half) / den), float((centre + half) / den)
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """The Wilson 95 % interval of k agreements in n decisions (``shared.stats.wilson_interval``);
+    (0, 1) for n 0, a figure with no decisions searched."""
+    from shared.stats import wilson_interval
+
+    return wilson_interval(k, n) if n else (0.0, 1.0)
 
 
 def play_searched(env, searched, opponent, decide, *, battles: int, master_seed: int, first_battle: int = 0,
