@@ -86,11 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = run_config(args)
     from royalefleet.clone_data import resolve_set
     from shared.demos import read_manifest, read_shard
+    from shared.run_dir import RunDir
     from shared.envs import build_env, make_scripted, obs_spec
     from shared.search.spec import split_search
     from shared.stats import wilson_interval
 
-    folder = resolve_set(args.demos, Path(cfg.runs_dir) / cfg.run_name / "demos")
+    folder = resolve_set(args.demos, RunDir(Path(cfg.runs_dir) / cfg.run_name).demos)
     m = read_manifest(folder)
     spec = obs_spec(build_env(cfg.env))
     slots = spec.hand_slots
