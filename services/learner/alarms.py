@@ -41,6 +41,11 @@ RECENT_ROWS = 50
 LAST_VALUES = 5
 """Values of each key read that ``halt.json`` lists per fired alarm."""
 
+REPEAT_EVERY = 10
+"""A warning that keeps firing is printed on its first iteration and then on every 10th in a row
+(``alarms.jsonl`` holds every one). A run from a clone fires ``tile_spam`` and ``capacity_ratio``
+on every iteration by construction, and a line each an iteration buried the progress lines."""
+
 
 class AlarmVerdict(NamedTuple):
     fired: list[AlarmResult]
@@ -78,6 +83,7 @@ class AlarmMonitor:
         self.state = AlarmState()
         self.recent_rows: collections.deque[dict] = collections.deque(maxlen=RECENT_ROWS)
         self.muted: set[str] = set()  # alarms muted on the last row (Alarm.muted), said when it changes
+        self.firing: dict[str, int] = {}  # alarm -> iterations in a row it has fired (REPEAT_EVERY)
         registry = registry if registry is not None else CollectorRegistry()
         self.holds = Gauge("royalefleet_learner_alarm_holds",
                            "1 while the alarm's condition holds on the last metric row, else 0", ["alarm", "severity"],
@@ -112,10 +118,7 @@ class AlarmMonitor:
         self._say_mutes(results)
         fired = [r for r in results if r.fired]
         iteration = row.get("run/iteration")
-        for r in fired:
-            shown = ", ".join(f"{k}={v:g}" for k, v in r.values.items())
-            self.say(f"alarm [{r.severity}] {r.name}: {shown} ({describe(self.by_name[r.name], self.cfg)}) "
-                     f"-- {self.by_name[r.name].meaning}")
+        self._say_fired(fired)
         if fired and self.alarms_path:
             with open(self.alarms_path, "ab") as fh:
                 for r in fired:
@@ -123,6 +126,21 @@ class AlarmMonitor:
                 fh.flush()
                 os.fsync(fh.fileno())
         return AlarmVerdict(fired, any(r.severity == "halt" for r in fired), results)
+
+    def _say_fired(self, fired: list[AlarmResult]) -> None:
+        """Print each fired alarm: a halt always, a warning on its first iteration in a row and
+        then every ``REPEAT_EVERY``-th, with the count; once, when it stops firing."""
+        now = {r.name for r in fired}
+        for name in sorted(self.firing.keys() - now):
+            self.say(f"alarm {name} cleared after {self.firing.pop(name)} iteration(s) in a row")
+        for r in fired:
+            n = self.firing[r.name] = self.firing.get(r.name, 0) + 1
+            if r.severity == "warn" and n % REPEAT_EVERY != 1 and REPEAT_EVERY > 1:
+                continue
+            shown = ", ".join(f"{k}={v:g}" for k, v in r.values.items())
+            again = f" [{n} iterations in a row; printed every {REPEAT_EVERY}th, all in alarms.jsonl]" if n > 1 else ""
+            self.say(f"alarm [{r.severity}] {r.name}: {shown} ({describe(self.by_name[r.name], self.cfg)}) "
+                     f"-- {self.by_name[r.name].meaning}{again}")
 
     def _say_mutes(self, results: list[AlarmResult]) -> None:
         """Say once when an alarm starts being muted (with its reason) and when it stops."""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.learner.alarms import RECENT_ROWS, AlarmMonitor, write_bundle
+from services.learner.alarms import RECENT_ROWS, REPEAT_EVERY, AlarmMonitor, write_bundle
 from shared.alarms import ALARM_NAMES, ALARMS, BY_NAME, AlarmState, evaluate, promql, thresholds
 from shared.config import AlarmConfig, dump_config, RunConfig
 from shared.metric_schema import SCHEMA, prometheus_name
@@ -363,6 +363,23 @@ def test_monitor_exports_gauges_logs_fired_alarms_and_says_when_to_halt(tmp_path
     assert any(s.startswith("alarm [halt] clip_pinned: ppo/clip_fraction=0.9") for s in said)
     mon.observe(healthy_row())
     assert sample(reg, "royalefleet_learner_alarm_consecutive", "clip_pinned") == 0
+
+
+def test_a_warning_that_keeps_firing_is_printed_every_tenth_iteration_and_logged_every_one(tmp_path):
+    said = []
+    mon = AlarmMonitor(AlarmConfig(), CollectorRegistry(), run_dir=str(tmp_path), say=said.append)
+    rounded = {**healthy_row(), "health/obs_codec_rounded": 3.0}  # warn, patience 1
+    for i in range(1, 24):
+        mon.observe({**rounded, "run/iteration": i})
+    mon.observe({**healthy_row(), "run/iteration": 24})
+    printed = [s for s in said if "obs_codec_rounded" in s]
+    assert REPEAT_EVERY == 10 and len(printed) == 4
+    assert printed[0].startswith("alarm [warn] obs_codec_rounded: health/obs_codec_rounded=3 (") and "in a row" not in printed[0]
+    assert printed[1].endswith("[11 iterations in a row; printed every 10th, all in alarms.jsonl]")
+    assert printed[2].endswith("[21 iterations in a row; printed every 10th, all in alarms.jsonl]")
+    assert printed[3] == "alarm obs_codec_rounded cleared after 23 iteration(s) in a row"
+    logged = [json.loads(x) for x in (tmp_path / "alarms.jsonl").read_text().splitlines()]
+    assert [x["iteration"] for x in logged if x["alarm"] == "obs_codec_rounded"] == list(range(1, 24))
 
 
 def test_write_bundle_holds_rows_alarms_config_and_a_halt_record(tmp_path):
