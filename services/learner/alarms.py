@@ -83,7 +83,7 @@ class AlarmMonitor:
         self.state = AlarmState()
         self.recent_rows: collections.deque[dict] = collections.deque(maxlen=RECENT_ROWS)
         self.muted: set[str] = set()  # alarms muted on the last row (Alarm.muted), said when it changes
-        self.firing: dict[str, int] = {}  # alarm -> iterations in a row it has fired (REPEAT_EVERY)
+        self.firing: dict[str, int] = {}  # alarms fired on the last row -> iterations in a row (REPEAT_EVERY)
         registry = registry if registry is not None else CollectorRegistry()
         self.holds = Gauge("royalefleet_learner_alarm_holds",
                            "1 while the alarm's condition holds on the last metric row, else 0", ["alarm", "severity"],
@@ -129,13 +129,15 @@ class AlarmMonitor:
 
     def _say_fired(self, fired: list[AlarmResult]) -> None:
         """Print each fired alarm: a halt always, a warning on its first iteration in a row and
-        then every ``REPEAT_EVERY``-th, with the count; once, when it stops firing."""
-        now = {r.name for r in fired}
-        for name in sorted(self.firing.keys() - now):
-            self.say(f"alarm {name} cleared after {self.firing.pop(name)} iteration(s) in a row")
+        then every ``REPEAT_EVERY``-th, with the count; once, when it stops firing. The count is
+        the evaluation's own: iterations held past the patience (``consecutive - patience + 1``)."""
+        now = {r.name: r.consecutive - r.patience + 1 for r in fired}
+        for name in sorted(self.firing.keys() - now.keys()):
+            self.say(f"alarm {name} cleared after {self.firing[name]} iteration(s) in a row")
+        self.firing = now
         for r in fired:
-            n = self.firing[r.name] = self.firing.get(r.name, 0) + 1
-            if r.severity == "warn" and n % REPEAT_EVERY != 1 and REPEAT_EVERY > 1:
+            n = now[r.name]
+            if r.severity == "warn" and n % REPEAT_EVERY != 1:
                 continue
             shown = ", ".join(f"{k}={v:g}" for k, v in r.values.items())
             again = f" [{n} iterations in a row; printed every {REPEAT_EVERY}th, all in alarms.jsonl]" if n > 1 else ""
