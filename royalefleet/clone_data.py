@@ -94,3 +94,28 @@ def split_by_battle(rows: CloneRows, master_seed: int, fraction: float = VALIDAT
     held = stream(master_seed, "clone/split").permutation(keys)[:n_val]
     val = np.isin(rows.battles, held)
     return rows.take(np.flatnonzero(~val)), rows.take(np.flatnonzero(val))
+
+
+def first_slot_share(rows: CloneRows, codec, hand_slots: int) -> tuple[float, int]:
+    """(share, n): of the choice rows where the teacher played a card while two or more hand
+    slots had a legal tile (n of them), the share on which it played the lowest such slot.
+    RoyaleGym's rungs always do (share 1.0); a player indifferent to hand order would do so on
+    about 1 / (playable slots) of them. (0.0, 0) without such rows.
+
+    The action encoding is ``shared.envs.ObsSpec``'s: 0 the no-op, then ``1 + slot * H * W +
+    tile`` (``codec.table``'s height and width)."""
+    obs = rows.observations[rows.choice]
+    actions = rows.actions[rows.choice]
+    if not len(actions):
+        return 0.0, 0
+    hw = codec.table.height * codec.table.width
+    grid = 1 + hand_slots * hw
+    mask = np.unpackbits(obs[:, codec.omask:], axis=1, count=grid, bitorder="little").astype(bool)
+    playable = mask[:, 1:].reshape(len(actions), hand_slots, hw).any(axis=2)  # (n, P)
+    played = (actions >= 1) & (actions < grid)
+    considered = played & (playable.sum(axis=1) >= 2)
+    if not considered.any():
+        return 0.0, 0
+    first = playable[considered].argmax(axis=1)
+    slot = (actions[considered] - 1) // hw
+    return float(np.mean(slot == first)), int(considered.sum())

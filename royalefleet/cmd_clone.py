@@ -47,8 +47,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return cp
 
 
+SLOT_ORDER_WARN = 0.9
+"""The share of a set's choices (two or more hand slots playable) on which its teacher played
+the first playable slot, from which a clone without ``net.slot_index`` is warned: a player
+indifferent to hand order does so on about 1 / (playable slots) of them, RoyaleGym's rungs on
+all of them."""
+
+
 def cmd_clone(args, out=None) -> int:
-    from royalefleet.clone_data import load_rows, resolve_set, split_by_battle
+    from royalefleet.clone_data import first_slot_share, load_rows, resolve_set, split_by_battle
     from shared.demos import DemosError
     from shared.run_dir import RunDir
 
@@ -80,6 +87,12 @@ def cmd_clone(args, out=None) -> int:
         f"for the critic), {rows.illegal_left_out} choice row(s) left out whose action our mask refuses; "
         f"{len(set(train.battles.tolist()))} battles to train, {len(set(val.battles.tolist()))} to validate "
         f"(chance top-1 agreement on them {chance:.4f})")
+    share, n_order = first_slot_share(rows, pf.codec, pf.spec.hand_slots)
+    if not cfg.net.slot_index and n_order and share >= SLOT_ORDER_WARN:
+        say(f"royalefleet clone: the teacher played its first playable hand slot on {share:.3f} of the {n_order:,} "
+            "choices where two or more slots were playable, and net.slot_index is off: this network cannot tell "
+            "two slots apart, so it will miss many of them. For a network that can, start a new run whose config "
+            "sets {\"net\": {\"slot_index\": true}} (docs/design.md, \"The pointer query knows its slot\").")
     apply_threads(cfg)
     from royalefleet.clone import train_clone
 

@@ -354,6 +354,14 @@ class NetConfig(_Cfg):
     broadcast over every tile into the trunk's input and fed to the critic's head, in features."""
     value_hidden: PosInt = 256
     """Hidden units of the critic's value head (one layer before the scalar value)."""
+    slot_index: bool = False
+    """Each hand slot's pointer query also reads the slot's index (one-hot), so the network can
+    tell two affordable slots apart by their place in the hand. Without it a slot is its card,
+    cost and affordability alone, and a teacher that plays its first playable slot (RoyaleGym's
+    rungs, and a search that keeps their pick) cannot be copied: ``defend``'s clone of 600
+    battles missed it on 0.143 of its held-out choices, every miss another slot
+    (docs/design.md, "The pointer query knows its slot"). Off keeps the architecture (and its
+    digest) that snapshots made before it have."""
     noop_bias: Annotated[float, Meta(ge=-20.0, le=20.0)] = 0.0
     """A constant added to the no-op logit (royalelearn-facts §5, the pointer head). 0 starts
     with p(no-op) = 1 / n_legal, a policy that plays a card whenever it can; 8 starts nearly

@@ -129,7 +129,8 @@ def config_digests(cfg: RunConfig) -> dict[str, str]:
         "env_spec_digest": env_spec_digest_of(cfg.env),
         # frame_stack widens the trunk's input; recorded only when stacking, so a run without
         # it keeps the arch digest it had before the field existed
-        "arch_digest": digest(_without(cfg.net, "device", "autocast")
+        # (and slot_index only when on: a network without it keeps its digest)
+        "arch_digest": digest(_without(cfg.net, "device", "autocast", *(() if cfg.net.slot_index else ("slot_index",)))
                               | ({"frame_stack": cfg.obs.frame_stack} if cfg.obs.frame_stack != 1 else {})),
         # PPO runs keep the digest they had before the DQN learner existed; another algorithm adds
         # its declaration's part (shared/algorithms.py: its name and sections)

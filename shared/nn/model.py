@@ -14,7 +14,10 @@ description, no code taken from it):
   no bias (the GroupNorm after each one has its own).
 * Actor head (pointer head): the action space IS a (slot, y, x) C-order grid plus the no-op
   at index 0, so each hand slot's card embedding becomes a query that is dotted with per-tile
-  features. About 1/25 of the parameters of a flat ``Linear(., 2305)`` head. With ability
+  features. About 1/25 of the parameters of a flat ``Linear(., 2305)`` head. A query reads
+  its slot's card, cost and affordability, and with ``net.slot_index`` the slot's index too
+  (one-hot): without it the queries cannot tell two slots apart, so a choice that depends on
+  hand order (RoyaleGym's rungs play their FIRST playable slot) cannot be represented. With ability
   buttons (``env.ability_buttons``) a button head scores the ``n_buttons`` actions after the
   grid from the pooled tile features and the buttons' readiness bits.
 * Critic head: ``[mean-pool, max-pool] ++ Linear(V, E)(vector) ++ legal_frac`` ->
@@ -139,6 +142,30 @@ def board_input_channels(spec: ObsSpec, net: NetConfig) -> int:
     return spec.frame_stack * (len(spec.plane_names) + spec.hand_slots) + 2 + net.vector_embed
 
 
+def slot_input_width(spec: ObsSpec, net: NetConfig) -> int:
+    """Features of one hand slot's pointer query input: its card embedding (``channels``), cost
+    and affordability, and with ``net.slot_index`` the slot's one-hot index (``hand_slots``)."""
+    return net.channels + 2 + (spec.hand_slots if net.slot_index else 0)
+
+
+def slot_inputs(head, vector: torch.Tensor) -> torch.Tensor:
+    """(B, V) -> (B, P, slot_input_width) float32: each hand slot's (card embedding, cost,
+    affordable[, one-hot slot index]). ``head`` is a pointer head holding ``spec``,
+    ``card_embed``, the hand field slices, ``onehot_width`` and ``slot_index`` (``PointerActor``,
+    and the DQN's ``PointerQ``, which reads the same inputs)."""
+    p = head.spec.hand_slots
+    ids = vector[:, head.hand_cards].reshape(vector.shape[0], p, head.onehot_width).argmax(dim=-1)
+    parts = [
+        head.card_embed(ids),  # (B, P, C)
+        vector[:, head.hand_cost, None],  # (B, P, 1)
+        vector[:, head.hand_affordable, None],  # (B, P, 1)
+    ]
+    if head.slot_index:
+        eye = torch.eye(p, device=vector.device, dtype=parts[0].dtype)
+        parts.append(eye.expand(vector.shape[0], p, p))  # (B, P, P)
+    return torch.cat(parts, dim=-1)
+
+
 # ----------------------------------------------------------------------------- trunk
 
 
@@ -224,8 +251,9 @@ class PointerActor(nn.Module):
         self.tile_conv = _conv3x3(c, c)
         self.tile_norm = nn.GroupNorm(net.norm_groups, c)
         self.card_embed = nn.Embedding(self.onehot_width, c)
-        self.query = nn.Linear(c + 2, c)
-        self.query_bias = nn.Linear(c + 2, 1)
+        self.slot_index = bool(net.slot_index)
+        self.query = nn.Linear(slot_input_width(spec, net), c)
+        self.query_bias = nn.Linear(slot_input_width(spec, net), 1)
         self.noop = nn.Linear(2 * c, 1)
         self.noop_bias = float(net.noop_bias)  # a constant, not a parameter (net.noop_bias)
         # The button head (the reference's button_head): one logit per ability button from the
@@ -244,15 +272,8 @@ class PointerActor(nn.Module):
         b = vector.shape[0]
         tiles = F.relu(self.tile_norm(self.tile_conv(self.trunk(obs))))  # Fp: (B, C, H, W)
 
-        # One query and one scalar bias per hand slot, from (card embedding, cost, affordable).
-        slot_in = torch.cat(
-            [
-                self.card_embed(self.hand_card_ids(vector)),  # (B, P, C)
-                vector[:, self.hand_cost, None],  # (B, P, 1)
-                vector[:, self.hand_affordable, None],  # (B, P, 1)
-            ],
-            dim=-1,
-        ).to(tiles.dtype)
+        # One query and one scalar bias per hand slot.
+        slot_in = slot_inputs(self, vector).to(tiles.dtype)  # (B, P, slot_input_width)
         q = self.query(slot_in)  # (B, P, C)
         bias = self.query_bias(slot_in)  # (B, P, 1)
         # Scaled dot product (C**-0.5 keeps the logit scale independent of the width).

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from royalefleet.clone import masked_ce
-from royalefleet.clone_data import CloneRows, load_rows, split_by_battle
+from royalefleet.clone_data import CloneRows, first_slot_share, load_rows, split_by_battle
 from royalefleet.cmd_clone import chance_agreement
 from royalefleet.cmd_demos import check_players
 from services.rollout.demos import MIRROR, PlannedBattle, plan_battles
@@ -49,6 +49,25 @@ def test_chance_agreement_is_the_mean_of_one_over_n_legal_on_choice_rows():
                      returns=np.zeros(3, np.float32), battles=np.arange(3), choice=np.array([True, True, False]),
                      illegal_left_out=0, forced_rows=1, manifests=[])
     assert chance_agreement(rows, _Codec()) == pytest.approx((1 / 2 + 1 / 4) / 2)
+
+
+def test_first_slot_share_counts_rows_with_two_playable_slots_where_the_teacher_took_the_first():
+    # 3 slots of 2x2 tiles: action 1 + slot * 4 + tile; 13 grid actions
+    codec = _Codec()
+    codec.table = type("T", (), {"height": 2, "width": 2})()
+    masks = np.zeros((6, 13), bool)
+    masks[:, 0] = True
+    masks[0, [5, 9]] = True  # slots 1 and 2 playable, teacher plays slot 1 (the first): counted, first
+    masks[1, [2, 6]] = True  # slots 0 and 1, teacher plays slot 1: counted, not first
+    masks[2, [3, 4, 12]] = True  # slots 0 (two tiles) and 2, teacher plays slot 0's tile 3: counted, first
+    masks[3, [7, 8]] = True  # slot 1 only: not counted
+    masks[4, [2, 6]] = True  # two slots, but the teacher waits: not counted
+    masks[5, [2, 6]] = True  # a forced row (choice False): not counted
+    rows = CloneRows(observations=np.packbits(masks, axis=1, bitorder="little"),
+                     actions=np.array([5, 6, 3, 7, 0, 2]), returns=np.zeros(6, np.float32), battles=np.arange(6),
+                     choice=np.array([True, True, True, True, True, False]), illegal_left_out=0, forced_rows=1,
+                     manifests=[])
+    assert first_slot_share(rows, codec, hand_slots=3) == (pytest.approx(2 / 3), 3)
 
 
 def test_plan_takes_teachers_opponents_and_seats_in_turn():
@@ -152,3 +171,6 @@ def test_a_clone_of_defend_agrees_with_it_on_held_out_battles_far_above_chance(t
     assert len(choice.actions) >= 50
     assert chance < 0.01
     assert agreement >= 0.5 and agreement >= 20 * chance, (agreement, chance, text)
+    # defend plays its first playable slot, and the tiny profile's network cannot tell slots apart
+    assert "the teacher played its first playable hand slot on 1.000 of the" in text
+    assert "net.slot_index is off" in text

@@ -27,6 +27,7 @@ BASE = ident()
 @pytest.mark.parametrize("doc", [
     {"master_seed": 1}, {"ppo": {"clip_range": 0.1}}, {"ppo": {"minibatch_size": 128}}, {"advantage": {"gae_lambda": 0.95}},
     {"env": {"max_steps": 400}}, {"env": {"reward_weights": {"elixir": 0.1}}}, {"net": {"channels": 16}},
+    {"net": {"slot_index": True}},
     {"rollout": {"battles": 8}}, {"ladder": {"mix": [1.0, 0.0, 0.0]}}, {"determinism": {"tier": "throughput"}},
     {"determinism": {"torch_threads": 1}}, {"services": {"wire_codec": 1}},
 ])

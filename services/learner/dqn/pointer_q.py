@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from services.learner.dqn.network import dueling_combine
-from shared.nn.model import HEAD_GAIN, forward_precision, precision
+from shared.nn.model import HEAD_GAIN, forward_precision, precision, slot_inputs
 
 SHARED = ("trunk", "tile_conv", "tile_norm", "card_embed")
 """The ``PointerActor`` modules every head shares (copied as they are into the snapshot actor)."""
@@ -54,11 +54,12 @@ class PointerQ(nn.Module):
         self.noop_bias, self.n_buttons = actor.noop_bias, actor.n_buttons
         self.hand_cards, self.hand_cost, self.hand_affordable = actor.hand_cards, actor.hand_cost, actor.hand_affordable
         self.onehot_width, self.heads, self.dueling, self.autocast = actor.onehot_width, heads, dueling, autocast
+        self.slot_index = actor.slot_index
         for name in SHARED:
             setattr(self, name, copy.deepcopy(getattr(actor, name)))
         c, k, nb = actor.channels, heads, actor.n_buttons
-        self.query = nn.Linear(c + 2, k * c)
-        self.query_bias = nn.Linear(c + 2, k)
+        self.query = nn.Linear(actor.query.in_features, k * c)
+        self.query_bias = nn.Linear(actor.query.in_features, k)
         self.noop = nn.Linear(2 * c, k)
         self.button_head = nn.Linear(2 * c + nb, k * nb) if nb else None
         self.value = nn.Linear(2 * c, k) if dueling else None
@@ -88,9 +89,7 @@ class PointerQ(nn.Module):
         vector = obs["vector"]
         b, k, c, p = vector.shape[0], self.heads, self.channels, self.spec.hand_slots
         tiles = F.relu(self.tile_norm(self.tile_conv(self.trunk(obs))))  # (B, C, H, W)
-        ids = vector[:, self.hand_cards].reshape(b, p, self.onehot_width).argmax(dim=-1)
-        slot_in = torch.cat([self.card_embed(ids), vector[:, self.hand_cost, None],
-                             vector[:, self.hand_affordable, None]], dim=-1).to(tiles.dtype)  # (B, P, C + 2)
+        slot_in = slot_inputs(self, vector).to(tiles.dtype)  # (B, P, slot_input_width)
         q = self.query(slot_in).view(b, p, k, c)
         bias = self.query_bias(slot_in).view(b, p, k)
         tile_logits = torch.einsum("bchw,bpkc->bkphw", tiles, q) * c**-0.5 + bias.permute(0, 2, 1)[..., None, None]

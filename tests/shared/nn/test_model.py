@@ -245,3 +245,38 @@ def test_noop_bias_is_a_constant_on_the_noop_logit_only():
     assert torch.allclose(b[:, 0] - a[:, 0], torch.full((3,), 8.0), atol=1e-6)
     # Not a parameter: the optimizer cannot see it, and the parameter count is unchanged.
     assert plain.parameter_count() == biased.parameter_count()
+
+
+def _same_card_in_every_slot(obs):
+    """Every hand slot holds card 3 at cost 0.3, affordable: the slots differ by index alone."""
+    obs["vector"][:, 2:586] = 0.0
+    for slot in range(P):
+        obs["vector"][:, 2 + slot * 146 + 3] = 1.0
+    obs["vector"][:, 586:590] = 0.3
+    obs["vector"][:, 590:594] = 1.0
+    return obs
+
+
+def test_without_slot_index_two_slots_holding_the_same_card_score_every_tile_alike():
+    # the defect net.slot_index mends: the pointer queries read card, cost and affordability
+    # only, so a teacher that plays its FIRST playable slot cannot be copied
+    m = ActorCritic(SPEC, TINY, seed=3)
+    tiles = m.actor_logits(_same_card_in_every_slot(random_obs(2, seed=5)))[:, 1:].reshape(2, P, TILES)
+    for slot in range(1, P):
+        torch.testing.assert_close(tiles[:, slot], tiles[:, 0], rtol=0, atol=1e-6)  # the einsum rounds per slot
+
+
+def test_with_slot_index_the_query_reads_the_slots_one_hot_index():
+    net = msgspec.structs.replace(TINY, slot_index=True)
+    m = ActorCritic(SPEC, net, seed=3)
+    assert m.actor.query.in_features == TINY.channels + 2 + P  # 8 + 2 + 4
+    # 4 more inputs to the query (8 outputs) and to its bias (1 output): 36 parameters
+    assert m.parameter_count()["actor"] == 19_796 + 4 * 8 + 4
+    # the query bias reads only the slot index, weight k on slot k: slot s's tiles all score s
+    with torch.no_grad():
+        m.actor.query.weight.zero_()
+        m.actor.query.bias.zero_()
+        m.actor.query_bias.weight.zero_()
+        m.actor.query_bias.weight[0, TINY.channels + 2:] = torch.arange(P, dtype=torch.float32)
+    tiles = m.actor_logits(_same_card_in_every_slot(random_obs(2, seed=5)))[:, 1:].reshape(2, P, TILES)
+    torch.testing.assert_close(tiles, torch.arange(P, dtype=torch.float32)[None, :, None].expand(2, P, TILES))

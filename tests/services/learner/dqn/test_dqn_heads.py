@@ -7,6 +7,7 @@ Thompson draw per (seat, episode) through central inference's episode keys."""
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 import torch
@@ -152,16 +153,17 @@ def _obs(b, seed=0):
     return {"spatial": torch.rand(b, 3, H, W, generator=g), "vector": torch.rand(b, 12, generator=g), "mask": mask}
 
 
-def test_one_head_without_dueling_is_the_actor_itself():
-    model = ActorCritic(SPEC, NET, seed=3)
+@pytest.mark.parametrize("slot_index", [False, True])
+def test_one_head_without_dueling_is_the_actor_itself(slot_index):
+    model = ActorCritic(SPEC, msgspec.structs.replace(NET, slot_index=slot_index), seed=3)
     q = PointerQ(model.actor, 1, dueling=False, seed=5)
     obs = _obs(6)
     assert torch.allclose(q(obs)[:, 0], model.actor(obs), atol=1e-6)
 
 
-@pytest.mark.parametrize("dueling", [False, True])
-def test_the_snapshot_actor_plays_the_policy_of_the_heads_mean_q(dueling):
-    model = ActorCritic(SPEC, NET, seed=3)
+@pytest.mark.parametrize("dueling,slot_index", [(False, False), (True, False), (True, True)])
+def test_the_snapshot_actor_plays_the_policy_of_the_heads_mean_q(dueling, slot_index):
+    model = ActorCritic(SPEC, msgspec.structs.replace(NET, slot_index=slot_index), seed=3)
     qnet = PointerQ(model.actor, 3, dueling=dueling, seed=5)
     with torch.no_grad():  # heads far apart, as after training (the init is near zero)
         for p in (qnet.query.weight, qnet.noop.weight, qnet.button_head.weight, qnet.query_bias.weight):
