@@ -19,7 +19,7 @@ HEADING = "## A bot that beats `defend`"
 FIRST = "make install && . .venv/bin/activate"
 TINY = {"--battles 600": "--battles 4", "defend-600": "defend-4", "--workers 2": "--workers 1",
         "--max-epochs 3": "--max-epochs 1", "+search:8": "+search:2:2", "--games 200": "--games 2",
-        "games=20,": "games=2,", "--profile cpu": "--profile tiny"}
+        "games=20,": "games=2,", '"profile": "cpu"': '"profile": "tiny"'}
 """README's sizes and the tiny ones the test plays."""
 
 

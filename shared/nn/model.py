@@ -148,15 +148,20 @@ def slot_input_width(spec: ObsSpec, net: NetConfig) -> int:
     return net.channels + 2 + (spec.hand_slots if net.slot_index else 0)
 
 
+def hand_card_ids(head, vector: torch.Tensor) -> torch.Tensor:
+    """(B, V) -> (B, hand_slots) int64: argmax of each slot's one-hot card (``head``: a pointer
+    head holding ``spec``, the ``hand_cards`` slice and ``onehot_width``)."""
+    return vector[:, head.hand_cards].reshape(vector.shape[0], head.spec.hand_slots, head.onehot_width).argmax(dim=-1)
+
+
 def slot_inputs(head, vector: torch.Tensor) -> torch.Tensor:
     """(B, V) -> (B, P, slot_input_width) float32: each hand slot's (card embedding, cost,
     affordable[, one-hot slot index]). ``head`` is a pointer head holding ``spec``,
     ``card_embed``, the hand field slices, ``onehot_width`` and ``slot_index`` (``PointerActor``,
     and the DQN's ``PointerQ``, which reads the same inputs)."""
     p = head.spec.hand_slots
-    ids = vector[:, head.hand_cards].reshape(vector.shape[0], p, head.onehot_width).argmax(dim=-1)
     parts = [
-        head.card_embed(ids),  # (B, P, C)
+        head.card_embed(hand_card_ids(head, vector)),  # (B, P, C)
         vector[:, head.hand_cost, None],  # (B, P, 1)
         vector[:, head.hand_affordable, None],  # (B, P, 1)
     ]
@@ -264,8 +269,7 @@ class PointerActor(nn.Module):
 
     def hand_card_ids(self, vector: torch.Tensor) -> torch.Tensor:
         """(B, V) -> (B, hand_slots) int64: argmax of each slot's one-hot."""
-        onehots = vector[:, self.hand_cards].reshape(vector.shape[0], self.spec.hand_slots, self.onehot_width)
-        return onehots.argmax(dim=-1)
+        return hand_card_ids(self, vector)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         vector = obs["vector"]

@@ -57,6 +57,11 @@ class SnapshotWeightsError(ValueError):
     set or dtype, or not safetensors); the text names the snapshot and torch's reason."""
 
 
+ARCH_HINT = (" (another network: a net field of the config that made it differs from this run's, such as "
+             "net.channels, net.blocks or net.slot_index)")
+"""Said after an arch_digest clause: the digest names no field, the user needs to know where to look."""
+
+
 def check_spec(snapshot_id: str, spec: bytes, expected: dict[str, str]) -> dict:
     """The decoded spec.json of ``snapshot_id``, checked against the run.
 
@@ -68,7 +73,7 @@ def check_spec(snapshot_id: str, spec: bytes, expected: dict[str, str]) -> dict:
         SnapshotSpecError: the spec is not a JSON object (``fields`` empty), or one or more of
             the digests is missing or differs, or ``dtype`` is present and not float16. Text:
             ``snapshot <id>: spec <field> is <theirs!r>, this run's is <ours!r>``, one clause per
-            field, joined by "; ". A missing digest is refused too: nothing says the weights fit.
+            field (``ARCH_HINT`` after the arch_digest's), joined by "; ". A missing digest is refused too: nothing says the weights fit.
         ValueError: ``expected`` lacks a field of SPEC_DIGESTS (a caller's bug).
     """
     missing = [k for k in SPEC_DIGESTS if k not in expected]
@@ -84,7 +89,8 @@ def check_spec(snapshot_id: str, spec: bytes, expected: dict[str, str]) -> dict:
     if doc.get("dtype", SNAPSHOT_DTYPE) != SNAPSHOT_DTYPE:
         wrong.append(("dtype", doc.get("dtype"), SNAPSHOT_DTYPE))
     if wrong:
-        text = "; ".join(f"spec {k} is {theirs!r}, this run's is {ours!r}" for k, theirs, ours in wrong)
+        text = "; ".join(f"spec {k} is {theirs!r}, this run's is {ours!r}" + (ARCH_HINT if k == "arch_digest" else "")
+                         for k, theirs, ours in wrong)
         raise SnapshotSpecError(snapshot_id, f"snapshot {snapshot_id}: {text}", tuple(k for k, _, _ in wrong))
     return doc
 

@@ -17,6 +17,7 @@ from services.learner.frozen import (
 from shared import transport
 from shared.messages import Error, NotFound, SnapshotLoaded
 from shared.metric_schema import schema_key
+from shared.nn.snapshot import ARCH_HINT
 from shared.nn.statefiles import module_to_bytes
 
 RUN = {"arch_digest": "a" * 16, "obs_digest": "b" * 16, "codec_table_digest": "c" * 16}
@@ -99,7 +100,8 @@ def test_a_digest_mismatch_is_refused_naming_the_field(field):
     with pytest.raises(SnapshotUnavailable) as info:
         lru.get("a")
     assert info.value.reason == "digest_mismatch"
-    assert str(info.value) == (f"snapshot a: spec {field} is {'f' * 16!r}, this run's is {RUN[field]!r}; a snapshot "
+    hint = ARCH_HINT if field == "arch_digest" else ""
+    assert str(info.value) == (f"snapshot a: spec {field} is {'f' * 16!r}, this run's is {RUN[field]!r}{hint}; a snapshot "
                                "of another architecture, observation layout or codec cannot play in this run "
                                "(remove it from the pool)")
     assert lru.resident == [] and lru.load_failures == 1

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from shared.nn.snapshot import (
-    SPEC_DIGESTS, ActorOnly, SnapshotSpecError, SnapshotWeightsError, check_spec, load_frozen_actor,
+    ARCH_HINT, SPEC_DIGESTS, ActorOnly, SnapshotSpecError, SnapshotWeightsError, check_spec, load_frozen_actor,
 )
 from shared.nn.statefiles import module_to_bytes
 
@@ -38,7 +38,7 @@ def test_every_mismatched_field_is_named_with_both_values_in_order():
         check_spec("s", spec(codec_table_digest="x", arch_digest=None, dtype="float32"), RUN)
     assert info.value.fields == ("arch_digest", "codec_table_digest", "dtype")
     assert info.value.digest_mismatch and info.value.snapshot_id == "s"
-    assert str(info.value) == ("snapshot s: spec arch_digest is None, this run's is 'aaaaaaaaaaaaaaaa'; "
+    assert str(info.value) == ("snapshot s: spec arch_digest is None, this run's is 'aaaaaaaaaaaaaaaa'" + ARCH_HINT + "; "
                                "spec codec_table_digest is 'x', this run's is 'cccccccccccccccc'; "
                                "spec dtype is 'float32', this run's is 'float16'")
 
@@ -87,6 +87,7 @@ def test_the_learner_and_the_evaluator_refuse_with_the_same_clause_and_their_own
 
     bad = spec(**{field: "f" * 16})
     clause = f"snapshot s: spec {field} is {'f' * 16!r}, this run's is {RUN[field]!r}"
+    clause += ARCH_HINT if field == "arch_digest" else ""
     with pytest.raises(SnapshotUnavailable) as learner:
         learner_check("s", bad, RUN)
     assert learner.value.reason == "digest_mismatch" and str(learner.value).startswith(clause + "; a snapshot of")
