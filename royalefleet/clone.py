@@ -69,9 +69,10 @@ def _obs(codec, rows: np.ndarray):
     return {k: torch.tensor(v) for k, v in codec.unpack(rows).items()}
 
 
-def evaluate(model, codec, rows: CloneRows, batch: int = 512) -> tuple[float, float, float]:
+def evaluate(model, codec, rows: CloneRows, batch: int = 512, picks: list | None = None) -> tuple[float, float, float]:
     """(mean cross-entropy and top-1 agreement over the choice rows, mean value loss over all
-    rows) of ``model`` on ``rows``; agreement is argmax of the masked policy == teacher action."""
+    rows) of ``model`` on ``rows``; agreement is argmax of the masked policy == teacher action.
+    ``picks``: a list that gets the argmax of every choice row, in row order (int64 arrays)."""
     import torch
 
     from shared.nn.distribution import MaskedCategorical
@@ -89,7 +90,10 @@ def evaluate(model, codec, rows: CloneRows, batch: int = 512) -> tuple[float, fl
                 dist = MaskedCategorical(model.actor_logits(sub), sub["mask"])
                 a = torch.from_numpy(rows.actions[sl])[c]
                 ce -= float(dist.log_prob(a).sum())
-                agree += float((dist.mode() == a).sum())
+                mode = dist.mode()
+                agree += float((mode == a).sum())
+                if picks is not None:
+                    picks.append(mode.numpy())
     return ce / max(n_choice, 1), agree / max(n_choice, 1), vloss / max(len(rows.actions), 1)
 
 
@@ -208,3 +212,48 @@ def masked_ce(logits, mask, actions, forced):
         return logits.sum() * 0.0
     dist = MaskedCategorical(logits[keep], mask[keep])
     return -dist.log_prob(actions[keep]).mean()
+
+
+MISS_KINDS = {
+    "slot": "another hand slot on the teacher's tile",
+    "tile": "the teacher's slot on another tile",
+    "slot_and_tile": "another slot and another tile",
+    "wait": "a wait where the teacher played",
+    "play": "a play where the teacher waited",
+    "other": "another ability button, or a button against a card",
+}
+"""Where a clone's pick departs from its teacher's, by kind (``miss_kinds``), with the words
+``royalefleet clone`` prints for each."""
+
+
+def miss_kinds(picks: np.ndarray, actions: np.ndarray, height: int, width: int, hand_slots: int) -> dict[str, int]:
+    """Counts of the rows where ``picks`` (n,) int differ from the teacher's ``actions`` (n,) int,
+    by ``MISS_KINDS`` (every kind present, 0 when none). The action encoding is
+    ``shared.envs.ObsSpec``'s: 0 the no-op, ``1 + slot * H * W + y * W + x`` a card, and past the
+    grid the ability buttons. The split says what a network cannot copy: misses that are all
+    "slot" are a teacher following hand order that the network cannot see (``net.slot_index``)."""
+    hw = height * width
+    grid = 1 + hand_slots * hw
+    out = dict.fromkeys(MISS_KINDS, 0)
+    picks, actions = np.asarray(picks, np.int64), np.asarray(actions, np.int64)
+    miss = picks != actions
+    p, a = picks[miss], actions[miss]
+    card_p, card_a = (p >= 1) & (p < grid), (a >= 1) & (a < grid)
+    out["wait"] = int(np.sum((p == 0) & card_a))
+    out["play"] = int(np.sum(card_p & (a == 0)))
+    both = card_p & card_a
+    same_slot = (p - 1) // hw == (a - 1) // hw
+    same_tile = (p - 1) % hw == (a - 1) % hw
+    out["slot"] = int(np.sum(both & ~same_slot & same_tile))
+    out["tile"] = int(np.sum(both & same_slot & ~same_tile))
+    out["slot_and_tile"] = int(np.sum(both & ~same_slot & ~same_tile))
+    out["other"] = int(miss.sum()) - sum(out.values())
+    return out
+
+
+def describe_misses(kinds: dict[str, int], n_choice: int) -> str:
+    """One line: how many of ``n_choice`` held-out choices the clone missed, and of what kind."""
+    missed = sum(kinds.values())
+    parts = [f"{k} {MISS_KINDS[name]}" for name, k in kinds.items() if k]
+    return (f"royalefleet clone: of the {n_choice:,} held-out choices the best epoch missed {missed:,}"
+            + (": " + ", ".join(parts) if parts else ""))

@@ -24,7 +24,7 @@ from dataclasses import asdict, fields
 
 import numpy as np
 
-from royalefleet.clone import CloneSettings
+from royalefleet.clone import CloneSettings, describe_misses
 from royalefleet.run_options import add_run_argument, add_run_options, run_config
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -100,7 +100,9 @@ def cmd_clone(args, out=None) -> int:
     b = result.best
     say(f"royalefleet clone: {result.stopped}; best epoch {result.best_epoch}: validation CE {b.val_ce:.4f}, "
         f"top-1 agreement {b.val_agreement:.3f} (chance {chance:.4f})")
-    sid = write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say)
+    kinds = held_out_misses(result.model, pf, val)
+    say(describe_misses(kinds, int(val.choice.sum())))
+    sid = write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say, kinds)
     say(f"royalefleet clone: wrote snap:{sid}; play it with `royalefleet eval snap:{sid} scripted:random_legal "
         f"--games 200 --run-name {cfg.run_name}`")
     say("royalefleet clone: to hold it in a new run's pool from the first iteration (never evicted), add to that "
@@ -160,7 +162,17 @@ def apply_threads(cfg) -> None:
         set_deterministic_algorithms(True)
 
 
-def write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say) -> str:
+def held_out_misses(model, pf, val) -> dict[str, int]:
+    """``royalefleet.clone.miss_kinds`` of the trained model's argmax on the validation choices."""
+    from royalefleet.clone import evaluate, miss_kinds
+
+    picks: list = []
+    evaluate(model, pf.codec, val, picks=picks)
+    chosen = np.concatenate(picks) if picks else np.zeros(0, np.int64)
+    return miss_kinds(chosen, val.actions[val.choice], pf.spec.height, pf.spec.width, pf.spec.hand_slots)
+
+
+def write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say, misses=None) -> str:
     """The snapshot (through the run's SnapshotStore), its probe verified after loading it back,
     the critic and the report under ``<run>/clones/<id>/``; the snapshot id."""
     import copy
@@ -197,6 +209,7 @@ def write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say) -
     replace_file(out / "critic.safetensors", module_to_bytes(model.critic))
     replace_file(out / "report.json", msgspec.json.format(msgspec.json.encode(
         {"snapshot": sid, "demos_digest": rows.digest, "stopped": result.stopped, "best_epoch": result.best_epoch,
-         "epochs": [asdict(e) for e in result.epochs], "illegal_left_out": rows.illegal_left_out}), indent=1))
+         "epochs": [asdict(e) for e in result.epochs], "illegal_left_out": rows.illegal_left_out,
+         "held_out_misses": misses or {}}), indent=1))
     return sid
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import io
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from royalefleet.clone import masked_ce
+from royalefleet.clone import describe_misses, masked_ce, miss_kinds
 from royalefleet.clone_data import CloneRows, first_slot_share, load_rows, split_by_battle
 from royalefleet.cmd_clone import chance_agreement
 from royalefleet.cmd_demos import check_players
@@ -68,6 +69,17 @@ def test_first_slot_share_counts_rows_with_two_playable_slots_where_the_teacher_
                      choice=np.array([True, True, True, True, True, False]), illegal_left_out=0, forced_rows=1,
                      manifests=[])
     assert first_slot_share(rows, codec, hand_slots=3) == (pytest.approx(2 / 3), 3)
+
+
+def test_miss_kinds_split_the_misses_by_slot_tile_and_wait():
+    # 3 slots of 2x2 tiles: action 1 + slot * 4 + tile; 13 grid actions, 13 and up are buttons
+    picks = [5, 2, 6, 0, 4, 13, 7]
+    teacher = [1, 1, 1, 3, 0, 2, 7]  # the last row agrees
+    kinds = miss_kinds(np.array(picks), np.array(teacher), height=2, width=2, hand_slots=3)
+    assert kinds == {"slot": 1, "tile": 1, "slot_and_tile": 1, "wait": 1, "play": 1, "other": 1}
+    assert describe_misses({**dict.fromkeys(kinds, 0), "slot": 284}, 1980) == (
+        "royalefleet clone: of the 1,980 held-out choices the best epoch missed 284: "
+        "284 another hand slot on the teacher's tile")
 
 
 def test_plan_takes_teachers_opponents_and_seats_in_turn():
@@ -174,3 +186,8 @@ def test_a_clone_of_defend_agrees_with_it_on_held_out_battles_far_above_chance(t
     # defend plays its first playable slot, and the tiny profile's network cannot tell slots apart
     assert "the teacher played its first playable hand slot on 1.000 of the" in text
     assert "net.slot_index is off" in text
+    # the misses line counts what the best epoch's agreement leaves: n (1 - agreement) choices
+    best = re.search(r"best epoch \d+: validation CE [\d.]+, top-1 agreement ([\d.]+)", text)
+    misses = re.search(r"of the ([\d,]+) held-out choices the best epoch missed ([\d,]+)", text)
+    n, missed = (int(g.replace(",", "")) for g in misses.groups())
+    assert abs(missed - n * (1 - float(best.group(1)))) <= 0.0005 * n + 1e-9
