@@ -73,7 +73,8 @@ def check_spec(snapshot_id: str, spec: bytes, expected: dict[str, str]) -> dict:
         SnapshotSpecError: the spec is not a JSON object (``fields`` empty), or one or more of
             the digests is missing or differs, or ``dtype`` is present and not float16. Text:
             ``snapshot <id>: spec <field> is <theirs!r>, this run's is <ours!r>``, one clause per
-            field (``ARCH_HINT`` after the arch_digest's), joined by "; ". A missing digest is refused too: nothing says the weights fit.
+            field (``ARCH_HINT`` after the arch_digest's), joined by "; ". A missing digest is
+            refused too: nothing says the weights fit.
         ValueError: ``expected`` lacks a field of SPEC_DIGESTS (a caller's bug).
     """
     missing = [k for k in SPEC_DIGESTS if k not in expected]
