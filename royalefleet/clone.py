@@ -36,6 +36,17 @@ class CloneSettings:
     actor_lr: float = 1e-3
     critic_lr: float = 1e-3
     max_grad_norm: float = 1.0
+    soft_tau: float = 0.0
+    """Above 0: a searched row's actor target is softmax(score / soft_tau) over the candidates the
+    teacher's search chose among (``clone_data.search_choices``), not its one move; 0 (and a row
+    that was not searched): the move."""
+    margin_weight: float = 0.0
+    """Above 0: a searched row's actor loss is weighted 1 + margin_weight x its margin (the best
+    survivor's score minus the runner-up's, ``search_margins``), so the decisions the search
+    found clear weigh more than those it found close; 0: every choice row weighs alike."""
+    soft_all: bool = False
+    """With ``soft_tau``: the softmax runs over every candidate the search scored, sequential
+    halving's losers too (their means are of fewer playouts), not only the survivors."""
 
 
 @dataclass
@@ -143,6 +154,7 @@ def _epochs(model, codec, train, val, master_seed, settings, say, result, choice
     from shared.seeding import stream
 
     best, since = math.inf, 0
+    targets = soft_targets(train, settings.soft_tau, settings.margin_weight)
     for epoch in range(1, settings.max_epochs + 1):
         t0 = time.monotonic()
         rng = stream(master_seed, "clone/epoch/{epoch}", epoch=epoch)
@@ -151,7 +163,8 @@ def _epochs(model, codec, train, val, master_seed, settings, say, result, choice
         model.train()
         for k in range(steps):
             sums += _step(model, codec, train, order_a[k * settings.batch_size:(k + 1) * settings.batch_size],
-                          order_c[k * critic_batch:(k + 1) * critic_batch], opt_a, opt_c, settings.max_grad_norm)
+                          order_c[k * critic_batch:(k + 1) * critic_batch], opt_a, opt_c, settings.max_grad_norm,
+                          targets)
         model.eval()
         v_ce, v_agree, v_value = evaluate(model, codec, val)
         stats = EpochStats(epoch, float(sums[0] / len(choice_idx)), float(sums[1] / len(choice_idx)),
@@ -174,9 +187,11 @@ def _epochs(model, codec, train, val, master_seed, settings, say, result, choice
         result.stopped = f"max epochs ({settings.max_epochs}) reached"
 
 
-def _step(model, codec, rows: CloneRows, actor_idx, critic_idx, opt_a, opt_c, max_norm: float) -> np.ndarray:
-    """One actor step (masked CE on ``actor_idx``, choice rows) and one critic step (value loss
-    on ``critic_idx``); (summed CE, agreements, summed value loss) before the step."""
+def _step(model, codec, rows: CloneRows, actor_idx, critic_idx, opt_a, opt_c, max_norm: float,
+          targets=None) -> np.ndarray:
+    """One actor step (masked CE on ``actor_idx``, choice rows; against ``targets``' soft targets
+    where given) and one critic step (value loss on ``critic_idx``); (summed CE against the
+    teacher's move, agreements, summed value loss) before the step."""
     import torch
 
     from shared.nn.distribution import MaskedCategorical
@@ -184,7 +199,13 @@ def _step(model, codec, rows: CloneRows, actor_idx, critic_idx, opt_a, opt_c, ma
     obs = _obs(codec, rows.observations[actor_idx])
     logits = model.actor_logits(obs)
     a = torch.from_numpy(rows.actions[actor_idx])
-    loss = masked_ce(logits, obs["mask"], a, ~torch.from_numpy(rows.choice[actor_idx]))
+    forced = ~torch.from_numpy(rows.choice[actor_idx])
+    if targets is None:
+        loss = masked_ce(logits, obs["mask"], a, forced)
+    else:
+        cand, prob, weight = targets
+        loss = soft_ce(logits, obs["mask"], torch.from_numpy(cand[actor_idx]), torch.from_numpy(prob[actor_idx]),
+                       forced, torch.from_numpy(weight[actor_idx]))
     opt_a.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.actor.parameters(), max_norm)
@@ -212,6 +233,66 @@ def masked_ce(logits, mask, actions, forced):
         return logits.sum() * 0.0
     dist = MaskedCategorical(logits[keep], mask[keep])
     return -dist.log_prob(actions[keep]).mean()
+
+
+def soft_targets(rows: CloneRows, tau: float, margin_weight: float = 0.0
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """((n, K) int64 actions, (n, K) float32 probabilities, (n,) float32 weights) per row: with
+    ``tau`` above 0, softmax(score / ``tau``) over a searched row's candidates
+    (``CloneRows.search_scores``), else probability 1 on the teacher's move in column 0 (as for
+    every row not searched); padding is action 0 at probability 0. The weight is 1 +
+    ``margin_weight`` x ``search_margins`` (1 for a row not searched). None when neither is
+    asked, or no row was searched (train on the moves, all alike)."""
+    if (tau <= 0 and margin_weight <= 0) or rows.search_actions is None:
+        return None
+    scores = rows.search_scores.astype(np.float64)
+    searched = np.isfinite(scores).any(axis=1)
+    n, k = scores.shape
+    cand = np.zeros((n, k), np.int64)
+    prob = np.zeros((n, k), np.float64)
+    if tau > 0:
+        z = np.where(np.isfinite(scores), scores / tau, -np.inf)
+        z -= np.where(searched, z.max(axis=1, initial=-np.inf, where=np.isfinite(z)), 0.0)[:, None]
+        prob[searched] = np.where(np.isfinite(z[searched]), np.exp(z[searched]), 0.0)
+        prob[searched] /= prob[searched].sum(axis=1, keepdims=True)
+        cand[searched] = np.maximum(rows.search_actions[searched], 0)
+    hard = ~searched if tau > 0 else np.ones(n, bool)
+    cand[hard, 0], prob[hard, 0] = rows.actions[hard], 1.0
+    weight = 1.0 + margin_weight * search_margins(rows.search_scores)
+    return cand, prob.astype(np.float32), weight.astype(np.float32)
+
+
+def search_margins(scores: np.ndarray) -> np.ndarray:
+    """(n, K) scores (-inf padding) -> (n,) float: the best score minus the second best, 0 for a
+    row with fewer than two candidates (not searched, or one survivor)."""
+    top = np.sort(np.where(np.isfinite(scores), scores, -np.inf), axis=1)[:, ::-1]
+    if top.shape[1] < 2:
+        return np.zeros(len(scores))
+    both = np.isfinite(top[:, 1])
+    return np.where(both, top[:, 0] - np.where(both, top[:, 1], 0.0), 0.0)
+
+
+def soft_ce(logits, mask, cand, prob, forced, weight=None):
+    """Over the rows not ``forced``, the ``weight``-weighted mean ((B,) float32; all 1 when None)
+    of -sum_k prob[:, k] log pi(cand[:, k]) (``cand`` (B, K) int64, ``prob`` (B, K) float32
+    summing to 1 a row): the cross-entropy to a target distribution over K actions, which is
+    ``masked_ce`` for one action at weight 1."""
+    import torch
+
+    from shared.nn.distribution import MaskedCategorical
+
+    keep = ~forced
+    if not bool(keep.any()):
+        return logits.sum() * 0.0
+    dist = MaskedCategorical(logits[keep], mask[keep])
+    cand = cand[keep]
+    # a candidate our mask refuses (none should: the search drew them from the legal set) adds nothing
+    lp = torch.where(dist.mask.gather(-1, cand), dist.log_probs.gather(-1, cand), 0.0)
+    ce = -(prob[keep] * lp).sum(dim=-1)
+    if weight is None:
+        return ce.mean()
+    w = weight[keep]
+    return (w * ce).sum() / w.sum()
 
 
 MISS_KINDS = {

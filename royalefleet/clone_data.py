@@ -37,10 +37,17 @@ class CloneRows:
     illegal_left_out: int
     forced_rows: int
     manifests: list[DemoManifest]
+    search_actions: np.ndarray | None = None
+    """(n, K) int64: the candidates a searching teacher chose among (``search_choices``), -1
+    padding; None when no set was searched."""
+    search_scores: np.ndarray | None = None
+    """(n, K) float32: each candidate's score under the teacher's pick rule, -inf padding."""
 
     def take(self, index: np.ndarray) -> CloneRows:
+        search = {} if self.search_actions is None else dict(search_actions=self.search_actions[index],
+                                                              search_scores=self.search_scores[index])
         return CloneRows(self.observations[index], self.actions[index], self.returns[index], self.battles[index],
-                         self.choice[index], self.illegal_left_out, self.forced_rows, self.manifests)
+                         self.choice[index], self.illegal_left_out, self.forced_rows, self.manifests, **search)
 
     @property
     def digest(self) -> str:
@@ -61,10 +68,12 @@ def resolve_set(name: str, demos_root: Path) -> Path:
                             f"{', '.join(have) if have else 'none (royalefleet demos record)'}")
 
 
-def load_rows(folders: list[Path], digests: DemoDigests) -> CloneRows:
-    """The training rows of every set in ``folders``. Raises DemosError (a digest that differs
-    from the run's, named by field; a shard that does not verify)."""
-    parts, manifests, illegal, forced_total = [], [], 0, 0
+def load_rows(folders: list[Path], digests: DemoDigests, survivors_only: bool = True) -> CloneRows:
+    """The training rows of every set in ``folders``, with a searching teacher's candidates and
+    scores (``search_choices``; ``survivors_only`` passed on) where a set kept them. Raises
+    DemosError (a digest that differs from the run's, named by field; a shard that does not
+    verify)."""
+    parts, manifests, illegal, forced_total, searched = [], [], 0, 0, []
     for k, folder in enumerate(folders):
         m = read_manifest(folder)
         refuse_digests(str(folder), m.digests, digests)
@@ -78,8 +87,55 @@ def load_rows(folders: list[Path], digests: DemoDigests) -> CloneRows:
             keep = (choice & a["action_legal"]) | (a["forced"] & (a["decisions"] % stride == 0))
             parts.append((a["observations"][keep], a["actions"][keep], a["returns"][keep],
                           (np.int64(k) << 32) + a["battles"][keep], choice[keep]))
+            kept = np.flatnonzero(keep)
+            searched.append(search_choices(a, kept, survivors_only) if "search_offsets" in a else len(kept))
     cols = [np.concatenate([p[i] for p in parts]) for i in range(5)]
-    return CloneRows(*cols, illegal_left_out=illegal, forced_rows=forced_total, manifests=manifests)
+    search = {}
+    if any(not isinstance(x, int) for x in searched):
+        width = max(x[0].shape[1] for x in searched if not isinstance(x, int))
+        acts, scores = zip(*(_padded(x, width) for x in searched))
+        search = dict(search_actions=np.concatenate(acts), search_scores=np.concatenate(scores))
+    return CloneRows(*cols, illegal_left_out=illegal, forced_rows=forced_total, manifests=manifests, **search)
+
+
+def search_choices(arrays: dict[str, np.ndarray], rows: np.ndarray, survivors_only: bool = True
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """((r, K) int64 candidates, (r, K) float32 scores) of ``rows`` of a shard's arrays with
+    ``shared.demos.SEARCH_ARRAYS``, scored as the teacher's pick rule scores them
+    (``shared.search.halving.pick``: the mean, its own pick's raised by ``keep``). With
+    ``survivors_only`` the candidates are those the rule chose among (the survivors of sequential
+    halving: those with the most playouts), so the best score is the teacher's move; else every
+    candidate searched (a loser's mean is of fewer playouts). K is the most candidates of a row;
+    padding is -1 and -inf, and a row that was not searched is all padding."""
+    off = arrays["search_offsets"]
+    chosen = []
+    for r in rows:
+        lo, hi = int(off[r]), int(off[r + 1])
+        if hi == lo:
+            chosen.append(None)
+            continue
+        visits = arrays["search_visits"][lo:hi]
+        kept = visits == visits.max() if survivors_only else np.ones(hi - lo, bool)
+        means = arrays["search_means"][lo:hi].astype(np.float32)
+        means[0] += arrays["search_keep"][r]
+        chosen.append((arrays["search_actions"][lo:hi][kept], means[kept]))
+    width = max([1] + [len(c[0]) for c in chosen if c is not None])
+    acts = np.full((len(rows), width), -1, np.int64)
+    scores = np.full((len(rows), width), -np.inf, np.float32)
+    for i, c in enumerate(chosen):
+        if c is not None:
+            acts[i, :len(c[0])], scores[i, :len(c[0])] = c
+    return acts, scores
+
+
+def _padded(x, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``search_choices``' pair widened to ``width`` columns; an int n: n rows of padding."""
+    if isinstance(x, int):
+        return np.full((x, width), -1, np.int64), np.full((x, width), -np.inf, np.float32)
+    acts, scores = x
+    pad = width - acts.shape[1]
+    return (np.pad(acts, ((0, 0), (0, pad)), constant_values=-1),
+            np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf))
 
 
 def split_by_battle(rows: CloneRows, master_seed: int, fraction: float = VALIDATION_FRACTION):

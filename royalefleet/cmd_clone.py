@@ -40,12 +40,26 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "repeat for several")
     d = CloneSettings()
     for f in fields(CloneSettings):
-        cp.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(d, f.name)), default=getattr(d, f.name),
-                        help=f"(default {getattr(d, f.name)})")
+        flag, default, words = "--" + f.name.replace("_", "-"), getattr(d, f.name), SETTING_HELP.get(f.name, "")
+        if isinstance(default, bool):  # a switch: argparse's type=bool would read "False" as True
+            cp.add_argument(flag, action="store_true", help=words.rstrip())
+        else:
+            cp.add_argument(flag, type=type(default), default=default, help=words + f"(default {default})")
     add_run_options(cp, "the run whose network, codec and snapshot store the clone uses")
     cp.set_defaults(func=cmd_clone)
     return cp
 
+
+SETTING_HELP = {
+    "soft_tau": "above 0: a searched row trains on softmax(score / TAU) over the candidates its teacher's search "
+                "chose among (sets recorded by a +search teacher keep the scores), not on its one move; scores are "
+                "on the search's scale (tanh(board / vs) with vs=S) ",
+    "margin_weight": "above 0: weight a searched row's loss 1 + W x the search's margin (its best score minus the "
+                     "runner-up's), so clear decisions weigh more than close ones ",
+    "soft_all": "with --soft-tau: the softmax over every candidate the search scored, sequential halving's losers "
+                "too, not only its survivors ",
+}
+"""Help for the clone settings that need more than their default."""
 
 SLOT_ORDER_WARN = 0.9
 """The share of a set's choices (two or more hand slots playable) on which its teacher played
@@ -75,12 +89,19 @@ def cmd_clone(args, out=None) -> int:
         return 2
     pf, digests, ident = run_facts(cfg)
     try:
-        rows = load_rows(folders, digests)
+        rows = load_rows(folders, digests, survivors_only=not settings.soft_all)
         train, val = split_by_battle(rows, cfg.master_seed)
     except (DemosError, ValueError) as exc:
         print(f"royalefleet clone: {exc}", file=sys.stderr)
         return 2
     n_choice = int(rows.choice.sum())
+    if (settings.soft_tau > 0 or settings.margin_weight > 0) and rows.search_actions is None:
+        print(f"royalefleet clone: --soft-tau {settings.soft_tau} --margin-weight {settings.margin_weight}: no set "
+              "holds a searching teacher's scores "
+              f"({', '.join(args.demos)}: an unsearched teacher, or recorded before scores were kept); record one with "
+              "a +search teacher (royalefleet demos record --teacher <player>+search:N), or leave both out",
+              file=sys.stderr)
+        return 2
     chance = chance_agreement(val, pf.codec)
     say(f"royalefleet clone: {len(folders)} set(s), digest {rows.digest}: {n_choice:,} choice rows to copy "
         f"({rows.forced_rows:,} forced rows carry nothing for the actor; {len(rows.actions) - n_choice:,} of them kept "
@@ -93,6 +114,10 @@ def cmd_clone(args, out=None) -> int:
             "choices where two or more slots were playable, and net.slot_index is off: this network cannot tell "
             "two slots apart, so it will miss many of them. For a network that can, start a new run whose config "
             "sets {\"net\": {\"slot_index\": true}} (docs/design.md, \"The pointer query knows its slot\").")
+    if settings.soft_tau > 0:
+        n_soft = int((np.isfinite(rows.search_scores).any(axis=1) & rows.choice).sum())
+        say(f"royalefleet clone: soft targets at tau {settings.soft_tau}: {n_soft:,} of the {n_choice:,} choice rows "
+            "train on softmax(score / tau) over the candidates their search chose among, the rest on their move")
     apply_threads(cfg)
     from royalefleet.clone import train_clone
 
@@ -108,6 +133,17 @@ def cmd_clone(args, out=None) -> int:
     say("royalefleet clone: to hold it in a new run's pool from the first iteration (never evicted), add to that "
         "run's config: " + seed_entry(run.snapshots / sid))
     return 0
+
+
+def recorded_settings(settings) -> dict:
+    """The clone's settings as its snapshot's spec records them: ``soft_tau`` only when above 0
+    (``soft_all`` only when set),
+    so a clone of moves keeps the snapshot id it had before soft targets existed."""
+    out = asdict(settings)
+    for name in ("soft_tau", "soft_all", "margin_weight"):
+        if not out[name]:
+            del out[name]
+    return out
 
 
 def seed_entry(folder) -> str:
@@ -196,7 +232,7 @@ def write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say, m
                       "teachers": sorted({t for m in rows.manifests for t in m.teachers}),
                       "best_epoch": result.best_epoch, "epochs": len(result.epochs),
                       "val_ce": b.val_ce, "val_agreement": b.val_agreement, "chance_agreement": chance,
-                      "settings": asdict(settings)},
+                      "settings": recorded_settings(settings)},
             "probe": probe}
     sid, folder, created = SnapshotStore(run.snapshots).write(blob, msgspec.json.encode(spec))
     actor_bytes, spec_bytes = SnapshotStore(run.snapshots).read(sid)

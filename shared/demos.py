@@ -56,6 +56,19 @@ SHARD_ARRAYS = {
 }
 """Every array of a shard (besides ``meta``), its dtype and shape."""
 
+SEARCH_ARRAYS = {
+    # a searching teacher's scores, CSR like the legal ids: row i searched the m_i candidates
+    # search_actions[search_offsets[i]:search_offsets[i + 1]] (m_i = 0: the row was not searched)
+    "search_offsets": ("int32", "(n + 1,)"),
+    "search_actions": ("int16", "(m,)"),  # the candidates, head frame, the teacher's own pick first
+    "search_means": ("float32", "(m,)"),  # each candidate's mean playout score, the search's scale
+    "search_visits": ("int16", "(m,)"),  # playouts each candidate got (sequential halving cuts the losers)
+    "search_keep": ("float32", "(n,)"),  # the search's keep: its own pick is played unless beaten by more
+}
+"""The arrays a shard also holds when one of its battles' teachers searched (all of them, or
+none): what ``royalefleet clone --soft-targets`` trains on. Rows of a teacher that did not
+search have no candidates."""
+
 
 class DemosError(ValueError):
     """A demonstration set or shard that cannot be read into this run; the text names the file
@@ -189,15 +202,17 @@ def shard_bytes(arrays: dict[str, np.ndarray], digests: DemoDigests) -> bytes:
 
     buf = io.BytesIO()
     np.savez(buf, meta=np.frombuffer(msgspec.json.encode(digests), np.uint8),
-             **{k: np.ascontiguousarray(arrays[k]) for k in SHARD_ARRAYS})
+             **{k: np.ascontiguousarray(arrays[k]) for k in (*SHARD_ARRAYS, *SEARCH_ARRAYS) if k in arrays})
     return zstandard.ZstdCompressor(level=SHARD_ZSTD_LEVEL, write_checksum=True).compress(buf.getvalue())
 
 
 def check_arrays(arrays: dict[str, np.ndarray], row_bytes: int) -> None:
     """The CSR and shape invariants of a shard's arrays; ValueError naming the first that fails."""
-    if set(arrays) != set(SHARD_ARRAYS):
-        raise ValueError(f"shard arrays {sorted(arrays)}; expected {sorted(SHARD_ARRAYS)}")
-    for name, (dtype, _) in SHARD_ARRAYS.items():
+    search = set(SEARCH_ARRAYS) & set(arrays)
+    if set(arrays) != set(SHARD_ARRAYS) | (set(SEARCH_ARRAYS) if search else set()):
+        raise ValueError(f"shard arrays {sorted(arrays)}; expected {sorted(SHARD_ARRAYS)}, and all or none of "
+                         f"{sorted(SEARCH_ARRAYS)}")
+    for name, (dtype, _) in (SHARD_ARRAYS | (SEARCH_ARRAYS if search else {})).items():
         if arrays[name].dtype != np.dtype(dtype):
             raise ValueError(f"shard array {name} is {arrays[name].dtype}, expected {dtype}")
     n = len(arrays["actions"])
@@ -215,6 +230,15 @@ def check_arrays(arrays: dict[str, np.ndarray], row_bytes: int) -> None:
         raise ValueError("every row's first legal id must be the no-op (0): ids are sorted and the no-op is legal")
     if not np.array_equal(arrays["forced"], np.diff(off) == 1):
         raise ValueError("forced must be exactly the rows whose only legal id is the no-op")
+    if search:
+        s_off, m = arrays["search_offsets"], len(arrays["search_actions"])
+        if s_off.shape != (n + 1,) or s_off[0] != 0 or s_off[-1] != m or np.any(np.diff(s_off) < 0):
+            raise ValueError("search_offsets must be (n + 1,), start at 0, end at len(search_actions) and never fall")
+        for name in ("search_means", "search_visits"):
+            if arrays[name].shape != (m,):
+                raise ValueError(f"shard array {name} of shape {arrays[name].shape}; expected ({m},)")
+        if arrays["search_keep"].shape != (n,):
+            raise ValueError(f"shard array search_keep of shape {arrays['search_keep'].shape}; expected ({n},)")
 
 
 MAX_SHARD_BYTES = 1 << 31
@@ -320,9 +344,25 @@ def concat_shards(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     if not parts:
         raise DemosError("no shards to read")
     out = {k: np.concatenate([p[k] for p in parts]) for k in SHARD_ARRAYS if k != "legal_offsets"}
-    offsets, base = [np.zeros(1, np.int32)], 0
-    for p in parts:
-        offsets.append(p["legal_offsets"][1:] + base)
-        base += int(p["legal_offsets"][-1])
-    out["legal_offsets"] = np.concatenate(offsets).astype(np.int32)
+    out["legal_offsets"] = _rebased([p["legal_offsets"] for p in parts])
+    if any("search_offsets" in p for p in parts):  # a shard without them: no row of it searched
+        parts = [p if "search_offsets" in p else {**p, **no_search(len(p["actions"]))} for p in parts]
+        out |= {k: np.concatenate([p[k] for p in parts]) for k in SEARCH_ARRAYS if k != "search_offsets"}
+        out["search_offsets"] = _rebased([p["search_offsets"] for p in parts])
     return out
+
+
+def no_search(n: int) -> dict[str, np.ndarray]:
+    """``SEARCH_ARRAYS`` for ``n`` rows none of which was searched."""
+    return {"search_offsets": np.zeros(n + 1, np.int32), "search_actions": np.zeros(0, np.int16),
+            "search_means": np.zeros(0, np.float32), "search_visits": np.zeros(0, np.int16),
+            "search_keep": np.zeros(n, np.float32)}
+
+
+def _rebased(offsets: list[np.ndarray]) -> np.ndarray:
+    """CSR offsets of consecutive parts joined into one (each part's ids follow the last's)."""
+    out, base = [np.zeros(1, np.int32)], 0
+    for off in offsets:
+        out.append(off[1:] + base)
+        base += int(off[-1])
+    return np.concatenate(out).astype(np.int32)

@@ -79,6 +79,8 @@ class SeatRows:
     legal: list = field(default_factory=list)
     ids: list = field(default_factory=list)
     rewards: list = field(default_factory=list)
+    searched: list = field(default_factory=list)
+    """Per row, the teacher's search ((candidates head frame, means, visits, keep)) or None."""
 
 
 def searches(player_id: str) -> bool:
@@ -211,8 +213,12 @@ class Recorder:
             actions = np.zeros(2, np.int64)
             for s in seats:
                 obs = battle.obs[SEATS[s]]
+                searcher = getattr(players[s], "player", None)  # a SearchedSeat's SearchedPlayer
+                if searcher is not None:
+                    searcher.last = None  # a decision it does not search (one legal action) sets none
                 raw = int(players[s].act(obs, rngs[s]))
                 head = teacher_action(raw, parser, **self.grid)
+                per_seat[s].searched.append(self._search_of(searcher, parser))
                 counts["remapped"] += int(head != raw)
                 mask = obs["action_mask"]
                 legal = bool(0 <= head < mask.shape[0] and mask[head])
@@ -244,6 +250,15 @@ class Recorder:
                             decisions=len(per_seat[seats[0]].actions))
         return [self._seat_arrays(bid, s, per_seat[s], outcome[s]) for s in seats], entry, counts
 
+    def _search_of(self, searcher, parser):
+        """The search that chose this decision's action, as recorded (``SEARCH_ARRAYS``), or None."""
+        if searcher is None or searcher.last is None:
+            return None
+        last = searcher.last
+        cands = [teacher_action(int(c), parser, **self.grid) for c in searcher.last_candidates]
+        return (np.asarray(cands, np.int16), np.asarray(last.means, np.float32),
+                np.asarray(last.visits, np.int16), float(searcher.spec.keep))
+
     def _seated(self, teacher, env, seats: list[int], planned: PlannedBattle) -> dict:
         """The teacher as it plays each recorded seat of this battle: itself, or a searching
         teacher bound to the battle's env against the seat's opponent (the other seat's player:
@@ -260,7 +275,7 @@ class Recorder:
         lengths = np.array([len(x) for x in rec.ids], np.int64)
         offsets = np.zeros(n + 1, np.int32)
         np.cumsum(lengths, out=offsets[1:])
-        return {
+        out = {
             "observations": np.stack(rec.rows).astype(np.uint8, copy=False),
             "actions": np.asarray(rec.actions, np.int64),
             "action_legal": np.asarray(rec.legal, bool),
@@ -273,6 +288,9 @@ class Recorder:
             "decisions": np.arange(n, dtype=np.int32),
             "forced": lengths == 1,
         }
+        if any(x is not None for x in rec.searched):
+            out |= search_arrays(rec.searched)
+        return out
 
     def write_shard(self, index: int, parts: list[dict[str, np.ndarray]], entries):
         """Shard ``index`` of the set, from its battles' arrays, written durably into the staging
@@ -288,6 +306,24 @@ class Recorder:
         write_file(Path(self.job.staging) / name, data)
         return ShardEntry(file=name, sha256=hashlib.sha256(data).hexdigest(), rows=len(arrays["actions"]),
                           choice_rows=int((~arrays["forced"]).sum()), battles=[e.battle for e in entries])
+
+
+def search_arrays(searched: list) -> dict[str, np.ndarray]:
+    """``shared.demos.SEARCH_ARRAYS`` of rows whose searches are ``searched`` (per row
+    (candidates, means, visits, keep), or None for a row not searched)."""
+    from shared.demos import no_search
+
+    n = len(searched)
+    out = no_search(n)
+    rows = [x for x in searched if x is not None]
+    counts = np.array([0 if x is None else len(x[0]) for x in searched], np.int64)
+    np.cumsum(counts, out=out["search_offsets"][1:])
+    if rows:
+        out["search_actions"] = np.concatenate([x[0] for x in rows]).astype(np.int16)
+        out["search_means"] = np.concatenate([x[1] for x in rows]).astype(np.float32)
+        out["search_visits"] = np.concatenate([x[2] for x in rows]).astype(np.int16)
+    out["search_keep"] = np.array([0.0 if x is None else x[3] for x in searched], np.float32)
+    return out
 
 
 def plan_battles(n: int, teachers: list[str], opponents: list[str], first: int = 0) -> list[PlannedBattle]:

@@ -77,3 +77,43 @@ def test_a_bad_apprentice_or_beta_is_refused_naming_it(tmp_path, capsys):
     assert ("--apprentice 'scripted:defend+search:4': expected an unsearched scripted player or one of this run's "
             "snapshots (snap:<id>)") in err
     assert "--beta 1.5: the apprentice's share is in [0, 1]" in err
+
+
+def test_a_searched_teachers_set_keeps_its_scores_and_they_give_back_every_searched_move(tmp_path):
+    from royalefleet.clone_data import search_choices
+    from shared.demos import SEARCH_ARRAYS, load_set
+
+    m = _record(tmp_path, "scored")
+    _, a = load_set(tmp_path / "runs" / "bc" / "demos" / "scored", m.digests)
+    assert set(SEARCH_ARRAYS) <= set(a)
+    counts = np.diff(a["search_offsets"])
+    searched = counts > 0
+    assert not searched[a["forced"]].any()  # one legal action: nothing searched
+    assert searched.sum() == (~a["forced"]).sum() > 0  # every choice searched, 3 candidates each
+    assert set(counts[searched].tolist()) == {3}
+    assert a["search_keep"][searched].tolist() == [0.0] * int(searched.sum())  # TEACHER keeps nothing
+    acts, scores = search_choices(a, np.flatnonzero(searched))
+    assert (acts[np.arange(len(acts)), np.argmax(scores, axis=1)] == a["actions"][searched]).all()
+    plain = _record(tmp_path, "plain", teacher="scripted:defend")
+    _, b = load_set(tmp_path / "runs" / "bc" / "demos" / "plain", plain.digests)
+    assert not set(SEARCH_ARRAYS) & set(b)  # an unsearched teacher's shards are as they were
+    # the clone trains on them with --soft-tau, and refuses it on a set without scores
+    from royalefleet.cli import build_parser
+    from royalefleet.cmd_clone import cmd_clone
+
+    common = ["--config", str(tmp_path / "cfg.json"), "--runs-dir", str(tmp_path / "runs"), "--max-epochs", "1"]
+    out = io.StringIO()
+    assert cmd_clone(build_parser().parse_args(["clone", "bc", "--demos", "scored", "--soft-tau", "0.1",
+                                                "--margin-weight", "2", *common]), out) == 0
+    n = int((~a["forced"]).sum())
+    assert f"soft targets at tau 0.1: {n:,} of the {n:,} choice rows train on softmax(score / tau)" in out.getvalue()
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["clone", "bc", "--demos", "plain", "--soft-all", "yes", *common])  # a switch
+    args = build_parser().parse_args(["clone", "bc", "--demos", "plain", "--soft-tau", "0.1", *common])
+    err = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stderr(err):
+        assert cmd_clone(args, io.StringIO()) == 2
+    assert ("royalefleet clone: --soft-tau 0.1 --margin-weight 0.0: no set holds a searching teacher's scores (plain: "
+            "an unsearched teacher, or recorded before scores were kept)") in err.getvalue()
