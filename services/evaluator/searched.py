@@ -27,6 +27,9 @@ from shared.search.models import continuation, opponent_set
 from shared.search.plans import plan_candidates
 from shared.search.spec import SearchSpec
 
+ENEMY_SEEN = "enemy_cards_seen"
+"""The observation's vector field of the enemy cards the seat has seen played (catalogue ids):
+what a ``redeal=1`` search keeps of the enemy's hand and queue."""
 SIM_RANDOM_LEGAL_NOOP_PROB = 0.9
 """``scripted:random_legal``'s no-op probability when a search simulates it (``cont``, ``opp``):
 the config's default ``ladder.random_legal_noop_prob``."""
@@ -100,10 +103,13 @@ class SearchedSeat:
     def __init__(self, player: SearchedPlayer, env, seat: str, opponents: list):
         self.player, self.env, self.seat, self.opponents = player, env, seat, opponents
         self.id = player.id
+        self._seen = None
 
     def act(self, obs: dict, rng: np.random.Generator) -> int:
         mask = obs["action_mask"]
         n_legal = int(np.count_nonzero(mask))
+        if self.player.spec.redeal:  # what the seat has seen of the enemy's cards: the rest is redealt
+            self._seen = obs["vector"][self.env.obs_builder.vector_offsets()[ENEMY_SEEN]] > 0
         base = self.player.base
         if n_legal <= 1:
             return int(base.act(obs, rng))
@@ -123,6 +129,6 @@ class SearchedSeat:
 
     def _search(self, candidates: list[int], seed: int) -> int:
         result = evaluate(self.player.lookahead, self.env, self.seat, candidates, self.opponents, seed,
-                          self.player.spec)
+                          self.player.spec, seen=self._seen)
         self.player.last, self.player.last_candidates = result, candidates
         return int(candidates[result.index])

@@ -98,23 +98,34 @@ def schedule(k: int, spec: SearchSpec) -> list[int]:
 
 
 def evaluate(lookahead, env, seat: str, candidates: list[int], opponents: list, seed: int,
-             spec: SearchSpec) -> Evaluation:
+             spec: SearchSpec, seen: np.ndarray | None = None) -> Evaluation:
     """Search one decision of ``seat`` in ``env`` over ``candidates`` (distinct legal ids, the
     player's own pick first) with ``lookahead`` (a ``Lookahead``), playout j's other seat played by
     ``opponents[(seed + j) mod len]`` (opponent models as ``Lookahead.simulate`` takes them).
+    Under ``spec.redeal`` playout j starts from the battle with the enemy's cards not in ``seen``
+    ((n_cards,) bool, the seat's ``enemy_cards_seen``; ValueError when None) redealt from playout
+    j's seed, the same deal for every candidate (``Lookahead.redealt``).
     Counts one searched decision in ``lookahead.stats``."""
     k = len(candidates)
     sums, visits = np.zeros(k), np.zeros(k, np.int64)
     alive = np.ones(k, bool)
     saved = lookahead.save(env, seat)
+    if spec.redeal and seen is None:
+        raise ValueError("a search with redeal=1 needs the seat's enemy_cards_seen (seen)")
+    deals: dict[int, tuple] = {}
     rounds = schedule(k, spec)
     for r, per in enumerate(rounds):
         idx = np.flatnonzero(alive)
         start = int(visits[idx[0]])
         for j in range(start, start + per):
             opponent = opponents[(int(seed) + j) % len(opponents)]
+            at = saved
+            if spec.redeal:  # the same deal for playout j in every round
+                if j not in deals:
+                    deals[j] = lookahead.redealt(saved, seat, seen, playout_seed(seed, j))
+                at = deals[j]
             board = lookahead.simulate(env, seat, [int(candidates[i]) for i in idx], opponent, playout_seed(seed, j),
-                                       count=False, saved=saved).board
+                                       count=False, saved=at).board
             sums[idx] += score(board, spec.value_scale)
             visits[idx] += 1
         if r < len(rounds) - 1:

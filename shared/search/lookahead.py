@@ -110,6 +110,9 @@ class Lookahead:
     playout_obs: bool = False
     """True when ``_playout`` reads the seat's whole observation (a network), so the simulated
     seat builds it (no ``mask_only``)."""
+    _scratch: object = None
+    """An engine ``redealt`` loads redealt battles into (its state hash rebuilt), built on first use."""
+    _save_ids: object = None
 
     def sim_envs(self, n: int) -> list:
         """The first ``n`` simulation envs, built on first use (a lockstep opponent needs one per
@@ -127,6 +130,23 @@ class Lookahead:
     def sim_env(self):
         """The first simulation env (``sim_envs(1)[0]``)."""
         return self.sim_envs(1)[0]
+
+    def redealt(self, saved: tuple, seat: str, seen: np.ndarray, seed: int) -> tuple:
+        """``saved`` (``save``'s pair) with the enemy's unseen cards redealt from ``seed``
+        (``shared.search.hidden.redeal``; ``seen`` the seat's ``enemy_cards_seen``, (n_cards,)
+        bool). The engine's save ids are read once, in a scratch env of this search's own."""
+        from royalegym.state_mutator import Snapshot
+
+        from shared.envs import build_env
+        from shared.search.hidden import SaveIds, redeal
+
+        if self._scratch is None:
+            self._scratch = build_env(self.env_cfg).engine
+            self._save_ids = SaveIds.read(self._scratch)
+        snap, now = saved
+        blob = redeal(snap.blob, 1 - SEAT_NAMES.index(seat), seen, np.random.default_rng((int(seed), 4)),
+                      self._save_ids, self._scratch)
+        return Snapshot(blob, memory=snap.memory, seat=snap.seat, max_ticks=snap.max_ticks, tag=snap.tag), now
 
     def scores(self, env, seat: str, candidates: list[int], opponent, seed: int) -> np.ndarray:
         """(len(candidates),) float64: ``board_value`` for ``seat`` after each candidate and its

@@ -29,7 +29,7 @@ MAX_DEPTH = 240
 _SUFFIX = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
-OPTION_NAMES = ("p", "sh", "cont", "opp", "vs", "keep", "cand")
+OPTION_NAMES = ("p", "sh", "cont", "opp", "vs", "keep", "cand", "redeal")
 """The options of a search suffix after N[:D], ``,name=value`` each, in this canonical order
 (``SearchSpec`` says what each means); an option at its default is left out of the id."""
 MAX_PLAYOUTS = 64
@@ -69,7 +69,10 @@ class SearchSpec:
     * ``keep`` (``keep=M``, in score units: tanh units under ``vs``): the player's own pick is
       played unless another candidate's mean score beats it by more than M;
     * ``cand`` (``cand=plans``): a scripted player's further candidates are its cards' plan moves
-      (``shared.search.plans.slot_plans``), not random legal plays (``CANDIDATE_SOURCES``).
+      (``shared.search.plans.slot_plans``), not random legal plays (``CANDIDATE_SOURCES``);
+    * ``redeal`` (``redeal=1``): every playout starts from the battle with the enemy's cards the
+      searching seat has not seen redealt (``shared.search.hidden``), so the search does not choose
+      by the enemy's real hand, which the seat cannot see.
     """
 
     candidates: int
@@ -81,6 +84,7 @@ class SearchSpec:
     value_scale: float = 0.0
     keep: float = 0.0
     cand: str = "random"
+    redeal: bool = False
 
     def options(self) -> str:
         """The ``,name=value`` options of the id, canonical (defaults left out)."""
@@ -99,6 +103,8 @@ class SearchSpec:
             parts.append(f"keep={self.keep:g}")
         if self.cand != "random":
             parts.append(f"cand={self.cand}")
+        if self.redeal:
+            parts.append("redeal=1")
         return "".join("," + p for p in parts)
 
     def suffix(self) -> str:
@@ -148,6 +154,11 @@ def parse_options(text: str, problem) -> dict:
             raise problem(f"opp={out['opp']!r}: simulated opponents are distinct names of {', '.join(SIM_BOTS)} "
                           "separated by /")
         fields["opponents"] = names
+    if "redeal" in out:
+        if out["redeal"] not in ("0", "1"):
+            raise problem(f"redeal={out['redeal']!r}: redealing the enemy's unseen cards is redeal=1 (on) or redeal=0 "
+                          "(off)")
+        fields["redeal"] = out["redeal"] == "1"
     if "cand" in out:
         if out["cand"] not in CANDIDATE_SOURCES:
             raise problem(f"cand={out['cand']!r}: candidates come from one of {', '.join(CANDIDATE_SOURCES)}")
