@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-HAND = 4
-"""Cards in a seat's hand (the rest of its deck of 8 is its queue)."""
 DECK = 8
+EMPTY = 0xFFFF
+"""The save format's id of an empty hand slot (a card just played, its replacement not yet
+drawn: the queue then holds the deck's other cards)."""
 _REBUILT = re.compile(r"rebuilt 0x([0-9a-f]+)")
 
 
@@ -101,10 +102,11 @@ def redeal(blob: bytes, enemy: int, seen: np.ndarray, rng: np.random.Generator, 
     rebuild its state hash; RuntimeError when it cannot be loaded even so."""
     state = json.loads(blob)
     player = state["players"][enemy]
-    held = [ids.to_catalogue.get(int(x)) for x in player["hand"] + player["queue"]]
-    if any(c is None for c in held):
-        raise RuntimeError(f"the saved battle holds card ids {player['hand'] + player['queue']}, not all of them dealt "
-                           "when the save ids were read: another engine build?")
+    raw = [int(x) for x in player["hand"] + player["queue"]]
+    if any(x != EMPTY and x not in ids.to_catalogue for x in raw):
+        raise RuntimeError(f"the saved battle holds card ids {raw}, not all of them dealt when the save ids were "
+                           "read: another engine build?")
+    held = [ids.to_catalogue[x] for x in raw if x != EMPTY]
     known = {int(i) for i in np.flatnonzero(seen)}
     unseen = [c for c in held if c not in known]
     if not unseen:
@@ -120,9 +122,9 @@ def redeal(blob: bytes, enemy: int, seen: np.ndarray, rng: np.random.Generator, 
         if len(fresh) == len(unseen):
             break
     swap = dict(zip(unseen, fresh))
-    dealt = [swap.get(c, c) for c in held]
-    player["hand"] = [ids.to_save[c] for c in dealt[:HAND]]
-    player["queue"] = [ids.to_save[c] for c in dealt[HAND:]]
+    dealt = [x if x == EMPTY else ids.to_save[swap.get(ids.to_catalogue[x], ids.to_catalogue[x])] for x in raw]
+    n_hand = len(player["hand"])
+    player["hand"], player["queue"] = dealt[:n_hand], dealt[n_hand:]
     by_name = {v: k for k, v in ids.names.items()}
     state["decks"][enemy] = [ids.names[swap.get(by_name[n], by_name[n])] for n in state["decks"][enemy]]
     return _rehash(state, scratch_engine)

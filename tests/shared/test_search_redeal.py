@@ -83,6 +83,31 @@ def test_redeal_keeps_the_seen_cards_in_place_and_deals_the_rest_unseen(ids):
     assert redeal(blob, 1, every, np.random.default_rng(1), ids, RustEngine()) == blob  # nothing hidden
 
 
+def test_an_empty_hand_slot_stays_empty_and_the_queue_keeps_its_length(ids):
+    """Just after a play the saved hand holds an empty slot (``EMPTY``) and the queue five cards:
+    both seats play random legal moves half the time, seed 0, and blue played at decision 10."""
+    from royalegym import ClashParallelEnv, RustEngine
+
+    from shared.search.hidden import EMPTY
+
+    env = ClashParallelEnv(RustEngine())
+    obs, _ = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(11):
+        acts = {}
+        for seat in ("blue", "red"):
+            legal = np.flatnonzero(obs[seat]["action_mask"])
+            acts[seat] = int(rng.choice(legal)) if rng.random() < 0.5 else 0
+        obs, *_ = env.step(acts)
+    blob = env.engine.save_state()
+    blue = json.loads(blob)["players"][0]
+    assert EMPTY in blue["hand"] and len(blue["queue"]) == 5
+    new = json.loads(redeal(blob, 0, _seen(env, obs["red"]), np.random.default_rng(3), ids, RustEngine()))
+    hand, queue = new["players"][0]["hand"], new["players"][0]["queue"]
+    assert [x == EMPTY for x in hand] == [x == EMPTY for x in blue["hand"]] and len(queue) == 5
+    assert hand + queue != blue["hand"] + blue["queue"]  # cards red has not seen played: redealt
+
+
 def test_redeal_is_an_option_of_the_suffix_and_needs_the_seen_cards():
     from shared.search.halving import evaluate
 
