@@ -4,6 +4,9 @@
 * Actor: masked cross-entropy ``-log pi(a_teacher | s)`` (``shared.nn.distribution``'s masked
   softmax) on choice rows only. A forced row (only the no-op legal) has log-probability 0 under
   every weight: it carries nothing, and counting it in the mean would only shrink the loss.
+  With a searching teacher's scores (``shared.demos.SEARCH_ARRAYS``) and ``soft_tau`` or
+  ``margin_weight``, a searched row's target is softmax(score / tau) over its candidates and its
+  weight 1 + margin_weight x its margin (``soft_targets``, ``soft_ce``).
 * Critic: ``0.5 (V(s) - G)^2`` on the demonstrations' returns ``G`` (the recorded seat's
   discounted return-to-go at the run's starting gamma), on choice rows and the kept forced rows,
   so a warm-started run does not begin with advantages from an untrained critic.
