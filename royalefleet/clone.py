@@ -47,6 +47,11 @@ class CloneSettings:
     """Above 0: a searched row's actor loss is weighted 1 + margin_weight x its margin (the best
     survivor's score minus the runner-up's, ``search_margins``), so the decisions the search
     found clear weigh more than those it found close; 0: every choice row weighs alike."""
+    keep_last: bool = False
+    """Keep the last epoch's weights, not those of the best validation cross-entropy (give
+    ``patience`` >= ``max_epochs`` to train them all): the cross-entropy against one noisy move
+    rewards a hedged policy, and a searched teacher's clone trained on past it played stronger
+    (docs/learning.md, "Trained on past the early stop")."""
     soft_all: bool = False
     """With ``soft_tau``: the softmax runs over every candidate the search scored, sequential
     halving's losers too (their means are of fewer playouts), not only the survivors."""
@@ -176,10 +181,12 @@ def _epochs(model, codec, train, val, master_seed, settings, say, result, choice
         result.epochs.append(stats)
         better = v_ce < best
         if better:
-            best, since, result.best_epoch = v_ce, 0, epoch
-            result.best_state = copy.deepcopy(model.state_dict())
+            best, since = v_ce, 0
         else:
             since += 1
+        if better or settings.keep_last:
+            result.best_epoch = epoch
+            result.best_state = copy.deepcopy(model.state_dict())
         say(f"  epoch {epoch:>2}: train CE {stats.train_ce:.4f}, agreement {stats.train_agreement:.3f}, value loss "
             f"{stats.train_value_loss:.4f} | validation CE {v_ce:.4f}, agreement {v_agree:.3f}, value loss "
             f"{v_value:.4f} | {stats.seconds:.0f} s{'  (best)' if better else ''}")

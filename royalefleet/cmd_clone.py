@@ -56,6 +56,9 @@ SETTING_HELP = {
                 "on the search's scale (tanh(board / vs) with vs=S) ",
     "margin_weight": "above 0: weight a searched row's loss 1 + W x the search's margin (its best score minus the "
                      "runner-up's), so clear decisions weigh more than close ones ",
+    "keep_last": "keep the last epoch's weights, not the best validation cross-entropy's (give --patience at least "
+                 "--max-epochs to train them all): a searched teacher's clone trained on past the early stop played "
+                 "stronger ",
     "soft_all": "with --soft-tau: the softmax over every candidate the search scored, sequential halving's losers "
                 "too, not only its survivors ",
 }
@@ -123,7 +126,8 @@ def cmd_clone(args, out=None) -> int:
 
     result = train_clone(pf.spec, cfg.net, pf.codec, train, val, cfg.master_seed, settings, say)
     b = result.best
-    say(f"royalefleet clone: {result.stopped}; best epoch {result.best_epoch}: validation CE {b.val_ce:.4f}, "
+    kept = "last epoch (--keep-last)" if settings.keep_last else "best epoch"
+    say(f"royalefleet clone: {result.stopped}; {kept} {result.best_epoch}: validation CE {b.val_ce:.4f}, "
         f"top-1 agreement {b.val_agreement:.3f} (chance {chance:.4f})")
     kinds = held_out_misses(result.model, pf, val)
     say(describe_misses(kinds, int(val.choice.sum())))
@@ -137,10 +141,10 @@ def cmd_clone(args, out=None) -> int:
 
 def recorded_settings(settings) -> dict:
     """The clone's settings as its snapshot's spec records them: ``soft_tau`` only when above 0
-    (``soft_all`` only when set),
+    (``soft_all``, ``keep_last`` only when set),
     so a clone of moves keeps the snapshot id it had before soft targets existed."""
     out = asdict(settings)
-    for name in ("soft_tau", "soft_all", "margin_weight"):
+    for name in ("soft_tau", "soft_all", "margin_weight", "keep_last"):
         if not out[name]:
             del out[name]
     return out

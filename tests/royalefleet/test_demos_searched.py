@@ -107,6 +107,11 @@ def test_a_searched_teachers_set_keeps_its_scores_and_they_give_back_every_searc
                                                 "--margin-weight", "2", *common]), out) == 0
     n = int((~a["forced"]).sum())
     assert f"soft targets at tau 0.1: {n:,} of the {n:,} choice rows train on softmax(score / tau)" in out.getvalue()
+    # --keep-last keeps the last epoch whatever the validation said
+    common3 = [x if x != "1" else "3" for x in common] + ["--patience", "3", "--keep-last"]
+    out = io.StringIO()
+    assert cmd_clone(build_parser().parse_args(["clone", "bc", "--demos", "scored", *common3]), out) == 0
+    assert "max epochs (3) reached; last epoch (--keep-last) 3: validation CE" in out.getvalue()
     with pytest.raises(SystemExit):
         build_parser().parse_args(["clone", "bc", "--demos", "plain", "--soft-all", "yes", *common])  # a switch
     args = build_parser().parse_args(["clone", "bc", "--demos", "plain", "--soft-tau", "0.1", *common])
