@@ -50,8 +50,8 @@ class CloneSettings:
     keep_last: bool = False
     """Keep the last epoch's weights, not those of the best validation cross-entropy (give
     ``patience`` >= ``max_epochs`` to train them all): the cross-entropy against one noisy move
-    rewards a hedged policy, and a searched teacher's clone trained on past it played stronger
-    (docs/learning.md, "Trained on past the early stop")."""
+    rewards a hedged policy (docs/learning.md, "Trained on past the early stop": a searched
+    teacher's clone kept at epoch 30 played 0.520, at 20 0.4475, early-stopped 0.470)."""
     soft_all: bool = False
     """With ``soft_tau``: the softmax runs over every candidate the search scored, sequential
     halving's losers too (their means are of fewer playouts), not only the survivors."""

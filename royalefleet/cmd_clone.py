@@ -57,8 +57,7 @@ SETTING_HELP = {
     "margin_weight": "above 0: weight a searched row's loss 1 + W x the search's margin (its best score minus the "
                      "runner-up's), so clear decisions weigh more than close ones ",
     "keep_last": "keep the last epoch's weights, not the best validation cross-entropy's (give --patience at least "
-                 "--max-epochs to train them all): a searched teacher's clone trained on past the early stop played "
-                 "stronger ",
+                 "--max-epochs to train them all) ",
     "soft_all": "with --soft-tau: the softmax over every candidate the search scored, sequential halving's losers "
                 "too, not only its survivors ",
 }
