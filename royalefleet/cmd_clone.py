@@ -139,9 +139,9 @@ def cmd_clone(args, out=None) -> int:
 
 
 def recorded_settings(settings) -> dict:
-    """The clone's settings as its snapshot's spec records them: ``soft_tau`` only when above 0
-    (``soft_all``, ``keep_last`` only when set),
-    so a clone of moves keeps the snapshot id it had before soft targets existed."""
+    """The clone's settings as its snapshot's spec records them: ``soft_tau``, ``soft_all``,
+    ``margin_weight`` and ``keep_last`` only when set, so a clone of moves keeps the snapshot id it
+    had before they existed."""
     out = asdict(settings)
     for name in ("soft_tau", "soft_all", "margin_weight", "keep_last"):
         if not out[name]:

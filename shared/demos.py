@@ -66,7 +66,7 @@ SEARCH_ARRAYS = {
     "search_keep": ("float32", "(n,)"),  # the search's keep: its own pick is played unless beaten by more
 }
 """The arrays a shard also holds when one of its battles' teachers searched (all of them, or
-none): what ``royalefleet clone --soft-targets`` trains on. Rows of a teacher that did not
+none): what ``royalefleet clone --soft-tau`` and ``--margin-weight`` train on. Rows of a teacher that did not
 search have no candidates."""
 
 

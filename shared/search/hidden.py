@@ -39,7 +39,9 @@ class SaveIds:
     """catalogue id -> save-format id, for every card a deck can hold."""
     to_catalogue: dict[int, int]
     names: dict[int, str]
-    """catalogue id -> the card's name (``MatchSetup`` and the saved ``decks`` use names)."""
+    """catalogue id -> the card's name (the saved ``decks`` use names)."""
+    by_name: dict[str, int]
+    """``names`` the other way round."""
     champions: frozenset[int]
     dealable: tuple[int, ...]
     """The catalogue ids a random deal draws from (RoyaleGym's ``random_deck``: no event card)."""
@@ -78,18 +80,9 @@ class SaveIds:
                     if to_save.setdefault(card, save_id) != save_id:
                         raise RuntimeError(f"card {card} came back as save id {save_id}, before as {to_save[card]}")
         return cls(to_save=to_save, to_catalogue={v: k for k, v in to_save.items()},
-                   names={c.card_id: c.name for c in cards}, champions=frozenset(champions),
+                   names={c.card_id: c.name for c in cards}, by_name={c.name: c.card_id for c in cards},
+                   champions=frozenset(champions),
                    dealable=tuple(sorted(c.card_id for c in cards if c.name not in EVENT_CARDS)))
-
-
-_IDS: dict[str, SaveIds] = {}
-
-
-def save_ids(engine_key: str, make_engine) -> SaveIds:
-    """``SaveIds`` of the engine build ``engine_key``, read once a process from ``make_engine()``."""
-    if engine_key not in _IDS:
-        _IDS[engine_key] = SaveIds.read(make_engine())
-    return _IDS[engine_key]
 
 
 def redeal(blob: bytes, enemy: int, seen: np.ndarray, rng: np.random.Generator, ids: SaveIds,
@@ -125,8 +118,7 @@ def redeal(blob: bytes, enemy: int, seen: np.ndarray, rng: np.random.Generator, 
     dealt = [x if x == EMPTY else ids.to_save[swap.get(ids.to_catalogue[x], ids.to_catalogue[x])] for x in raw]
     n_hand = len(player["hand"])
     player["hand"], player["queue"] = dealt[:n_hand], dealt[n_hand:]
-    by_name = {v: k for k, v in ids.names.items()}
-    state["decks"][enemy] = [ids.names[swap.get(by_name[n], by_name[n])] for n in state["decks"][enemy]]
+    state["decks"][enemy] = [ids.names[swap.get(ids.by_name[n], ids.by_name[n])] for n in state["decks"][enemy]]
     return _rehash(state, scratch_engine)
 
 

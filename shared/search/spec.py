@@ -139,10 +139,12 @@ def parse_options(text: str, problem) -> dict:
         if not out["p"].isdigit() or not 1 <= int(out["p"]) <= MAX_PLAYOUTS:
             raise problem(f"p={out['p']!r}: playouts per candidate are 1..{MAX_PLAYOUTS}")
         fields["playouts"] = int(out["p"])
-    if "sh" in out:
-        if out["sh"] not in ("0", "1"):
-            raise problem(f"sh={out['sh']!r}: sequential halving is sh=1 (on) or sh=0 (off)")
-        fields["halving"] = out["sh"] == "1"
+    for key, field_name, what in (("sh", "halving", "sequential halving"),
+                                  ("redeal", "redeal", "redealing the enemy's unseen cards")):
+        if key in out:
+            if out[key] not in ("0", "1"):
+                raise problem(f"{key}={out[key]!r}: {what} is {key}=1 (on) or {key}=0 (off)")
+            fields[field_name] = out[key] == "1"
     if "cont" in out:
         if out["cont"] not in SIM_BOTS + (SELF,):
             raise problem(f"cont={out['cont']!r}: the continuation is one of {', '.join(SIM_BOTS + (SELF,))}")
@@ -154,11 +156,6 @@ def parse_options(text: str, problem) -> dict:
             raise problem(f"opp={out['opp']!r}: simulated opponents are distinct names of {', '.join(SIM_BOTS)} "
                           "separated by /")
         fields["opponents"] = names
-    if "redeal" in out:
-        if out["redeal"] not in ("0", "1"):
-            raise problem(f"redeal={out['redeal']!r}: redealing the enemy's unseen cards is redeal=1 (on) or redeal=0 "
-                          "(off)")
-        fields["redeal"] = out["redeal"] == "1"
     if "cand" in out:
         if out["cand"] not in CANDIDATE_SOURCES:
             raise problem(f"cand={out['cand']!r}: candidates come from one of {', '.join(CANDIDATE_SOURCES)}")
