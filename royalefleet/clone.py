@@ -342,9 +342,10 @@ def miss_kinds(picks: np.ndarray, actions: np.ndarray, height: int, width: int, 
     return out
 
 
-def describe_misses(kinds: dict[str, int], n_choice: int) -> str:
-    """One line: how many of ``n_choice`` held-out choices the clone missed, and of what kind."""
+def describe_misses(kinds: dict[str, int], n_choice: int, kept: str = "the best epoch") -> str:
+    """One line: how many of ``n_choice`` held-out choices the clone missed, and of what kind;
+    ``kept`` names the weights that played them (the best epoch, or the last under --keep-last)."""
     missed = sum(kinds.values())
     parts = [f"{k} {MISS_KINDS[name]}" for name, k in kinds.items() if k]
-    return (f"royalefleet clone: of the {n_choice:,} held-out choices the best epoch missed {missed:,}"
+    return (f"royalefleet clone: of the {n_choice:,} held-out choices {kept} missed {missed:,}"
             + (": " + ", ".join(parts) if parts else ""))

@@ -13,7 +13,9 @@ files the learner's snapshots have), so ``eval``, ``play``, ``strength`` and
 digest, teachers, epochs, validation figures) and ``probe`` (validation rows with their
 log-probabilities, shared/nn/probes.py), verified here after the write by loading the snapshot
 back as every player loads it. The critic (no snapshot holds one) and the epoch table go to
-``<run>/clones/<id>/`` (``critic.safetensors``, ``report.json``).
+``<run>/clones/<id>/`` (``critic.safetensors``, ``report.json``, which also keeps the held-out
+misses by kind and, for a searching teacher's set, the held-out agreement by the search's margin:
+royalefleet/clone_margins.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from dataclasses import asdict, fields
 
 import numpy as np
 
-from royalefleet.clone import CloneSettings, describe_misses
+from royalefleet.clone import CloneSettings, describe_misses, miss_kinds
+from royalefleet.clone_margins import agreement_by_margin, describe_by_margin
 from royalefleet.run_options import add_run_argument, add_run_options, run_config
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -128,9 +131,15 @@ def cmd_clone(args, out=None) -> int:
     kept = "last epoch (--keep-last)" if settings.keep_last else "best epoch"
     say(f"royalefleet clone: {result.stopped}; {kept} {result.best_epoch}: validation CE {b.val_ce:.4f}, "
         f"top-1 agreement {b.val_agreement:.3f} (chance {chance:.4f})")
-    kinds = held_out_misses(result.model, pf, val)
-    say(describe_misses(kinds, int(val.choice.sum())))
-    sid = write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say, kinds)
+    picks = held_out_picks(result.model, pf, val)
+    kinds = miss_kinds(picks, val.actions[val.choice], pf.spec.height, pf.spec.width, pf.spec.hand_slots)
+    kept_words = "the last epoch" if settings.keep_last else "the best epoch"
+    say(describe_misses(kinds, int(val.choice.sum()), kept_words))
+    bands = [] if val.search_actions is None or settings.soft_all else agreement_by_margin(
+        picks, val.actions[val.choice], val.search_actions[val.choice], val.search_scores[val.choice])
+    for line in describe_by_margin(bands, kept_words):
+        say(line)
+    sid = write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say, kinds, bands)
     say(f"royalefleet clone: wrote snap:{sid}; play it with `royalefleet eval snap:{sid} scripted:random_legal "
         f"--games 200 --run-name {cfg.run_name}`")
     say("royalefleet clone: to hold it in a new run's pool from the first iteration (never evicted), add to that "
@@ -201,17 +210,16 @@ def apply_threads(cfg) -> None:
         set_deterministic_algorithms(True)
 
 
-def held_out_misses(model, pf, val) -> dict[str, int]:
-    """``royalefleet.clone.miss_kinds`` of the trained model's argmax on the validation choices."""
-    from royalefleet.clone import evaluate, miss_kinds
+def held_out_picks(model, pf, val) -> np.ndarray:
+    """(n,) int64: the trained model's argmax on the n validation choice rows, in row order."""
+    from royalefleet.clone import evaluate
 
     picks: list = []
     evaluate(model, pf.codec, val, picks=picks)
-    chosen = np.concatenate(picks) if picks else np.zeros(0, np.int64)
-    return miss_kinds(chosen, val.actions[val.choice], pf.spec.height, pf.spec.width, pf.spec.hand_slots)
+    return np.concatenate(picks) if picks else np.zeros(0, np.int64)
 
 
-def write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say, misses=None) -> str:
+def write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say, misses=None, by_margin=None) -> str:
     """The snapshot (through the run's SnapshotStore), its probe verified after loading it back,
     the critic and the report under ``<run>/clones/<id>/``; the snapshot id."""
     import copy
@@ -249,6 +257,6 @@ def write_clone(cfg, run, pf, ident, result, rows, val, settings, chance, say, m
     replace_file(out / "report.json", msgspec.json.format(msgspec.json.encode(
         {"snapshot": sid, "demos_digest": rows.digest, "stopped": result.stopped, "best_epoch": result.best_epoch,
          "epochs": [asdict(e) for e in result.epochs], "illegal_left_out": rows.illegal_left_out,
-         "held_out_misses": misses or {}}), indent=1))
+         "held_out_misses": misses or {}, "held_out_by_margin": by_margin or []}), indent=1))
     return sid
 

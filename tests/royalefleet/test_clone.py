@@ -80,6 +80,8 @@ def test_miss_kinds_split_the_misses_by_slot_tile_and_wait():
     assert describe_misses({**dict.fromkeys(kinds, 0), "slot": 284}, 1980) == (
         "royalefleet clone: of the 1,980 held-out choices the best epoch missed 284: "
         "284 another hand slot on the teacher's tile")
+    assert describe_misses({**dict.fromkeys(kinds, 0), "wait": 3}, 12, "the last epoch") == (
+        "royalefleet clone: of the 12 held-out choices the last epoch missed 3: 3 a wait where the teacher played")
 
 
 def test_plan_takes_teachers_opponents_and_seats_in_turn():

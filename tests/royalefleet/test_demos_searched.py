@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -112,6 +113,14 @@ def test_a_searched_teachers_set_keeps_its_scores_and_they_give_back_every_searc
     out = io.StringIO()
     assert cmd_clone(build_parser().parse_args(["clone", "bc", "--demos", "scored", *common3]), out) == 0
     assert "max epochs (3) reached; last epoch (--keep-last) 3: validation CE" in out.getvalue()
+    text = out.getvalue()
+    assert "held-out choices the last epoch missed" in text
+    # every held-out choice was searched, so the margin bands cover them all, printed and in the report
+    n_val = int(re.search(r"of the ([\d,]+) held-out choices", text).group(1).replace(",", ""))
+    assert "held-out choices by the search's margin (its best survivor's score minus the runner-up's)" in text
+    sid = re.search(r"wrote snap:([0-9a-f]{16})", text).group(1)
+    report = json.loads((tmp_path / "runs" / "bc" / "clones" / sid / "report.json").read_text())
+    assert sum(b["choices"] for b in report["held_out_by_margin"]) == n_val > 0
     with pytest.raises(SystemExit):
         build_parser().parse_args(["clone", "bc", "--demos", "plain", "--soft-all", "yes", *common])  # a switch
     args = build_parser().parse_args(["clone", "bc", "--demos", "plain", "--soft-tau", "0.1", *common])
