@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,6 +48,10 @@ class Stability:
     overruled: int = 0
     seconds: float = 0.0
     sim_steps: int = 0
+    margins: list = field(default_factory=list)
+    """Per decision, the first search's margin (``shared.search.halving.pick_margin``)."""
+    agreed: list = field(default_factory=list)
+    """Per decision, whether the two searches chose the same move."""
 
     @property
     def agreement(self) -> float:
@@ -97,13 +101,19 @@ def measure(env, searched, opponent, *, battles: int, master_seed: int, first_ba
     out = Stability()
     t0, steps0 = time.perf_counter(), searched.stats.sim_steps
 
+    from shared.search.halving import pick_margin
+
     def twice(seat, mine, b: int, t: int) -> int:
+        searched.last = None
         first = seat.act(mine, np.random.default_rng((master_seed, b, t, 0)))
-        overruled = searched.last is not None and searched.last.index != 0
+        last = searched.last
+        overruled = last is not None and last.index != 0
         second = seat.act(mine, np.random.default_rng((master_seed, b, t, 1)))
         out.decisions += 1
         out.agree += int(first == second)
         out.overruled += int(overruled)
+        out.agreed.append(first == second)
+        out.margins.append(float("nan") if last is None else pick_margin(last.means, last.visits, searched.spec.keep))
         return first
 
     play_searched(env, searched, opponent, twice, battles=battles, master_seed=master_seed,
@@ -134,6 +144,27 @@ def engine_alone(env, *, battles: int, master_seed: int, first_battle: int = 0, 
     return steps / max(time.perf_counter() - t0, 1e-9)
 
 
+def by_margin(s: Stability) -> str:
+    """The agreement split by the first search's margin, in ``royalefleet.clone_margins``' bands:
+    a line a band with decisions, "" without margins. A clone can copy the clear departures only
+    if the search finds them again with another seed."""
+    from royalefleet.clone_margins import MARGIN_EDGES
+
+    m = np.round(np.asarray(s.margins, np.float64), 6)
+    agreed = np.asarray(s.agreed, bool)
+    lines = []
+    edges = list(MARGIN_EDGES) + [np.inf]
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        band = (m <= hi) & ((m > lo) | (lo == MARGIN_EDGES[0]))
+        if band.any():
+            k, n = int(agreed[band].sum()), int(band.sum())
+            w_lo, w_hi = wilson(k, n)
+            words = f"{lo:.2f}-{hi:.2f}" if hi != np.inf else f"> {lo:.2f}"
+            lines.append(f"    margin {words:>9}: {n} decisions, top-1 agreement {k / n:.3f} [{w_lo:.3f}, {w_hi:.3f}]\n")
+    return "".join(["  by the first search's margin (its best survivor's score minus the runner-up's):\n"] + lines
+                   if lines else [])
+
+
 def report(player: str, opponent: str, battles: int, s: Stability, engine: float | None = None) -> str:
     """The figure's lines; with ``engine`` (``engine_alone``'s decisions/s) the search's simulated
     decisions per second of search beside it."""
@@ -146,6 +177,7 @@ def report(player: str, opponent: str, battles: int, s: Stability, engine: float
             f"  {s.decisions} searched decisions, each searched with two seeds: top-1 agreement "
             f"{s.agreement:.3f} [{lo:.3f}, {hi:.3f}] (target >= {STABLE_TARGET:.2f})\n"
             f"  the first search left the player's own pick at {s.overruled / max(s.decisions, 1):.3f} of them\n"
+            + by_margin(s) +
             f"  {s.seconds:.1f} s, {2 * s.decisions / max(s.seconds, 1e-9):.2f} searches/s, "
             f"{s.sim_steps / max(s.seconds, 1e-9):,.0f} simulated decisions/s\n" + tail)
 

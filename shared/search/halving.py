@@ -68,6 +68,18 @@ def pick(means: np.ndarray, alive: np.ndarray, keep: float) -> int:
     return 0 if masked[best] <= masked[0] + keep else best
 
 
+def pick_margin(means: np.ndarray, visits: np.ndarray, keep: float) -> float:
+    """How clear ``pick``'s choice was: among the survivors (the candidates with the most
+    playouts, ``visits``), the best score minus the runner-up's, candidate 0's mean raised by
+    ``keep`` (so a margin of exactly ``keep`` is a tie kept for the player's own pick). 0.0 with one
+    survivor. The same rule as ``royalefleet.clone.search_margins`` over recorded scores."""
+    visits = np.asarray(visits)
+    scores = np.asarray(means, np.float64).copy()
+    scores[0] += keep
+    top = np.sort(scores[visits == visits.max()])[::-1]
+    return float(top[0] - top[1]) if len(top) > 1 else 0.0
+
+
 def survivors(means: np.ndarray, alive: np.ndarray) -> np.ndarray:
     """``alive`` (k,) bool cut to the better half (ceil) by mean, ties to the earlier, candidate 0
     always among them."""

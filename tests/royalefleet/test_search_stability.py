@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -27,5 +28,8 @@ def test_a_search_that_keeps_its_own_pick_always_agrees_with_itself(tmp_path, ca
     assert main([*common, "--player", "scripted:defend+search:3:4,vs=2000,keep=2"]) == 0
     out = capsys.readouterr().out
     assert "top-1 agreement 1.000" in out and "left the player's own pick at 0.000" in out
+    # keep 2 on tanh scores: every margin is above 0.4, and every decision agrees
+    n = int(re.search(r"(\d+) searched decisions", out).group(1))
+    assert f"    margin    > 0.40: {n} decisions, top-1 agreement 1.000 [" in out
     assert main([*common, "--player", "scripted:defend", "--opponent", "scripted:defend"]) == 2
     assert "must search" in capsys.readouterr().err

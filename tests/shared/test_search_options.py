@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from shared.evaluation import check_player
-from shared.search.halving import evaluate, pick, playout_seed, schedule, score, survivors
+from shared.search.halving import evaluate, pick, pick_margin, playout_seed, schedule, score, survivors
 from shared.search.lookahead import Playouts, SearchStats
 from shared.search.spec import DEFAULT_DEPTH, SearchSpec, split_search, with_search
 
@@ -145,3 +145,12 @@ def test_under_pure_noise_keep_leaves_the_own_pick_and_two_seeds_agree():
             agree[name] += int(a == b)
     assert agree["old"] < 60  # ~1/8 by chance
     assert agree["new"] >= 180  # 192 of 200 as written (the old rule: 18)
+
+
+def test_the_pick_margin_is_the_best_survivor_over_the_runner_up_with_keep_on_the_own_pick():
+    # survivors 0 and 1 (4 playouts each); candidate 2 lost a round (its 0.9 of 2 playouts does not count)
+    assert pick_margin(np.array([0.1, 0.3, 0.9]), np.array([4, 4, 2]), 0.1) == pytest.approx(0.1)
+    assert pick_margin(np.array([0.1, 0.6, 0.9]), np.array([4, 4, 2]), 0.1) == pytest.approx(0.4)
+    assert pick_margin(np.array([0.5, 0.2, 0.1]), np.array([4, 4, 4]), 0.0) == pytest.approx(0.3)
+    assert pick_margin(np.array([0.5, 0.2]), np.array([3, 1]), 0.1) == 0.0  # one survivor
+
