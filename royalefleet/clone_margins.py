@@ -19,6 +19,21 @@ has a margin of exactly ``keep``: it belongs with the close calls, not above the
 rounded to 1e-6 first, so float32 round-off does not move a row across an edge."""
 
 
+def margin_bands(margins: np.ndarray) -> list[tuple[float, float | None, np.ndarray]]:
+    """(low, high or None for the last band, (n,) bool rows in the band) for each band of
+    ``MARGIN_EDGES`` over ``margins`` ((n,) float; NaN, a decision not searched, in none), margins
+    rounded to 1e-6 first. Shared by the clone's split and the search-stability bench's."""
+    m = np.round(np.asarray(margins, np.float64), 6)
+    edges = list(MARGIN_EDGES) + [np.inf]
+    return [(lo, None if hi == np.inf else hi, (m <= hi) & ((m > lo) | ((lo == MARGIN_EDGES[0]) & (m >= lo))))
+            for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+def band_words(low: float, high: float | None) -> str:
+    """A band as printed: "0.05-0.10", or "> 0.40" for the last."""
+    return f"{low:.2f}-{high:.2f}" if high is not None else f"> {low:.2f}"
+
+
 def agreement_by_margin(picks: np.ndarray, actions: np.ndarray, search_actions: np.ndarray,
                         search_scores: np.ndarray) -> list[dict]:
     """Per margin band (``MARGIN_EDGES``) with at least one searched row, a dict ``low``, ``high``
@@ -39,15 +54,13 @@ def agreement_by_margin(picks: np.ndarray, actions: np.ndarray, search_actions: 
         raise ValueError(f"picks ({n}), actions ({len(actions)}), search_actions ({len(search_actions)}) and "
                          f"search_scores ({len(search_scores)}) must have one entry per held-out choice")
     searched = np.isfinite(search_scores).any(axis=1) if n else np.zeros(0, bool)
-    margin = np.round(search_margins(search_scores), 6)
+    margin = np.where(searched, search_margins(search_scores), np.nan) if n else np.zeros(0)
     base = search_actions[:, 0] if n else np.zeros(0, np.int64)
     out = []
-    edges = list(MARGIN_EDGES) + [np.inf]
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        m = searched & (margin <= hi) & ((margin > lo) | (lo == MARGIN_EDGES[0]))
+    for lo, hi, m in margin_bands(margin):
         if not m.any():
             continue
-        out.append({"low": lo, "high": None if hi == np.inf else hi, "choices": int(m.sum()),
+        out.append({"low": lo, "high": hi, "choices": int(m.sum()),
                     "overruled": float(np.mean(actions[m] != base[m])),
                     "agreement": float(np.mean(picks[m] == actions[m])),
                     "base_move": float(np.mean(picks[m] == base[m]))})
@@ -61,7 +74,7 @@ def describe_by_margin(bands: list[dict], kept: str = "the best epoch") -> list[
     lines = [f"royalefleet clone: held-out choices by the search's margin (its best survivor's score minus the "
              f"runner-up's), as {kept} plays them:"]
     for b in bands:
-        band = f"{b['low']:.2f}-{b['high']:.2f}" if b["high"] is not None else f"> {b['low']:.2f}"
+        band = band_words(b["low"], b["high"])
         lines.append(f"  margin {band:>9}: {b['choices']:>6,} choices, the search overruled its base player on "
                      f"{b['overruled']:.2f}; the clone agrees on {b['agreement']:.3f}, plays the base player's "
                      f"move on {b['base_move']:.3f}")

@@ -148,19 +148,16 @@ def by_margin(s: Stability) -> str:
     """The agreement split by the first search's margin, in ``royalefleet.clone_margins``' bands:
     a line a band with decisions, "" without margins. A clone can copy the clear departures only
     if the search finds them again with another seed."""
-    from royalefleet.clone_margins import MARGIN_EDGES
+    from royalefleet.clone_margins import band_words, margin_bands
 
-    m = np.round(np.asarray(s.margins, np.float64), 6)
     agreed = np.asarray(s.agreed, bool)
     lines = []
-    edges = list(MARGIN_EDGES) + [np.inf]
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        band = (m <= hi) & ((m > lo) | (lo == MARGIN_EDGES[0]))
+    for lo, hi, band in margin_bands(np.asarray(s.margins, np.float64)):
         if band.any():
             k, n = int(agreed[band].sum()), int(band.sum())
             w_lo, w_hi = wilson(k, n)
-            words = f"{lo:.2f}-{hi:.2f}" if hi != np.inf else f"> {lo:.2f}"
-            lines.append(f"    margin {words:>9}: {n} decisions, top-1 agreement {k / n:.3f} [{w_lo:.3f}, {w_hi:.3f}]\n")
+            lines.append(f"    margin {band_words(lo, hi):>9}: {n} decisions, top-1 agreement {k / n:.3f} "
+                         f"[{w_lo:.3f}, {w_hi:.3f}]\n")
     return "".join(["  by the first search's margin (its best survivor's score minus the runner-up's):\n"] + lines
                    if lines else [])
 
