@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from shared.demos import DemoDigests, DemoManifest, read_manifest, read_shard, refuse_digests
+from shared.search.halving import pick_scores
 
 VALIDATION_FRACTION = 0.1
 """The share of battles held out for validation and early stopping (at least one battle)."""
@@ -114,10 +115,9 @@ def search_choices(arrays: dict[str, np.ndarray], rows: np.ndarray, survivors_on
         if hi == lo:
             chosen.append(None)
             continue
-        visits = arrays["search_visits"][lo:hi]
-        kept = visits == visits.max() if survivors_only else np.ones(hi - lo, bool)
-        means = arrays["search_means"][lo:hi].astype(np.float32)
-        means[0] += arrays["search_keep"][r]
+        alive, means = pick_scores(arrays["search_means"][lo:hi].astype(np.float32), arrays["search_visits"][lo:hi],
+                                   arrays["search_keep"][r])
+        kept = alive if survivors_only else np.ones(hi - lo, bool)
         chosen.append((arrays["search_actions"][lo:hi][kept], means[kept]))
     width = max([1] + [len(c[0]) for c in chosen if c is not None])
     acts = np.full((len(rows), width), -1, np.int64)

@@ -24,9 +24,12 @@ def margin_bands(margins: np.ndarray) -> list[tuple[float, float | None, np.ndar
     ``MARGIN_EDGES`` over ``margins`` ((n,) float; NaN, a decision not searched, in none), margins
     rounded to 1e-6 first. Shared by the clone's split and the search-stability bench's."""
     m = np.round(np.asarray(margins, np.float64), 6)
-    edges = list(MARGIN_EDGES) + [np.inf]
-    return [(lo, None if hi == np.inf else hi, (m <= hi) & ((m > lo) | ((lo == MARGIN_EDGES[0]) & (m >= lo))))
-            for lo, hi in zip(edges[:-1], edges[1:])]
+    out = []
+    for i, lo in enumerate(MARGIN_EDGES):
+        hi = MARGIN_EDGES[i + 1] if i + 1 < len(MARGIN_EDGES) else None
+        above = m >= lo if i == 0 else m > lo
+        out.append((lo, hi, above if hi is None else above & (m <= hi)))
+    return out
 
 
 def band_words(low: float, high: float | None) -> str:
@@ -53,9 +56,9 @@ def agreement_by_margin(picks: np.ndarray, actions: np.ndarray, search_actions: 
     if not (len(actions) == len(search_actions) == len(search_scores) == n):
         raise ValueError(f"picks ({n}), actions ({len(actions)}), search_actions ({len(search_actions)}) and "
                          f"search_scores ({len(search_scores)}) must have one entry per held-out choice")
-    searched = np.isfinite(search_scores).any(axis=1) if n else np.zeros(0, bool)
-    margin = np.where(searched, search_margins(search_scores), np.nan) if n else np.zeros(0)
-    base = search_actions[:, 0] if n else np.zeros(0, np.int64)
+    searched = np.isfinite(search_scores).any(axis=1)
+    margin = np.where(searched, search_margins(search_scores), np.nan)
+    base = search_actions[:, 0]
     out = []
     for lo, hi, m in margin_bands(margin):
         if not m.any():

@@ -39,19 +39,25 @@ STABLE_TARGET = 0.70
 
 @dataclass
 class Stability:
-    """What ``measure`` saw: ``decisions`` searched twice, ``agree`` with the same top-1 choice,
-    ``overruled`` where the first search left the player's own pick, ``seconds`` wall time,
-    ``sim_steps`` simulated engine decisions."""
+    """What ``measure`` saw: per decision searched twice, whether the two top-1 choices
+    agreed (``agreed``) and the first search's margin (``margins``,
+    ``shared.search.halving.pick_margin``; NaN where it did not search); ``overruled`` where the
+    first search left the player's own pick, ``seconds`` wall time, ``sim_steps`` simulated
+    engine decisions."""
 
-    decisions: int = 0
-    agree: int = 0
+    agreed: list = field(default_factory=list)
+    margins: list = field(default_factory=list)
     overruled: int = 0
     seconds: float = 0.0
     sim_steps: int = 0
-    margins: list = field(default_factory=list)
-    """Per decision, the first search's margin (``shared.search.halving.pick_margin``)."""
-    agreed: list = field(default_factory=list)
-    """Per decision, whether the two searches chose the same move."""
+
+    @property
+    def decisions(self) -> int:
+        return len(self.agreed)
+
+    @property
+    def agree(self) -> int:
+        return sum(self.agreed)
 
     @property
     def agreement(self) -> float:
@@ -109,8 +115,6 @@ def measure(env, searched, opponent, *, battles: int, master_seed: int, first_ba
         last = searched.last
         overruled = last is not None and last.index != 0
         second = seat.act(mine, np.random.default_rng((master_seed, b, t, 1)))
-        out.decisions += 1
-        out.agree += int(first == second)
         out.overruled += int(overruled)
         out.agreed.append(first == second)
         out.margins.append(float("nan") if last is None else pick_margin(last.means, last.visits, searched.spec.keep))
@@ -158,8 +162,9 @@ def by_margin(s: Stability) -> str:
             w_lo, w_hi = wilson(k, n)
             lines.append(f"    margin {band_words(lo, hi):>9}: {n} decisions, top-1 agreement {k / n:.3f} "
                          f"[{w_lo:.3f}, {w_hi:.3f}]\n")
-    return "".join(["  by the first search's margin (its best survivor's score minus the runner-up's):\n"] + lines
-                   if lines else [])
+    if not lines:
+        return ""
+    return "".join(["  by the first search's margin (its best survivor's score minus the runner-up's):\n", *lines])
 
 
 def report(player: str, opponent: str, battles: int, s: Stability, engine: float | None = None) -> str:

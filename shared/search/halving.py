@@ -68,15 +68,22 @@ def pick(means: np.ndarray, alive: np.ndarray, keep: float) -> int:
     return 0 if masked[best] <= masked[0] + keep else best
 
 
-def pick_margin(means: np.ndarray, visits: np.ndarray, keep: float) -> float:
-    """How clear ``pick``'s choice was: among the survivors (the candidates with the most
-    playouts, ``visits``), the best score minus the runner-up's, candidate 0's mean raised by
-    ``keep`` (so a margin of exactly ``keep`` is a tie kept for the player's own pick). 0.0 with one
-    survivor. The same rule as ``royalefleet.clone.search_margins`` over recorded scores."""
+def pick_scores(means: np.ndarray, visits: np.ndarray, keep: float) -> tuple[np.ndarray, np.ndarray]:
+    """What ``pick`` chose among once a search is done: ((k,) bool the survivors, the candidates
+    with the most playouts ``visits``; (k,) the means, in their dtype, candidate 0's raised by
+    ``keep``). The best of the survivors' scores is the move (ties to candidate 0)."""
     visits = np.asarray(visits)
-    scores = np.asarray(means, np.float64).copy()
+    scores = np.array(means, copy=True)
     scores[0] += keep
-    top = np.sort(scores[visits == visits.max()])[::-1]
+    return visits == visits.max(), scores
+
+
+def pick_margin(means: np.ndarray, visits: np.ndarray, keep: float) -> float:
+    """How clear ``pick``'s choice was: the best of ``pick_scores``' survivor scores minus the
+    runner-up's (so a margin of exactly ``keep`` is a tie kept for the player's own pick); 0.0 with
+    one survivor. The same rule as ``royalefleet.clone.search_margins`` over recorded scores."""
+    alive, scores = pick_scores(np.asarray(means, np.float64), visits, keep)
+    top = np.sort(scores[alive])[::-1]
     return float(top[0] - top[1]) if len(top) > 1 else 0.0
 
 
