@@ -473,6 +473,8 @@ def check_battles(cfg, decisions: int = DOCTOR_DECISIONS, env=None) -> Check:
             o = obs[seat]
             want = {"spatial": (len(spec.plane_names), h, w), "vector": (spec.vector_size,),
                     "action_mask": (spec.n_actions,), "mask_planes": (spec.hand_slots, h, w)}
+            if spec.id_planes:
+                want["card_ids"] = (spec.id_planes, h, w)
             for key, shape in want.items():
                 if tuple(o[key].shape) != shape:
                     problems.append(f"decision {t} {seat}: {key} has shape {tuple(o[key].shape)}, the layout "

@@ -21,6 +21,10 @@ vector             float16                                                    to
 action_mask        bit-packed, LSB first, ceil(A / 8) bytes                   exact
 mask_planes        not stored: it is ``action_mask[1:]`` reshaped (RoyaleGym   exact
                    hands out a view of the same memory)
+card_ids           uint8 as they are, right after the uint8 planes, when the   exact
+                   builder has card identity (``ObsSpec.id_planes``; the
+                   table's ``id_planes``); never a float plane, where a stored
+                   6.997 would read as card 6
 =================  =========================================================  ===========
 
 The ``uint16`` storage is where we differ from the reference codec (which stores the two
@@ -30,8 +34,10 @@ integer plane, or one above its range) is rounded or clipped and COUNTED, never 
 stored: ``health/obs_codec_rounded`` and ``health/obs_codec_clipped`` are exactly 0 on a
 healthy run.
 
-Row layout, in bytes: [uint8 planes][uint16 planes][float16 planes][vector float16][mask bits],
-``row_bytes = HW * (n8 + 2 n16 + 2 n16f) + 2 V + ceil(A / 8)``.
+Row layout, in bytes: [uint8 planes][card-id planes][pad][uint16 planes][float16 planes][vector
+float16][mask bits], ``row_bytes = HW * (n8 + nid + 2 n16 + 2 n16f) + pad + 2 V + ceil(A / 8)``
+(pad: one byte when ``HW * (n8 + nid)`` is odd). The mask bits stay last, so whatever reads a
+row's legality from ``omask`` to the end reads the same bytes with or without card ids.
 
 How rows travel (the WIRE codec, negotiated per rollout in Hello / Welcome; docs/protocol.md):
 
@@ -120,6 +126,7 @@ def decide_table(spec: ObsSpec, declared_high: np.ndarray, samples: np.ndarray) 
         vector_size=spec.vector_size,
         n_actions=spec.n_actions,
         hand_slots=spec.hand_slots,
+        id_planes=spec.id_planes,
     )
 
 
@@ -135,7 +142,9 @@ def describe_table(table: CodecTable) -> str:
     for p in table.planes:
         groups.setdefault(p.storage, []).append(p.name)
     parts = [f"{k} {len(v)} ({', '.join(v)})" for k, v in groups.items()]
-    return f"codec v{table.version}: " + "; ".join(parts) + f"; vector float16 x{table.vector_size}; mask {table.n_actions} bits"
+    ids = f"; card ids uint8 x{table.id_planes}" if table.id_planes else ""
+    return (f"codec v{table.version}: " + "; ".join(parts) + ids
+            + f"; vector float16 x{table.vector_size}; mask {table.n_actions} bits")
 
 
 POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int32)
@@ -164,7 +173,9 @@ class Codec:
         self.idx = {k: np.array([i for i, s in enumerate(kinds) if s == k], dtype=np.int64) for k in
                     ("uint8", "uint16", "float16", "static")}
         n8, n16, nf = (len(self.idx[k]) for k in ("uint8", "uint16", "float16"))
-        self.o16 = n8 * hw + (n8 * hw) % 2
+        self.oid = n8 * hw  # the card-id planes (table.id_planes), bytes as the builder gives them
+        self.oid_end = self.oid + table.id_planes * hw
+        self.o16 = self.oid_end + self.oid_end % 2
         self.of16 = self.o16 + 2 * n16 * hw
         self.ovec = self.of16 + 2 * nf * hw
         self.omask = self.ovec + 2 * table.vector_size
@@ -192,7 +203,13 @@ class Codec:
             clipped += int(np.count_nonzero(over) + np.count_nonzero(r < 0))
             np.clip(r, 0, 255, out=r)
             out[: len(self.idx["uint8"]) * hw] = r.reshape(-1)
-            out[len(self.idx["uint8"]) * hw : self.o16] = 0  # the pad byte, if any: every byte of a row is defined
+        if t.id_planes:
+            ids = obs.get("card_ids")
+            if ids is None or ids.shape != (t.id_planes, t.height, t.width):
+                raise CodecError(f"the codec table stores {t.id_planes} card-id planes; the observation's card_ids is "
+                                 f"{None if ids is None else ids.shape} (was the env built without card identity?)")
+            out[self.oid : self.oid_end] = ids.reshape(-1)
+        out[self.oid_end : self.o16] = 0  # the pad byte, if any: every byte of a row is defined
         if len(self.idx["uint16"]):
             src = spatial[self.idx["uint16"]]
             r = np.rint(src.astype(np.float64) * self.scale16[:, None, None])
@@ -226,7 +243,8 @@ class Codec:
 
     def unpack(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """(B, row_bytes) uint8 -> ``spatial`` (B, C, H, W) float32, ``vector`` (B, V)
-        float32, ``mask`` (B, A) bool. Needs the static planes."""
+        float32, ``mask`` (B, A) bool, and with card identity ``card_ids`` (B, id_planes, H, W)
+        uint8. Needs the static planes."""
         if self.statics is None:
             raise CodecError("unpacking needs the static planes; construct Codec(table, statics)")
         t, hw, b = self.table, self.hw, rows.shape[0]
@@ -246,7 +264,10 @@ class Codec:
             spatial[:, self.idx["static"]] = self.statics[None]
         vector = np.ascontiguousarray(rows[:, self.ovec : self.omask]).view("<f2").astype(np.float32)
         mask = np.unpackbits(rows[:, self.omask :], axis=1, count=t.n_actions, bitorder="little").astype(bool)
-        return {"spatial": spatial, "vector": vector, "mask": mask}
+        out = {"spatial": spatial, "vector": vector, "mask": mask}
+        if t.id_planes:
+            out["card_ids"] = rows[:, self.oid : self.oid_end].reshape(b, t.id_planes, h, w).copy()
+        return out
 
 
 # ---------------------------------------------------------------------- the wire (codec 2)

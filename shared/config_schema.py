@@ -362,6 +362,12 @@ class NetConfig(_Cfg):
     battles missed it on 0.144 of its held-out choices, 284 of the 286 misses another slot
     (docs/design.md, "The pointer query knows its slot"). Off keeps the architecture (and its
     digest) that snapshots made before it have."""
+    card_id_embed: NonNegInt = 8
+    """Width of the embedding of each tile's card id, in features per id plane, when the
+    observation carries card ids (``env.obs_builder`` RoyaleGym's ``SpatialObsBuilder`` with
+    ``card_identity``: which card each unit on the board is, where the planes only count units
+    and sum their hit points). 0 does not read the ids. Inert without card identity; a value
+    other than 8 enters the architecture digest."""
     noop_bias: Annotated[float, Meta(ge=-20.0, le=20.0)] = 0.0
     """A constant added to the no-op logit (royalelearn-facts §5, the pointer head). 0 starts
     with p(no-op) = 1 / n_legal, a policy that plays a card whenever it can; 8 starts nearly

@@ -19,6 +19,11 @@ from shared.config import ComponentSpec, EnvConfig
 from shared.messages import EngineBuild, EpisodeRecord
 
 
+CARD_IDS_KEY = "card_ids"
+"""The observation key RoyaleGym's ``SpatialObsBuilder(card_identity=True)`` adds: which card
+each tile's unit is (``ObsSpec.id_planes``)."""
+
+
 class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
     """The observation and action layout of one environment build, as declared by it.
 
@@ -47,6 +52,14 @@ class ObsSpec(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=Tru
     run's, not the environment's, set by ``shared.preflight.run_preflight`` so that every
     network built from the spec (learner, frozen seats, evaluators, replay) has the run's
     input width. Encoded only when not 1."""
+    id_planes: int = 0
+    """Planes of the observation's ``card_ids`` key (RoyaleGym's ``card_identity``: 2, own and
+    enemy, each (height, width) uint8 naming the card of the unit on each tile: 0 none, 1 a tower,
+    2 + the card's catalogue position). 0 without card identity; encoded only when not 0, so a
+    spec without it keeps its digest."""
+    id_vocab: int = 0
+    """Distinct values of ``card_ids`` (the declared upper bound + 1: the catalogue's cards + 2),
+    the card-id embedding's rows. 0 without card identity."""
 
     @property
     def n_grid_actions(self) -> int:
@@ -253,6 +266,10 @@ def obs_spec(env) -> ObsSpec:
             f"{n_buttons} ability buttons; only the tile grid parser (TileActionParser) is supported"
         )
     offsets = env.obs_builder.vector_offsets()
+    ids = space.spaces.get(CARD_IDS_KEY)
+    if ids is not None and (len(ids.shape) != 3 or tuple(ids.shape[1:]) != (h, w) or ids.high.max() > 255):
+        raise RuntimeError(f"the observation's {CARD_IDS_KEY!r} is {ids.shape} up to {ids.high.max()}; "
+                           f"expected (planes, {h}, {w}) with values that fit a byte")
     return ObsSpec(
         plane_names=names,
         static_planes=tuple(name for name, static in layout if static),
@@ -264,6 +281,8 @@ def obs_spec(env) -> ObsSpec:
         hand_slots=int(mask_planes[0]),
         decision_ms=int(env.config()["decision_ms"]),
         n_buttons=n_buttons,
+        id_planes=0 if ids is None else int(ids.shape[0]),
+        id_vocab=0 if ids is None else int(ids.high.max()) + 1,
     )
 
 

@@ -130,7 +130,9 @@ def config_digests(cfg: RunConfig) -> dict[str, str]:
         # frame_stack widens the trunk's input; recorded only when stacking, so a run without
         # it keeps the arch digest it had before the field existed
         # (and slot_index only when on: a network without it keeps its digest)
-        "arch_digest": digest(_without(cfg.net, "device", "autocast", *(() if cfg.net.slot_index else ("slot_index",)))
+        # (card_id_embed only when not its default: it changes nothing without card identity)
+        "arch_digest": digest(_without(cfg.net, "device", "autocast", *(() if cfg.net.slot_index else ("slot_index",)),
+                                       *(("card_id_embed",) if cfg.net.card_id_embed == 8 else ()))
                               | ({"frame_stack": cfg.obs.frame_stack} if cfg.obs.frame_stack != 1 else {})),
         # PPO runs keep the digest they had before the DQN learner existed; another algorithm adds
         # its declaration's part (shared/algorithms.py: its name and sections)

@@ -94,7 +94,7 @@ class PlaneCodec(Struct, array_like=True, forbid_unknown_fields=True, frozen=Tru
     scale: float
 
 
-class CodecTable(Struct, forbid_unknown_fields=True, frozen=True):
+class CodecTable(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
     """How one observation row is packed (see ``shared.codec``). Decided by the learner at
     start-up from the declared observation space and a sample of real observations, and sent
     to every rollout in Welcome."""
@@ -106,6 +106,9 @@ class CodecTable(Struct, forbid_unknown_fields=True, frozen=True):
     vector_size: int
     n_actions: int
     hand_slots: int
+    id_planes: int = 0
+    """Card-id planes stored per row as bytes (``ObsSpec.id_planes``); encoded only when not 0,
+    so a table without them keeps its digest."""
 
 
 class Assignment(Struct, array_like=True, forbid_unknown_fields=True, frozen=True):

@@ -92,6 +92,8 @@ def check_update_fits(model, opt_actor, opt_critic, spec, ppo, row_bytes: int, d
         "vector": torch.zeros((b, spec.vector_size), device=device),
         "mask": torch.ones((b, spec.n_actions), dtype=torch.bool, device=device),
     }
+    if spec.id_planes:  # card identity: each tile's card id (shared/nn/model.py)
+        obs["card_ids"] = torch.zeros((b, spec.id_planes, spec.height, spec.width), dtype=torch.uint8, device=device)
     if spec.frame_stack > 1:  # the previous decisions' planes (shared/nn/frame_stack.py)
         from shared.nn.frame_stack import history_channels
 

@@ -7,7 +7,11 @@ description, no code taken from it):
   per-slot mask planes ("where could each hand card go", derived from the flat mask), two
   coordinate planes y/(H-1) and x/(W-1) (the arena is not translation-invariant), and the
   vector embedded by ``Linear(V, E)`` and broadcast over the board:
-  ``planes + hand_slots + 2 + E`` input channels.
+  ``planes + hand_slots + 2 + E`` input channels. With card identity (``spec.id_planes``,
+  RoyaleGym's ``card_ids``) and ``net.card_id_embed`` K > 0, each tile's card id of each id
+  plane is embedded by ``Embedding(id_vocab, K)`` (row 0, an empty tile, fixed at zero) and
+  adds ``id_planes * K`` channels: the count planes say how many units stand on a tile, the
+  ids say which card they are.
 * Trunk: ``Conv3x3 -> GroupNorm -> ReLU``, then ``blocks`` residual blocks
   ``Conv3x3 -> GN -> ReLU -> Conv3x3 -> GN -> +skip -> ReLU``. GroupNorm, never BatchNorm:
   BatchNorm computes a different function at rollout and at update time. Convolutions carry
@@ -30,6 +34,7 @@ Observation batch ("obs"): a dict of tensors on the model's device,
 ``spatial`` (B, C_planes, H, W) float32, ``vector`` (B, V) float32, ``mask`` (B, A) bool, and
 with frame stacking (``spec.frame_stack`` k > 1) ``history`` (B, (k-1) (C_planes + hand_slots),
 H, W) float32 (``shared.nn.frame_stack.history_planes``),
+and with card identity ``card_ids`` (B, id_planes, H, W) uint8,
 with A = 1 + hand_slots * H * W + n_buttons and ``mask[:, 0]`` (the no-op) True on every row.
 """
 
@@ -56,6 +61,9 @@ HIDDEN_GAIN = math.sqrt(2.0)
 HEAD_GAIN = 0.01
 VALUE_GAIN = 1.0
 EMBED_STD = 0.02
+CARD_ID_STD = 1.0
+"""The card-id embedding's init: a tile's card enters the stem at the scale of one unit on a
+count plane (a 0.02 embedding would be drowned by those planes until Adam grew it)."""
 
 
 # ----------------------------------------------------------------------------- precision
@@ -139,7 +147,14 @@ def board_input_channels(spec: ObsSpec, net: NetConfig) -> int:
     """Stem input channels: planes + per-slot mask planes + 2 coordinates + vector embedding,
     and with frame stacking (``spec.frame_stack`` k > 1) the previous k - 1 decisions' planes
     and mask planes (shared/nn/frame_stack.py)."""
-    return spec.frame_stack * (len(spec.plane_names) + spec.hand_slots) + 2 + net.vector_embed
+    return (spec.frame_stack * (len(spec.plane_names) + spec.hand_slots) + 2 + net.vector_embed
+            + card_id_channels(spec, net))
+
+
+def card_id_channels(spec: ObsSpec, net: NetConfig) -> int:
+    """Stem input channels of the embedded card ids: ``id_planes * net.card_id_embed`` with card
+    identity, 0 without it or with ``net.card_id_embed`` 0 (the ids are then not read)."""
+    return spec.id_planes * net.card_id_embed if spec.id_vocab else 0
 
 
 def slot_input_width(spec: ObsSpec, net: NetConfig) -> int:
@@ -206,6 +221,9 @@ class BoardTrunk(nn.Module):
         self.vector_embed = nn.Linear(spec.vector_size, net.vector_embed)
         self.stem = _conv3x3(board_input_channels(spec, net), net.channels)
         self.stem_norm = nn.GroupNorm(net.norm_groups, net.channels)
+        # Built only with card identity, so a network without it keeps its parameters and draws.
+        self.card_id_embed = (nn.Embedding(spec.id_vocab, net.card_id_embed, padding_idx=0)
+                              if card_id_channels(spec, net) else None)
         self.blocks = nn.Sequential(*(ResidualBlock(net.channels, net.norm_groups) for _ in range(net.blocks)))
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -216,6 +234,12 @@ class BoardTrunk(nn.Module):
         embedded = self.vector_embed(vector)  # (B, E), broadcast over every tile
         # the previous k - 1 decisions' planes (obs["history"], shared/nn/frame_stack.py)
         stacked = [obs["history"].to(spatial.dtype)] if self.spec.frame_stack > 1 else []
+        if self.card_id_embed is not None:
+            # (B, P, H, W) ids -> (B, P, H, W, K) -> (B, P K, H, W). A byte past the vocabulary
+            # (only a corrupt row can hold one) reads as the last id, not an index error.
+            ids = obs["card_ids"].long().clamp_(max=self.card_id_embed.num_embeddings - 1)
+            cards = self.card_id_embed(ids).permute(0, 1, 4, 2, 3).reshape(b, -1, h, w).to(spatial.dtype)
+            stacked.append(cards)
         board = torch.cat([spatial, planes, *stacked, coords, embedded[:, :, None, None].expand(-1, -1, h, w)], dim=1)
         x = F.relu(self.stem_norm(self.stem(board)))
         return self.blocks(x)
@@ -352,7 +376,8 @@ class ActorCritic(nn.Module):
     @torch.no_grad()
     def reset_parameters(self, seed: int) -> None:
         """Orthogonal init (gain sqrt 2 hidden, 0.01 pointer query/bias and no-op, 1.0 value
-        output), zero biases, GroupNorm (1, 0), embeddings N(0, 0.02). Draw order is the module
+        output), zero biases, GroupNorm (1, 0), embeddings N(0, 0.02), the board's card-id embedding
+        N(0, 1) with its padding row (an empty tile) zero. Draw order is the module
         registration order, so the weights depend on the seed and the architecture only."""
         gen = torch.Generator(device="cpu").manual_seed(int(seed))
         head = {self.actor.query, self.actor.query_bias, self.actor.noop, self.actor.button_head}
@@ -362,7 +387,10 @@ class ActorCritic(nn.Module):
                 gain = HEAD_GAIN if module in head else VALUE_GAIN if module is self.critic.out else HIDDEN_GAIN
                 nn.init.orthogonal_(module.weight, gain=gain, generator=gen)
             elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, 0.0, EMBED_STD, generator=gen)
+                nn.init.normal_(module.weight, 0.0, EMBED_STD if module.padding_idx is None else CARD_ID_STD,
+                                generator=gen)
+                if module.padding_idx is not None:
+                    module.weight[module.padding_idx].zero_()
             elif isinstance(module, nn.GroupNorm):
                 nn.init.ones_(module.weight)
             else:

@@ -62,7 +62,8 @@ class DeviceRows:
 
     def expand(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         """(B, row_bytes) uint8 on this device -> ``spatial`` (B, C, H, W) float32, ``vector``
-        (B, V) float32, ``mask`` (B, A) bool, on the same device: ``Codec.unpack``'s values bit
+        (B, V) float32, ``mask`` (B, A) bool (and ``card_ids`` (B, id_planes, H, W) uint8 with
+        card identity), on the same device: ``Codec.unpack``'s values bit
         for bit. Raises ValueError for another dtype, rank or row width."""
         c = self.codec
         if rows.dtype != torch.uint8 or rows.dim() != 2 or rows.shape[1] != c.row_bytes:
@@ -84,7 +85,10 @@ class DeviceRows:
         vector = rows[:, c.ovec : c.omask].contiguous().view(torch.float16).to(torch.float32)
         bits = (rows[:, c.omask :, None] >> self.bit_shifts) & 1  # (B, mask_bytes, 8), LSB first
         mask = bits.reshape(b, -1)[:, : self.n_actions].bool()
-        return {"spatial": spatial, "vector": vector, "mask": mask}
+        out = {"spatial": spatial, "vector": vector, "mask": mask}
+        if c.table.id_planes:
+            out["card_ids"] = rows[:, c.oid : c.oid_end].reshape(b, c.table.id_planes, h, w).clone()
+        return out
 
     # ------------------------------------------------------------------ host to device
 

@@ -58,7 +58,7 @@ class SnapshotWeightsError(ValueError):
 
 
 ARCH_HINT = (" (another network: a net field of the config that made it differs from this run's, such as "
-             "net.channels, net.blocks or net.slot_index)")
+             "net.channels, net.blocks, net.slot_index or net.card_id_embed)")
 """Said after an arch_digest clause: the digest names no field, the user needs to know where to look."""
 
 
