@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from shared.codec import Codec, CodecError, describe_table
+from shared.codec import CodecError, describe_table
 from shared.config import ComponentSpec, EnvConfig, NetConfig
-from shared.envs import CARD_IDS_KEY, build_env
+from shared.envs import CARD_IDS_KEY
 from shared.nn.model import ActorCritic
 from shared.nn.rows import DeviceRows
 from shared.preflight import run_preflight
+from tests.shared.selfplay import random_legal_observations
 
 MASTER_SEED = 20261206
 CARD_ENV = EnvConfig(obs_builder=ComponentSpec(cls="royalegym.SpatialObsBuilder", kwargs={"card_identity": True}))
@@ -28,20 +29,7 @@ def preflight():
 @pytest.fixture(scope="module")
 def real_obs():
     """200 decisions of random-legal self-play (no-op probability 0.5), both seats, copied."""
-    from royalegym import RandomLegalOpponent
-
-    env = build_env(CARD_ENV)
-    player = RandomLegalOpponent(0.5)
-    rng = np.random.default_rng(4)
-    obs, _ = env.reset(seed=41)
-    out = []
-    for step in range(200):
-        for seat in ("blue", "red"):
-            out.append({k: np.array(v, copy=True) for k, v in obs[seat].items()})
-        obs, _, term, trunc, _ = env.step({s: player.act(obs[s], obs[s]["action_mask"], rng) for s in ("blue", "red")})
-        if term["blue"] or trunc["blue"]:
-            obs, _ = env.reset(seed=500 + step)
-    return out
+    return random_legal_observations(CARD_ENV, 200, rng_seed=4, reset_seed=41, next_reset=500)
 
 
 def test_the_spec_and_table_declare_the_id_planes(preflight):

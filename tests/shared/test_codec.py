@@ -11,9 +11,10 @@ from shared.codec import (
     CODEC_VERSION, MIN_TABLE_STATES, Codec, CodecError, decide_table, describe_table, table_digest,
 )
 from shared.config import EnvConfig
-from shared.envs import ObsSpec, build_env
+from shared.envs import ObsSpec
 from shared.messages import CodecTable, PlaneCodec
 from shared.preflight import run_preflight
+from tests.shared.selfplay import random_legal_observations
 
 MASTER_SEED = 20260921
 HP_PLANES = {"own_hp", "enemy_hp"}
@@ -35,21 +36,7 @@ def preflight():
 def real_obs():
     """~300 decisions of random-legal self-play (no-op probability 0.5, so far more cards are
     played than in the preflight's own 0.9 sample), both seats: 600 observations, copied."""
-    from royalegym import RandomLegalOpponent
-
-    env = build_env(EnvConfig())
-    player = RandomLegalOpponent(0.5)
-    rng = np.random.default_rng(12345)
-    obs, _ = env.reset(seed=777)
-    out = []
-    for step in range(300):
-        for seat in ("blue", "red"):
-            out.append({k: np.array(v, copy=True) for k, v in obs[seat].items()})
-        actions = {s: player.act(obs[s], obs[s]["action_mask"], rng) for s in ("blue", "red")}
-        obs, _, term, trunc, _ = env.step(actions)
-        if term["blue"] or trunc["blue"]:
-            obs, _ = env.reset(seed=1000 + step)
-    return out
+    return random_legal_observations(EnvConfig(), 300, rng_seed=12345, reset_seed=777, next_reset=1000)
 
 
 def by_storage(table):
