@@ -123,3 +123,13 @@ def test_a_byte_past_the_vocabulary_reads_as_the_last_id(preflight, real_obs):
     last["card_ids"][:, 0, 5, 5] = 146
     with torch.no_grad():
         assert torch.equal(net.actor_logits(corrupt), net.actor_logits(last))
+
+
+def test_card_id_embed_enters_the_arch_digest_only_when_not_its_default():
+    from shared.config_load import load_config
+    from shared.identity import config_digests
+
+    base = config_digests(load_config({"profile": "cpu"}))["arch_digest"]
+    assert config_digests(load_config({"profile": "cpu", "net": {"card_id_embed": 8}}))["arch_digest"] == base
+    assert config_digests(load_config({"profile": "cpu", "net": {"card_id_embed": 0}}))["arch_digest"] != base
+    assert config_digests(load_config({"profile": "cpu", "net": {"card_id_embed": 16}}))["arch_digest"] != base

@@ -37,11 +37,13 @@ def test_a_bad_frame_stack_is_refused_naming_the_field_and_the_value(bad, said):
 
 def test_frame_stack_is_in_the_identity_and_the_arch_digest_and_k1_keeps_the_old_digest():
     one, two = load_config({"profile": "cpu"}), load_config({"profile": "cpu", "obs": {"frame_stack": 2}})
-    # the net's fields as they were before net.slot_index, which enters the digest only when on
-    assert config_digests(one)["arch_digest"] == digest(_without(one.net, "device", "autocast", "slot_index"))
+    # the net's fields as they were before net.slot_index, which enters the digest only when on,
+    # and net.card_id_embed, which enters it only when not its default
+    assert config_digests(one)["arch_digest"] == digest(_without(one.net, "device", "autocast", "slot_index",
+                                                                 "card_id_embed"))
     assert config_digests(two)["arch_digest"] != config_digests(one)["arch_digest"]
-    assert config_digests(two)["arch_digest"] == digest(_without(two.net, "device", "autocast", "slot_index")
-                                                        | {"frame_stack": 2})
+    assert config_digests(two)["arch_digest"] == digest(_without(two.net, "device", "autocast", "slot_index",
+                                                                 "card_id_embed") | {"frame_stack": 2})
     assert {k for k in config_digests(one) if config_digests(one)[k] != config_digests(two)[k]} == {"arch_digest"}
 
 
