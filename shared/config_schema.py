@@ -92,6 +92,9 @@ class ComponentSpec(_Cfg):
     its signature or its ``config_problems`` names a problem."""
 
 
+CARD_ID_EMBED = 8
+"""``net.card_id_embed``'s default: the one width that stays out of the arch digest
+(shared/identity.py), so a network without card identity keeps the digest it had."""
 SEAT_DECKS_RESERVED = ("deck", "p", "mirror_p", "seat", "pool", "shuffle")
 """Keywords the deal itself decides; ``env.seat_decks.kwargs`` may not name them."""
 
@@ -362,7 +365,7 @@ class NetConfig(_Cfg):
     battles missed it on 0.144 of its held-out choices, 284 of the 286 misses another slot
     (docs/design.md, "The pointer query knows its slot"). Off keeps the architecture (and its
     digest) that snapshots made before it have."""
-    card_id_embed: NonNegInt = 8
+    card_id_embed: NonNegInt = CARD_ID_EMBED
     """Width of the embedding of each tile's card id, in features per id plane, when the
     observation carries card ids (``env.obs_builder`` RoyaleGym's ``SpatialObsBuilder`` with
     ``card_identity``: which card each unit on the board is, where the planes only count units

@@ -61,6 +61,7 @@ import msgspec
 from shared.algorithms import identity_part
 from shared.components import user_code as user_code_of
 from shared.config import RunConfig
+from shared.config_schema import CARD_ID_EMBED
 from shared.extensions import ExtensionRecord, extension_records
 from shared.messages import EngineBuild
 
@@ -132,7 +133,7 @@ def config_digests(cfg: RunConfig) -> dict[str, str]:
         # (and slot_index only when on: a network without it keeps its digest)
         # (card_id_embed only when not its default: it changes nothing without card identity)
         "arch_digest": digest(_without(cfg.net, "device", "autocast", *(() if cfg.net.slot_index else ("slot_index",)),
-                                       *(("card_id_embed",) if cfg.net.card_id_embed == 8 else ()))
+                                       *(("card_id_embed",) if cfg.net.card_id_embed == CARD_ID_EMBED else ()))
                               | ({"frame_stack": cfg.obs.frame_stack} if cfg.obs.frame_stack != 1 else {})),
         # PPO runs keep the digest they had before the DQN learner existed; another algorithm adds
         # its declaration's part (shared/algorithms.py: its name and sections)

@@ -154,7 +154,7 @@ def board_input_channels(spec: ObsSpec, net: NetConfig) -> int:
 def card_id_channels(spec: ObsSpec, net: NetConfig) -> int:
     """Stem input channels of the embedded card ids: ``id_planes * net.card_id_embed`` with card
     identity, 0 without it or with ``net.card_id_embed`` 0 (the ids are then not read)."""
-    return spec.id_planes * net.card_id_embed if spec.id_vocab else 0
+    return spec.id_planes * net.card_id_embed
 
 
 def slot_input_width(spec: ObsSpec, net: NetConfig) -> int:
