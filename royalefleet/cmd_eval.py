@@ -129,11 +129,13 @@ def search_line(player, games: int, elapsed_s: float) -> str | None:
     """What a searching player spent over ``games`` games of ``elapsed_s`` seconds in all, or None
     for a player that does not search: searched decisions (a game's share), simulations and
     engine decisions simulated, seconds in search and searched decisions per second of search,
-    and how often the search overruled the player's own pick."""
+    and how often the search overruled the player's own pick (and, under ``confirm``, how many
+    overrules fresh playouts did not repeat)."""
     stats = getattr(player, "stats", None)
     if stats is None or not stats.decisions:
         return None
     return (f"  {player.id}: {stats.decisions} searched decisions ({stats.decisions / games:.1f} a game), "
             f"{stats.simulations} simulations, {stats.sim_steps} simulated decisions; {stats.seconds:.0f} s of the "
             f"{elapsed_s:.0f} s in search ({stats.decisions / max(stats.seconds, 1e-9):.2f} searched decisions/s); "
-            f"the search overruled the player's own pick at {stats.chose_other / stats.decisions:.0%} of them")
+            f"the search overruled the player's own pick at {stats.chose_other / stats.decisions:.0%} of them"
+            + (f" ({stats.unconfirmed} more overrules not confirmed by fresh playouts)" if stats.unconfirmed else ""))

@@ -16,8 +16,11 @@ candidate floor(budget left / (rounds left x survivors)) playouts (at least one)
 better half by mean, so the budget goes to the close candidates (N 8, K 4: 8 x 1, 4 x 3, 2 x 6). The player's own pick (candidate 0) is always
 kept: it is the default a challenger must beat by more than ``keep``.
 
+With ``confirm`` C, a move that leaves the own pick is played again against it and the best other
+finalist, C more playouts each on fresh streams, and those alone choose (``confirm``).
+
 With every option at its default (one playout, no halving, the battle's opponent, raw board,
-keep 0) the move is exactly ``Lookahead.choose``'s: the highest score, ties to the earliest.
+keep 0, no confirmation) the move is exactly ``Lookahead.choose``'s: the highest score, ties to the earliest.
 """
 
 from __future__ import annotations
@@ -132,11 +135,10 @@ def evaluate(lookahead, env, seat: str, candidates: list[int], opponents: list, 
     if spec.redeal and seen is None:
         raise ValueError("a search with redeal=1 needs the seat's enemy_cards_seen (seen)")
     deals: dict[int, tuple] = {}
-    rounds = schedule(k, spec)
-    for r, per in enumerate(rounds):
-        idx = np.flatnonzero(alive)
-        start = int(visits[idx[0]])
-        for j in range(start, start + per):
+
+    def playouts(idx: np.ndarray, js: range, sums: np.ndarray) -> None:
+        """Add each of playouts ``js``' scores of candidates ``idx`` to ``sums[idx]``, in turn."""
+        for j in js:
             opponent = opponents[(int(seed) + j) % len(opponents)]
             at = saved
             if spec.redeal:  # the same deal for playout j in every round
@@ -146,11 +148,57 @@ def evaluate(lookahead, env, seat: str, candidates: list[int], opponents: list, 
             board = lookahead.simulate(env, seat, [int(candidates[i]) for i in idx], opponent, playout_seed(seed, j),
                                        count=False, saved=at).board
             sums[idx] += score(board, spec.value_scale)
-            visits[idx] += 1
+
+    rounds = schedule(k, spec)
+    entrants = alive  # the last two rounds' entrants: where a confirmation draws its rivals
+    for r, per in enumerate(rounds):
+        if r == len(rounds) - 2:
+            entrants = alive
+        idx = np.flatnonzero(alive)
+        start = int(visits[idx[0]])
+        playouts(idx, range(start, start + per), sums)
+        visits[idx] += per
         if r < len(rounds) - 1:
             alive = survivors(sums / np.maximum(visits, 1), alive)
     means = sums / np.maximum(visits, 1)
     index = pick(means, alive, spec.keep)
+    if spec.confirm and index != 0:
+        index = confirm(means, visits, entrants, playouts, spec)
+        lookahead.stats.unconfirmed += int(index == 0)
     lookahead.stats.decisions += 1
     lookahead.stats.chose_other += int(index != 0)
     return Evaluation(means=means, visits=visits, index=index)
+
+
+CONFIRM_RIVALS = 2
+"""How many candidates besides the player's own pick a confirmation plays again: the best by mean
+of the last two rounds' entrants (the departure the search chose among them). Two, because a
+clear departure's label that does not repeat mostly goes to another departure (docs/search.md,
+"Confirming a departure"), not back to the own pick."""
+
+
+def confirm(means: np.ndarray, visits: np.ndarray, entrants: np.ndarray, playouts, spec: SearchSpec) -> int:
+    """Play a departure again against its rivals on fresh streams and let those decide: the
+    player's own pick and the ``CONFIRM_RIVALS`` best others by mean among ``entrants`` ((k,) bool,
+    the last two halving rounds' entrants; every candidate without halving) get ``spec.confirm``
+    more playouts each, on playout streams none of them has seen (j from the most playouts
+    onwards, common to all), and the move is ``pick`` over those fresh means alone: a departure
+    stands only if it beats the own pick there by more than ``spec.keep``. The search chose its
+    departure because its playouts scored high, so its mean is biased upward (the winner's curse);
+    fresh playouts are not. ``means`` and ``visits`` ((k,) float64 / int64, updated in place) give
+    the contenders their fresh means and the most visits, so ``pick`` over the recorded scores
+    (``pick_scores``) makes the same move. ``playouts(idx, js, sums)`` adds candidates ``idx``'s
+    scores over playouts ``js`` to ``sums[idx]`` (``evaluate``'s). Returns the move's candidate
+    index (0: the own pick)."""
+    others = np.flatnonzero(entrants)
+    others = others[others != 0]
+    rivals = others[np.argsort(-means[others], kind="stable")][:CONFIRM_RIVALS]
+    contenders = np.concatenate([[0], np.sort(rivals)]).astype(np.int64)
+    start = int(visits.max())
+    fresh = np.zeros(len(means))
+    playouts(contenders, range(start, start + spec.confirm), fresh)
+    means[contenders] = fresh[contenders] / spec.confirm
+    visits[contenders] = start + spec.confirm
+    alive = np.zeros(len(means), bool)
+    alive[contenders] = True
+    return pick(means, alive, spec.keep)

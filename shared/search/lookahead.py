@@ -68,6 +68,9 @@ class SearchStats:
     seconds: float = 0.0
     chose_other: int = 0
     """Searched decisions whose choice was not the first candidate (the player's own pick)."""
+    unconfirmed: int = 0
+    """Departures from the own pick that the confirming playouts did not repeat (``confirm=C``),
+    so the own pick was played."""
 
     def add(self, other: "SearchStats") -> None:
         self.decisions += other.decisions
@@ -75,6 +78,7 @@ class SearchStats:
         self.sim_steps += other.sim_steps
         self.seconds += other.seconds
         self.chose_other += other.chose_other
+        self.unconfirmed += other.unconfirmed
 
 
 @dataclass

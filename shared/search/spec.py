@@ -29,7 +29,7 @@ MAX_DEPTH = 240
 _SUFFIX = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
-OPTION_NAMES = ("p", "sh", "cont", "opp", "vs", "keep", "cand", "redeal")
+OPTION_NAMES = ("p", "sh", "cont", "opp", "vs", "keep", "cand", "redeal", "confirm")
 """The options of a search suffix after N[:D], ``,name=value`` each, in this canonical order
 (``SearchSpec`` says what each means); an option at its default is left out of the id."""
 MAX_PLAYOUTS = 64
@@ -72,7 +72,11 @@ class SearchSpec:
       (``shared.search.plans.slot_plans``), not random legal plays (``CANDIDATE_SOURCES``);
     * ``redeal`` (``redeal=1``): every playout starts from the battle with the enemy's cards the
       searching seat has not seen redealt (``shared.search.hidden``), so the search does not choose
-      by the enemy's real hand, which the seat cannot see.
+      by the enemy's real hand, which the seat cannot see;
+    * ``confirm`` (``confirm=C``, 0 off, up to 64): when the move leaves the player's own pick, the
+      own pick and the two best other finalists are played again, C more playouts each on streams
+      none has seen, and those fresh playouts alone choose (``keep`` still favouring the own pick;
+      ``shared.search.halving.confirm``): a departure chosen on noise rarely repeats.
     """
 
     candidates: int
@@ -85,6 +89,7 @@ class SearchSpec:
     keep: float = 0.0
     cand: str = "random"
     redeal: bool = False
+    confirm: int = 0
 
     def options(self) -> str:
         """The ``,name=value`` options of the id, canonical (defaults left out)."""
@@ -105,6 +110,8 @@ class SearchSpec:
             parts.append(f"cand={self.cand}")
         if self.redeal:
             parts.append("redeal=1")
+        if self.confirm:
+            parts.append(f"confirm={self.confirm}")
         return "".join("," + p for p in parts)
 
     def suffix(self) -> str:
@@ -139,6 +146,10 @@ def parse_options(text: str, problem) -> dict:
         if not out["p"].isdigit() or not 1 <= int(out["p"]) <= MAX_PLAYOUTS:
             raise problem(f"p={out['p']!r}: playouts per candidate are 1..{MAX_PLAYOUTS}")
         fields["playouts"] = int(out["p"])
+    if "confirm" in out:
+        if not out["confirm"].isdigit() or not 0 <= int(out["confirm"]) <= MAX_PLAYOUTS:
+            raise problem(f"confirm={out['confirm']!r}: confirming playouts are 0 (off) to {MAX_PLAYOUTS}")
+        fields["confirm"] = int(out["confirm"])
     for key, field_name, what in (("sh", "halving", "sequential halving"),
                                   ("redeal", "redeal", "redealing the enemy's unseen cards")):
         if key in out:

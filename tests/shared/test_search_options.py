@@ -3,11 +3,14 @@ rule, on fake playouts whose scores are known."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from shared.evaluation import check_player
-from shared.search.halving import evaluate, pick, pick_margin, playout_seed, schedule, score, survivors
+from shared.search.halving import (CONFIRM_RIVALS, evaluate, pick, pick_margin, pick_scores, playout_seed, schedule,
+                                   score, survivors)
 from shared.search.lookahead import Playouts, SearchStats
 from shared.search.spec import DEFAULT_DEPTH, SearchSpec, split_search, with_search
 
@@ -24,6 +27,10 @@ def test_every_option_round_trips_through_the_id_in_canonical_order():
     base, spec = split_search(f"snap:x+search:8:{DEFAULT_DEPTH},p=1,sh=0,cont=random")
     assert with_search(base, spec) == "snap:x+search:8" and spec == SearchSpec(8)
     assert check_player("scripted:defend+search:8,p=4,opp=defend") is None
+    base, spec = split_search("scripted:defend+search:12,confirm=6,cand=plans,redeal=1")
+    assert spec == SearchSpec(12, cand="plans", redeal=True, confirm=6)
+    assert with_search(base, spec) == "scripted:defend+search:12,cand=plans,redeal=1,confirm=6"
+    assert split_search("x+search:8,confirm=0")[1] == SearchSpec(8)
 
 
 @pytest.mark.parametrize("bad, why", [
@@ -38,6 +45,8 @@ def test_every_option_round_trips_through_the_id_in_canonical_order():
     ("x+search:8,keep=nan", "keep='nan' must be a finite number >= 0"),
     ("x+search:8,keep=abc", "keep='abc' is not a number"),
     ("x+search:8,p=2,p=3", "option 'p' given twice"),
+    ("x+search:8,confirm=65", "confirm='65': confirming playouts are 0 (off) to 64"),
+    ("x+search:8,confirm=-1", "confirm='-1': confirming playouts are 0 (off) to 64"),
     ("x+search:8,depth=3", "option 'depth=3': expected name=value with name one of p, sh, cont, opp, vs, keep"),
 ])
 def test_a_bad_option_is_refused_naming_it_and_its_range(bad, why):
@@ -154,3 +163,76 @@ def test_the_pick_margin_is_the_best_survivor_over_the_runner_up_with_keep_on_th
     assert pick_margin(np.array([0.5, 0.2, 0.1]), np.array([4, 4, 4]), 0.0) == pytest.approx(0.3)
     assert pick_margin(np.array([0.5, 0.2]), np.array([3, 1]), 0.1) == 0.0  # one survivor
 
+
+
+class _LuckyLookahead(_FakeLookahead):
+    """``true`` board differences, plus ``luck[c]`` on the playouts numbered below ``lucky_below``
+    of the decision searched at ``seed0`` (playout j is recognised by its seed): a candidate that
+    looks good on the search's own playouts and not on fresh ones."""
+
+    def __init__(self, true: dict, luck: dict, seed0: int, lucky_below: int):
+        super().__init__(true)
+        self.j_of = {playout_seed(seed0, j): j for j in range(128)}
+        self.luck, self.lucky_below = luck, lucky_below
+
+    def simulate(self, env, seat, candidates, opponent, seed, *, count=True, saved=None):
+        j = self.j_of[seed]
+        self.calls.append((tuple(candidates), opponent, j))
+        return Playouts(np.array([self.true[c] + (self.luck.get(c, 0.0) if j < self.lucky_below else 0.0)
+                                  for c in candidates], np.float64))
+
+
+def test_a_departure_that_fresh_playouts_do_not_repeat_is_not_played():
+    """Candidate 5 is lucky on the halving's 4 playouts (+1,500 HP) and worth nothing more than the own
+    pick on fresh ones: the halving plays it, confirm=3 plays the own pick, from three fresh playouts
+    (j 4, 5, 6) of the own pick and the two best others of the last two rounds (5 and 7), and the
+    recorded means and visits make the same move under the pick rule."""
+    true = {c: 0.0 for c in range(12)}
+    true[7] = 300.0  # a real but small gain: under keep in tanh units (tanh(0.15) = 0.149 < 0.2)
+    spec = SearchSpec(12, playouts=2, halving=True, value_scale=2000.0, keep=0.2)
+    plain = evaluate(_LuckyLookahead(true, {5: 1500.0}, 99, 4), None, "blue", list(range(12)), ["d"], 99, spec)
+    assert plain.index == 5 and plain.visits.max() == 4
+    fake = _LuckyLookahead(true, {5: 1500.0}, 99, 4)
+    ev = evaluate(fake, None, "blue", list(range(12)), ["d"], 99, replace(spec, confirm=3))
+    assert ev.index == 0 and fake.stats.unconfirmed == 1 and fake.stats.chose_other == 0
+    assert fake.calls[-3:] == [((0, 5, 7), "d", 4), ((0, 5, 7), "d", 5), ((0, 5, 7), "d", 6)]
+    assert {c[2] for c in fake.calls[:-3]} == {0, 1, 2, 3}  # the halving's own playouts, none reused
+    assert ev.visits[[0, 5, 7]].tolist() == [7, 7, 7] and ev.visits.max() == 7
+    assert ev.means[[0, 5, 7]] == pytest.approx([0.0, 0.0, np.tanh(0.15)])  # the fresh playouts alone
+    alive, scores = pick_scores(ev.means, ev.visits, spec.keep)
+    assert np.flatnonzero(alive).tolist() == [0, 5, 7] and int(np.argmax(np.where(alive, scores, -np.inf))) == 0
+
+
+def test_a_departure_that_repeats_stands_and_a_kept_own_pick_is_not_confirmed():
+    true = {c: 0.0 for c in range(12)}
+    true[3] = 1500.0
+    spec = SearchSpec(12, playouts=2, halving=True, value_scale=2000.0, keep=0.2, confirm=3)
+    fake = _LuckyLookahead(true, {}, 7, 0)
+    ev = evaluate(fake, None, "red", list(range(12)), ["d"], 7, spec)
+    assert ev.index == 3 and fake.stats.unconfirmed == 0 and fake.stats.chose_other == 1
+    assert ev.means[3] == pytest.approx(np.tanh(0.75)) and ev.visits[3] == 7
+    assert len(fake.calls[-1][0]) == 1 + CONFIRM_RIVALS
+    # nothing beats the own pick: no confirming playouts at all
+    fake = _LuckyLookahead({c: 0.0 for c in range(12)}, {}, 7, 0)
+    ev = evaluate(fake, None, "red", list(range(12)), ["d"], 7, spec)
+    assert ev.index == 0 and ev.visits.max() == 4 and max(c[2] for c in fake.calls) == 3
+
+
+def test_under_pure_noise_confirmation_leaves_the_own_pick_far_more_often():
+    """Equal candidates, each playout +-N(0, 600 HP) for every candidate apart: most departures the
+    halving makes on noise are not repeated by six fresh playouts (as written: 272 of 400 decisions
+    leave the own pick without confirmation, 109 with it)."""
+    rng = np.random.default_rng(11)
+
+    class _Noisy(_FakeLookahead):
+        def simulate(self, env, seat, candidates, opponent, seed, *, count=True, saved=None):
+            return Playouts(np.random.default_rng(seed).normal(0.0, 600.0, len(candidates)))
+
+    spec = SearchSpec(12, playouts=2, halving=True, value_scale=2000.0, keep=0.1)
+    left = {0: 0, 6: 0}
+    for _ in range(400):
+        seed = int(rng.integers(0, 2**62))
+        for c in left:
+            left[c] += int(evaluate(_Noisy({}), None, "blue", list(range(12)), [None], seed,
+                                    replace(spec, confirm=c)).index != 0)
+    assert left[0] > 200 and left[6] < left[0] / 2, left

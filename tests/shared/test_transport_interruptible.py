@@ -70,7 +70,9 @@ def test_an_evaluator_waiting_on_a_hung_ladder_exits_on_sigterm_at_once(silent_r
         t0 = time.monotonic()
         proc.terminate()
         assert proc.wait(timeout=10) == 0
-        assert time.monotonic() - t0 < 2.0
+        # "At once" against the 30 s the request would wait: the stop poll is 0.1 s, and what is left is
+        # the interpreter's exit (3.6 s once on a machine running four other busy processes).
+        assert time.monotonic() - t0 < 8.0
         out = proc.stdout.read()
         assert "stopped" in out.splitlines()[-1], out
     finally:

@@ -20,7 +20,7 @@ OVERLAP = {"determinism": {"tier": "throughput"}, "rollout": {"overlap": True, "
 
 def test_overlap_lags_0_or_1_and_a_sigkilled_rollout_is_counted_and_the_run_goes_on(tmp_path):
     cfg = tiny_config(tmp_path / "runs", env={"max_steps": 40}, ppo={"timesteps_per_iteration": 1200}, **OVERLAP)
-    up = Up(cfg, "--rollouts", "2", "--iterations", "8")
+    up = Up(cfg, "--rollouts", "2", "--iterations", "10")
     try:
         up.wait_for(lambda s: s.startswith("it    1 "), 240, "iteration 1")
         # Iteration 2's collection began during update 1 (overlapped) and is still running.
@@ -33,7 +33,7 @@ def test_overlap_lags_0_or_1_and_a_sigkilled_rollout_is_counted_and_the_run_goes
         if up.proc.poll() is None:
             up.kill()
     rows = read_rows(tmp_path / "runs" / "default")
-    assert [r["run/iteration"] for r in rows] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [r["run/iteration"] for r in rows] == list(range(1, 11))
     # Iteration 1 was collected before any update: lag 0. Later ones: 0 or 1, never more, and
     # some rows were inferred by the behaviour snapshot while the previous update ran.
     assert rows[0]["ppo/policy_lag_max"] == 0 and rows[0]["throughput/overlap_rows_frac"] == 0.0
@@ -45,15 +45,17 @@ def test_overlap_lags_0_or_1_and_a_sigkilled_rollout_is_counted_and_the_run_goes
     # The kill lands in iteration 2's collection, or (on a loaded machine, where this test reads the
     # run's output late and an iteration of the tiny profile takes a second or two) a few
     # collections later (the full suite on a loaded machine saw it land at iteration 4, and failed
-    # the five-iteration window once more): one row counts the loss, the row after it has the
-    # restarted rollout back.
+    # the five-iteration window once more): one row counts the loss, and a later row has the
+    # restarted rollout back (the next one, unless the restart's imports outlast a tiny iteration:
+    # beside four other busy processes they did).
     lost = [i for i, r in enumerate(rows) if r["health/rollouts_lost"]]
     assert len(lost) == 1 and 1 <= lost[0] <= 6, [r["health/rollouts_lost"] for r in rows]
     hit = rows[lost[0]]
     assert hit["health/rows_invalid"] > 0
     assert hit["health/trainable_rows"] + hit["health/rows_invalid"] == hit["run/cycles"] * hit["run/learner_rows_per_cycle"]
-    after = rows[lost[0] + 1]  # the restarted rollout rejoined at the next boundary
-    assert after["health/rollouts"] == 2 and after["health/rows_invalid"] == 0
+    later = rows[lost[0] + 1:]
+    assert any(r["health/rollouts"] == 2 for r in later), [r["health/rollouts"] for r in rows]
+    assert all(r["health/rows_invalid"] == 0 for r in later)  # one loss, counted once
 
 
 def test_ctrl_c_during_an_overlapped_collection_checkpoints_the_last_row_and_counts_the_untrained_rows(tmp_path):

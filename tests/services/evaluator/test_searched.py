@@ -137,3 +137,20 @@ def test_the_evaluator_counts_what_its_searching_players_spent_per_job():
     assert "royalefleet_evaluator_search_simulations_total 16.0" in text
     assert "royalefleet_evaluator_search_sim_steps_total 480.0" in text
     assert "royalefleet_evaluator_search_seconds_total 1.0" in text
+
+
+def test_the_eval_line_says_how_many_overrules_fresh_playouts_did_not_confirm():
+    from royalefleet.cmd_eval import search_line
+    from shared.search.lookahead import SearchStats
+
+    class Searching:
+        id = "scripted:defend+search:12,confirm=6"
+        stats = SearchStats(decisions=40, simulations=900, sim_steps=18_000, seconds=20.0, chose_other=10,
+                            unconfirmed=3)
+
+    line = search_line(Searching(), games=2, elapsed_s=25.0)
+    assert line == ("  scripted:defend+search:12,confirm=6: 40 searched decisions (20.0 a game), 900 simulations, "
+                    "18000 simulated decisions; 20 s of the 25 s in search (2.00 searched decisions/s); the search "
+                    "overruled the player's own pick at 25% of them (3 more overrules not confirmed by fresh playouts)")
+    Searching.stats = SearchStats(decisions=40, chose_other=10)
+    assert search_line(Searching(), games=2, elapsed_s=25.0).endswith("at 25% of them")
