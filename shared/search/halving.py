@@ -16,8 +16,9 @@ candidate floor(budget left / (rounds left x survivors)) playouts (at least one)
 better half by mean, so the budget goes to the close candidates (N 8, K 4: 8 x 1, 4 x 3, 2 x 6). The player's own pick (candidate 0) is always
 kept: it is the default a challenger must beat by more than ``keep``.
 
-With ``confirm`` C, a move that leaves the own pick is played again against it and the best other
-finalist, C more playouts each on fresh streams, and those alone choose (``confirm``).
+With ``confirm`` C, a move that leaves the own pick is played again against it and the next-best
+finalist (``CONFIRM_RIVALS`` others in all), C more playouts each on fresh streams, and those alone
+choose (``confirm``).
 
 With every option at its default (one playout, no halving, the battle's opponent, raw board,
 keep 0, no confirmation) the move is exactly ``Lookahead.choose``'s: the highest score, ties to the earliest.
