@@ -255,6 +255,13 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
     if apprentice:
         out.write(f"  DAgger: {apprentice} played {collector.counts['apprentice']:,} of the recorded decisions "
                   f"(beta {beta} decaying to 0); every row is labelled by the teacher\n")
+    searched = collector.counts["searched"]
+    if searched:
+        unconfirmed = collector.counts["unconfirmed"]
+        out.write(f"  the search: {searched:,} searched decisions; it overruled the teacher's base player on "
+                  f"{collector.counts['overruled'] / searched:.3f} of them"
+                  + (f" ({unconfirmed:,} more overrules not confirmed by fresh playouts)" if unconfirmed else "")
+                  + "\n")
     if manifest.illegal_actions:
         out.write(f"  {manifest.illegal_actions} row(s) carry an action our mask does not allow: kept, flagged "
                   "action_legal=False; royalefleet clone leaves them out and says how many\n")
@@ -289,9 +296,11 @@ class DemoCollector:
     (Named apart from the learner's ``Collector`` of rollout rows, which is unrelated.)"""
 
     def __init__(self, battles: int, n_shards: int, out):
+        from services.rollout.demos import RECORD_COUNTS
+
         self.battles, self.n_shards, self.out = battles, n_shards, out
         self.entries, self.shard_entries = [], {}
-        self.counts = {"illegal": 0, "remapped": 0, "shard_illegal": 0, "apprentice": 0}
+        self.counts = dict.fromkeys(RECORD_COUNTS, 0)
         self.rows = self.choice = 0
         self.done = self.ready = 0
         self.t0 = time.monotonic()

@@ -29,6 +29,13 @@ MIRROR = "mirror"
 """The opponent id that seats the teacher on both seats (both recorded)."""
 
 
+RECORD_COUNTS = ("illegal", "remapped", "shard_illegal", "apprentice", "searched", "overruled", "unconfirmed")
+"""What a recorder counts per battle and ``royalefleet demos record`` sums: teacher actions our mask
+refuses, re-mapped indices, illegal actions the shard saw, decisions the apprentice played
+(DAgger), and a searching teacher's searched decisions, those where the search overruled its base
+player, and overrules its confirming playouts sent back (``confirm=C``)."""
+
+
 @dataclass(frozen=True)
 class PlannedBattle:
     battle: int
@@ -205,7 +212,7 @@ class Recorder:
                  for s in seats}
         parser = battle.env.action_parser
         per_seat = {s: SeatRows() for s in seats}
-        counts = {"illegal": 0, "remapped": 0, "shard_illegal": 0, "apprentice": 0}
+        counts = dict.fromkeys(RECORD_COUNTS, 0)
         result = shard.observe()
         outcome = {s: 0 for s in seats}
         while True:
@@ -216,7 +223,12 @@ class Recorder:
                 searcher = getattr(players[s], "player", None)  # a SearchedSeat's SearchedPlayer
                 if searcher is not None:
                     searcher.last = None  # a decision it does not search (one legal action) sets none
+                    unconfirmed = searcher.stats.unconfirmed
                 raw = int(players[s].act(obs, rngs[s]))
+                if searcher is not None and searcher.last is not None:
+                    counts["searched"] += 1
+                    counts["overruled"] += int(searcher.last.index != 0)
+                    counts["unconfirmed"] += searcher.stats.unconfirmed - unconfirmed
                 head = teacher_action(raw, parser, **self.grid)
                 per_seat[s].searched.append(self._search_of(searcher, parser))
                 counts["remapped"] += int(head != raw)

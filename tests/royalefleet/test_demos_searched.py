@@ -80,12 +80,17 @@ def test_a_bad_apprentice_or_beta_is_refused_naming_it(tmp_path, capsys):
     assert "--beta 1.5: the apprentice's share is in [0, 1]" in err
 
 
-def test_a_searched_teachers_set_keeps_its_scores_and_they_give_back_every_searched_move(tmp_path):
+def test_a_searched_teachers_set_keeps_its_scores_and_they_give_back_every_searched_move(tmp_path, capsys):
     from royalefleet.clone_data import search_choices
     from shared.demos import SEARCH_ARRAYS, load_set
 
     m = _record(tmp_path, "scored")
     _, a = load_set(tmp_path / "runs" / "bc" / "demos" / "scored", m.digests)
+    # the recording says how many decisions its search saw and how often it left its base player's pick
+    searched_rows = np.diff(a["search_offsets"]) > 0
+    overruled = sum(int(a["actions"][r] != a["search_actions"][a["search_offsets"][r]]) for r in np.flatnonzero(searched_rows))
+    assert (f"  the search: {int(searched_rows.sum()):,} searched decisions; it overruled the teacher's base player "
+            f"on {overruled / searched_rows.sum():.3f} of them\n") in capsys.readouterr().out
     assert set(SEARCH_ARRAYS) <= set(a)
     counts = np.diff(a["search_offsets"])
     searched = counts > 0
@@ -131,3 +136,28 @@ def test_a_searched_teachers_set_keeps_its_scores_and_they_give_back_every_searc
         assert cmd_clone(args, io.StringIO()) == 2
     assert ("royalefleet clone: --soft-tau 0.1 --margin-weight 0.0: no set holds a searching teacher's scores (plain: "
             "an unsearched teacher, or recorded before scores were kept)") in err.getvalue()
+
+
+def test_a_confirming_teacher_records_its_fresh_scores_and_counts_what_it_sent_back(tmp_path, capsys):
+    """``confirm=2`` on the real engine: every searched decision's visits are the halving's (3
+    candidates, p=2: 2 for the finalists) or, where the halving left the own pick, 2 more for all
+    three contenders; the move is the pick rule's over the recorded scores either way, and the
+    recording's line counts the departures sent back (the moves that stayed the own pick after the
+    confirming playouts)."""
+    from royalefleet.clone_data import search_choices
+    from shared.demos import load_set
+
+    m = _record(tmp_path, "confirmed", teacher=TEACHER + ",confirm=2")
+    _, a = load_set(tmp_path / "runs" / "bc" / "demos" / "confirmed", m.digests)
+    off = a["search_offsets"]
+    rows = np.flatnonzero(np.diff(off) > 0)
+    tops = [int(a["search_visits"][off[r]:off[r + 1]].max()) for r in rows]
+    assert set(tops) <= {2, 4} and 4 in tops
+    acts, scores = search_choices(a, rows)
+    assert (acts[np.arange(len(acts)), np.argmax(scores, axis=1)] == a["actions"][rows]).all()
+    own = a["search_actions"][off[rows]]
+    overruled = int((a["actions"][rows] != own).sum())
+    sent_back = sum(int(t == 4 and a["actions"][r] == o) for t, r, o in zip(tops, rows, own))
+    tail = f" ({sent_back:,} more overrules not confirmed by fresh playouts)" if sent_back else ""
+    assert (f"  the search: {len(rows):,} searched decisions; it overruled the teacher's base player on "
+            f"{overruled / len(rows):.3f} of them{tail}\n") in capsys.readouterr().out
