@@ -15,7 +15,8 @@ searched player bound to the recorded battle, so the recorded label is the searc
 the opponents are scripted players or ``mirror`` (the teacher on both seats, both recorded).
 
 DAgger (``--apprentice snap:<id> --beta B``): the apprentice plays a share of the recorded seats'
-decisions (B at the set's first battle, decaying linearly to 0 at its last) while the teacher
+decisions (B at the set's first battle, decaying linearly to 0 at its last; ``--beta-decay none``: B
+in every battle) while the teacher
 labels every decision, so the rows cover the states the apprentice leads to
 (services/rollout/demos.py). ``royalefleet clone`` trains from such a set unchanged.
 """
@@ -40,6 +41,8 @@ DEFAULT_SHARD_BATTLES = 25
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from shared.demos import BETA_DECAYS
+
     dp = subparsers.add_parser("demos", help="record a teacher's battles as demonstrations (for royalefleet clone)",
                                description="Demonstration sets of a run: `record` plays a teacher with worker "
                                "processes and stores every decision of its seats; `list` shows the run's sets.")
@@ -71,7 +74,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "seats' decisions, unsearched, while the teacher labels every one (see --beta)")
     rp.add_argument("--beta", type=float, default=0.5, metavar="B",
                     help="DAgger: the apprentice's share of decisions at the set's first battle, decaying "
-                    "linearly to 0 at its last (default 0.5; needs --apprentice)")
+                    "linearly to 0 at its last (default 0.5; needs --apprentice; see --beta-decay)")
+    rp.add_argument("--beta-decay", choices=BETA_DECAYS, default="linear",
+                    help="DAgger: linear (default): beta at the first battle, 0 at the last; none: beta in every "
+                    "battle (a constant mixture)")
     rp.add_argument("--shard-battles", type=int, default=DEFAULT_SHARD_BATTLES, metavar="B",
                     help=f"battles per shard file (default {DEFAULT_SHARD_BATTLES})")
     add_run_options(rp, "the run whose config, codec and folder the set belongs to")
@@ -181,11 +187,12 @@ def cmd_record(args, out=None) -> int:
     bases = {split_search(t)[0] for t in teachers} | ({apprentice} if apprentice else set())
     snapshots = {t: store.read(t[len("snap:"):]) for t in bases if t.startswith("snap:")}
     return record(cfg, teachers, opponents, args.battles, args.workers, args.shard_battles, final, snapshots, out,
-                  first_battle=args.first_battle, apprentice=apprentice, beta=args.beta if apprentice else 0.0)
+                  first_battle=args.first_battle, apprentice=apprentice, beta=args.beta if apprentice else 0.0,
+                  beta_decay=args.beta_decay)
 
 
 def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Path, snapshots, out, *,
-           first_battle: int = 0, apprentice: str = "", beta: float = 0.0) -> int:
+           first_battle: int = 0, apprentice: str = "", beta: float = 0.0, beta_decay: str = "linear") -> int:
     """Plan, run the workers, write the manifest; 0, or 1 when a worker failed, 130 on Ctrl-C."""
     import multiprocessing as mp
 
@@ -223,7 +230,8 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
                         spec=pf.spec, master_seed=cfg.master_seed, noop_prob=cfg.ladder.random_legal_noop_prob,
                         gamma=gamma, digests=digests, arch_digest=config_digests(cfg)["arch_digest"],
                         snapshots=snapshots, shards=[shards[k] for k in mine], shard_indices=mine, staging=str(staging),
-                        apprentice=apprentice, beta=beta, first_battle=first_battle, battles=battles)
+                        apprentice=apprentice, beta=beta, beta_decay=beta_decay, first_battle=first_battle,
+                        battles=battles)
         p = ctx.Process(target=run_worker, args=(job, queue), name=f"demos-worker-{w}", daemon=True)
         p.start()
         procs.append(p)
@@ -243,7 +251,7 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
     for p in procs:
         p.join()
     manifest = collector.manifest(cfg, final.name, teachers, opponents, gamma, pf.engine, digests, workers,
-                                  time.monotonic() - t0, apprentice=apprentice, beta=beta)
+                                  time.monotonic() - t0, apprentice=apprentice, beta=beta, beta_decay=beta_decay)
     _finish(staging, final, manifest)
     rate = battles / max(collector.play_seconds, 1e-9)
     out.write(f"royalefleet demos record: wrote {final}: {manifest.rows:,} rows ({manifest.choice_rows:,} choice, "
@@ -254,7 +262,8 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
               f"indices: {manifest.remapped_actions}\n")
     if apprentice:
         out.write(f"  DAgger: {apprentice} played {collector.counts['apprentice']:,} of the recorded decisions "
-                  f"(beta {beta} decaying to 0); every row is labelled by the teacher\n")
+                  f"(beta {beta} {'in every battle' if beta_decay == 'none' else 'decaying to 0'}); every row is "
+                  "labelled by the teacher\n")
     searched = collector.counts["searched"]
     if searched:
         unconfirmed = collector.counts["unconfirmed"]
@@ -357,7 +366,7 @@ class DemoCollector:
             self.out.flush()
 
     def manifest(self, cfg, name, teachers, opponents, gamma, engine, digests, workers, seconds, *,
-                 apprentice: str = "", beta: float = 0.0):
+                 apprentice: str = "", beta: float = 0.0, beta_decay: str = "linear"):
         from shared.demos import DemoManifest
 
         shards = [self.shard_entries[k] for k in sorted(self.shard_entries)]
@@ -369,7 +378,8 @@ class DemoCollector:
             gamma=gamma, engine=engine, digests=digests, battles=sorted(self.entries, key=lambda e: e.battle),
             shards=shards, rows=rows, choice_rows=choice, forced_rows=rows - choice,
             illegal_actions=self.counts["illegal"], remapped_actions=self.counts["remapped"], workers=workers,
-            seconds=round(seconds, 3), apprentice=apprentice, beta=beta)
+            seconds=round(seconds, 3), apprentice=apprentice, beta=beta,
+            beta_decay=beta_decay if apprentice else "linear")
 
 
 def cmd_list(args, out=None) -> int:

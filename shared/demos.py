@@ -70,6 +70,13 @@ none): what ``royalefleet clone --soft-tau`` and ``--margin-weight`` train on. R
 search have no candidates."""
 
 
+BETA_DECAYS = ("linear", "none")
+"""DAgger's schedules of the apprentice's share over a set (services/rollout/demos.py
+``dagger_beta``): "linear", beta at the first battle decaying to 0 at the last (Ross, Gordon and
+Bagnell 2011 let beta fall over iterations), or "none", beta in every battle (a constant mixture:
+what following a share of the teacher's decisions is worth, measured at one share)."""
+
+
 class DemosError(ValueError):
     """A demonstration set or shard that cannot be read into this run; the text names the file
     and, for a digest, the field and both values."""
@@ -136,7 +143,10 @@ class DemoManifest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     apprentice: str = ""
     """DAgger: who played a share of the recorded decisions (the teacher labelled all); "" none."""
     beta: float = 0.0
-    """DAgger: the apprentice's share at the first battle, decaying linearly to 0 at the last."""
+    """DAgger: the apprentice's share at the first battle, decaying linearly to 0 at the last
+    (``beta_decay`` "linear"), or in every battle ("none")."""
+    beta_decay: str = "linear"
+    """DAgger: ``BETA_DECAYS``."""
 
     @property
     def digest(self) -> str:

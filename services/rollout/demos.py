@@ -71,7 +71,10 @@ class WorkerJob:
     """DAgger (``demos record --apprentice``): the player that plays a share of the recorded seats'
     decisions while the teacher labels every one; "" for none."""
     beta: float = 0.0
-    """The apprentice's share at the set's first battle, decaying linearly to 0 at its last."""
+    """The apprentice's share at the set's first battle, decaying linearly to 0 at its last (or
+    held, ``beta_decay`` "none")."""
+    beta_decay: str = "linear"
+    """``BETA_DECAYS``: "linear" (beta to 0 over the set) or "none" (beta in every battle)."""
     first_battle: int = 0
     battles: int = 1
     """The set's battles (``first_battle`` .. ``first_battle + battles - 1``): beta's decay."""
@@ -99,9 +102,12 @@ def searches(player_id: str) -> bool:
 
 def dagger_beta(job: WorkerJob, battle: int) -> float:
     """The apprentice's share of decisions in ``battle``: ``job.beta`` at the set's first battle,
-    decaying linearly to 0 at its last (0 without an apprentice)."""
+    decaying linearly to 0 at its last, or ``job.beta`` in every battle with ``beta_decay`` "none"
+    (0 without an apprentice)."""
     if not job.apprentice:
         return 0.0
+    if job.beta_decay == "none":
+        return job.beta
     return job.beta * (1.0 - (battle - job.first_battle) / max(job.battles - 1, 1))
 
 

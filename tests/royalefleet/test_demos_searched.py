@@ -48,14 +48,22 @@ def test_dagger_lets_the_apprentice_play_a_decaying_share_and_beta_zero_is_the_p
                    teacher="scripted:defend")
     assert half.shards[0].sha256 != base.shards[0].sha256  # battle 0 played by the apprentice alone
     assert half.shards[1].sha256 == base.shards[1].sha256  # beta decayed to 0 at the last battle
+    assert half.beta_decay == "linear"
+    held = _record(tmp_path, "held", "--apprentice", "scripted:random_legal", "--beta", "1", "--beta-decay", "none",
+                   teacher="scripted:defend")
+    assert held.shards[0].sha256 == half.shards[0].sha256  # battle 0 at beta 1 either way
+    assert held.shards[1].sha256 != base.shards[1].sha256  # the last battle too: the apprentice's alone
+    assert held.beta_decay == "none" and held.beta == 1.0
 
 
-def test_beta_decays_linearly_from_the_first_battle_to_zero_at_the_last():
+def test_beta_decays_linearly_from_the_first_battle_to_zero_at_the_last_or_is_held():
     job = WorkerJob(worker=0, env_cfg=None, net_cfg=None, table=None, statics=np.zeros(0), spec=None, master_seed=0,
                     noop_prob=0.9, gamma=0.99, digests=None, arch_digest="", snapshots={}, shards=[],
                     shard_indices=[], staging="", apprentice="snap:0123456789abcdef", beta=0.6, first_battle=100,
                     battles=5)
     assert [dagger_beta(job, b) for b in range(100, 105)] == pytest.approx([0.6, 0.45, 0.3, 0.15, 0.0])
+    job.beta_decay = "none"
+    assert [dagger_beta(job, b) for b in range(100, 105)] == [0.6] * 5
     job.apprentice = ""
     assert dagger_beta(job, 100) == 0.0
 
