@@ -91,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     from shared.search.spec import split_search
     from shared.stats import wilson_interval
 
-    folder = resolve_set(args.demos, RunDir(Path(cfg.runs_dir) / cfg.run_name).demos)
+    try:
+        folder = resolve_set(args.demos, RunDir(Path(cfg.runs_dir) / cfg.run_name).demos)
+    except FileNotFoundError as exc:  # a typo or a set still recording (<name>.partial): say so, no traceback
+        print(f"python -m royalefleet.bench.overrules: {exc}", file=sys.stderr)
+        return 2
     m = read_manifest(folder)
     spec = obs_spec(build_env(cfg.env))
     slots = spec.hand_slots

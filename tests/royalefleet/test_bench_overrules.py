@@ -47,3 +47,14 @@ def test_outcomes_score_each_recorded_seat_by_opponent():
         battles = [B("scripted:defend", [1]), B("scripted:defend", [0]), B("mirror", [1, -1])]
 
     assert outcomes(M()) == {"scripted:defend": [1.0, 0.5], "mirror": [1.0, 0.0]}
+
+
+def test_a_set_that_is_not_there_is_refused_naming_it_and_the_runs_sets(tmp_path, capsys):
+    from royalefleet.bench.overrules import main
+
+    (tmp_path / "r" / "demos" / "plans-300s").mkdir(parents=True)
+    (tmp_path / "r" / "demos" / "mix-150.partial").mkdir()
+    assert main(["r", "--demos", "plans-30", "--profile", "tiny", "--runs-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no demonstration set 'plans-30' under" in err
+    assert "this run has: mix-150.partial, plans-300s" in err
