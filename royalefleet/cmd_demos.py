@@ -16,9 +16,8 @@ the opponents are scripted players or ``mirror`` (the teacher on both seats, bot
 
 DAgger (``--apprentice snap:<id> --beta B``): the apprentice plays a share of the recorded seats'
 decisions (B at the set's first battle, decaying linearly to 0 at its last; ``--beta-decay none``: B
-in every battle) while the teacher
-labels every decision, so the rows cover the states the apprentice leads to
-(services/rollout/demos.py). ``royalefleet clone`` trains from such a set unchanged.
+in every battle) while the teacher labels every decision, so the rows cover the states the
+apprentice leads to (services/rollout/demos.py). ``royalefleet clone`` trains from such a set unchanged.
 """
 
 from __future__ import annotations
@@ -162,6 +161,9 @@ def cmd_record(args, out=None) -> int:
                         f"run's snapshots (snap:<id>)")
     if not 0.0 <= args.beta <= 1.0:
         problems.append(f"--beta {args.beta}: the apprentice's share is in [0, 1]")
+    if args.beta_decay != "linear" and not apprentice:
+        problems.append(f"--beta-decay {args.beta_decay}: schedules DAgger's apprentice; give --apprentice PLAYER too, "
+                        "or leave it out")
     if args.battles < 1:
         problems.append(f"--battles {args.battles}: record at least 1")
     if args.workers < 1:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import io
 from pathlib import Path
+from typing import Literal, get_args
 
 import msgspec
 import numpy as np
@@ -70,7 +71,8 @@ none): what ``royalefleet clone --soft-tau`` and ``--margin-weight`` train on. R
 search have no candidates."""
 
 
-BETA_DECAYS = ("linear", "none")
+BetaDecay = Literal["linear", "none"]
+BETA_DECAYS = get_args(BetaDecay)
 """DAgger's schedules of the apprentice's share over a set (services/rollout/demos.py
 ``dagger_beta``): "linear", beta at the first battle decaying to 0 at the last (Ross, Gordon and
 Bagnell 2011 let beta fall over iterations), or "none", beta in every battle (a constant mixture:
@@ -145,8 +147,8 @@ class DemoManifest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     beta: float = 0.0
     """DAgger: the apprentice's share at the first battle, decaying linearly to 0 at the last
     (``beta_decay`` "linear"), or in every battle ("none")."""
-    beta_decay: str = "linear"
-    """DAgger: ``BETA_DECAYS``."""
+    beta_decay: BetaDecay = "linear"
+    """DAgger: ``BETA_DECAYS`` (a manifest with another value is refused when read)."""
 
     @property
     def digest(self) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from royalefleet.cmd_demos import check_players
 from services.rollout.demos import WorkerJob, dagger_beta
-from shared.demos import read_manifest
+from shared.demos import DemosError, read_manifest
 
 TEACHER = "scripted:defend+search:3:6,p=2,sh=1,cont=defend,opp=defend/random_legal"
 
@@ -54,6 +54,10 @@ def test_dagger_lets_the_apprentice_play_a_decaying_share_and_beta_zero_is_the_p
     assert held.shards[0].sha256 == half.shards[0].sha256  # battle 0 at beta 1 either way
     assert held.shards[1].sha256 != base.shards[1].sha256  # the last battle too: the apprentice's alone
     assert held.beta_decay == "none" and held.beta == 1.0
+    manifest = tmp_path / "runs" / "bc" / "demos" / "held" / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes().replace(b'"beta_decay": "none"', b'"beta_decay": "always"'))
+    with pytest.raises(DemosError, match=r"Invalid enum value 'always' - at `\$.beta_decay`"):
+        read_manifest(manifest.parent)
 
 
 def test_beta_decays_linearly_from_the_first_battle_to_zero_at_the_last_or_is_held():
@@ -86,6 +90,10 @@ def test_a_bad_apprentice_or_beta_is_refused_naming_it(tmp_path, capsys):
     assert ("--apprentice 'scripted:defend+search:4': expected an unsearched scripted player or one of this run's "
             "snapshots (snap:<id>)") in err
     assert "--beta 1.5: the apprentice's share is in [0, 1]" in err
+    assert main(["demos", "record", "bc", "--teacher", "scripted:defend", "--battles", "1", "--beta-decay", "none",
+                 "--profile", "tiny", "--runs-dir", str(tmp_path)]) == 2
+    assert ("--beta-decay none: schedules DAgger's apprentice; give --apprentice PLAYER too, or leave it out"
+            in capsys.readouterr().err)
 
 
 def test_a_searched_teachers_set_keeps_its_scores_and_they_give_back_every_searched_move(tmp_path, capsys):
