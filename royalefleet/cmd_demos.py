@@ -404,5 +404,14 @@ def cmd_list(args, out=None) -> int:
             out.write(f"{n}: UNREADABLE: {exc}\n")
             continue
         out.write(f"{n}: {', '.join(m.teachers)} vs {', '.join(m.opponents)}, {len(m.battles)} battles, "
-                  f"{m.rows:,} rows ({m.choice_rows:,} choice), digest {m.digest}\n")
+                  f"{m.rows:,} rows ({m.choice_rows:,} choice), digest {m.digest}{dagger_words(m)}\n")
     return 0
+
+
+def dagger_words(m) -> str:
+    """"" for a plain set; for a DAgger set, who played a share of its decisions and how the share
+    ran, so a listing tells the sets apart (the teacher labelled every row of both)."""
+    if not m.apprentice:
+        return ""
+    share = f"beta {m.beta:g} in every battle" if m.beta_decay == "none" else f"beta {m.beta:g} decaying to 0"
+    return f"; DAgger: {m.apprentice} played a share ({share})"

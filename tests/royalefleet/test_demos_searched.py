@@ -39,7 +39,7 @@ def test_a_searched_teacher_records_a_set_that_replays_exactly_and_differs_from_
     assert one.digest != plain.digest  # the search overruled defend somewhere
 
 
-def test_dagger_lets_the_apprentice_play_a_decaying_share_and_beta_zero_is_the_plain_set(tmp_path):
+def test_dagger_lets_the_apprentice_play_a_decaying_share_and_beta_zero_is_the_plain_set(tmp_path, capsys):
     base = _record(tmp_path, "base", teacher="scripted:defend")
     zero = _record(tmp_path, "zero", "--apprentice", "scripted:random_legal", "--beta", "0", teacher="scripted:defend")
     assert [s.sha256 for s in zero.shards] == [s.sha256 for s in base.shards]
@@ -58,6 +58,15 @@ def test_dagger_lets_the_apprentice_play_a_decaying_share_and_beta_zero_is_the_p
     manifest.write_bytes(manifest.read_bytes().replace(b'"beta_decay": "none"', b'"beta_decay": "always"'))
     with pytest.raises(DemosError, match=r"Invalid enum value 'always' - at `\$.beta_decay`"):
         read_manifest(manifest.parent)
+    manifest.write_bytes(manifest.read_bytes().replace(b'"beta_decay": "always"', b'"beta_decay": "none"'))
+    from royalefleet.cli import main
+
+    capsys.readouterr()
+    assert main(["demos", "list", "bc", "--runs-dir", str(tmp_path / "runs")]) == 0
+    listing = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
+    assert listing["base"].endswith(f"digest {base.digest}")  # a plain set: no DAgger words
+    assert listing["half"].endswith("; DAgger: scripted:random_legal played a share (beta 1 decaying to 0)")
+    assert listing["held"].endswith("; DAgger: scripted:random_legal played a share (beta 1 in every battle)")
 
 
 def test_beta_decays_linearly_from_the_first_battle_to_zero_at_the_last_or_is_held():
