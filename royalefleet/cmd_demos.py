@@ -264,8 +264,7 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
               f"indices: {manifest.remapped_actions}\n")
     if apprentice:
         out.write(f"  DAgger: {apprentice} played {collector.counts['apprentice']:,} of the recorded decisions "
-                  f"(beta {beta} {'in every battle' if beta_decay == 'none' else 'decaying to 0'}); every row is "
-                  "labelled by the teacher\n")
+                  f"({share_words(beta, beta_decay)}); every row is labelled by the teacher\n")
     searched = collector.counts["searched"]
     if searched:
         unconfirmed = collector.counts["unconfirmed"]
@@ -413,5 +412,9 @@ def dagger_words(m) -> str:
     ran, so a listing tells the sets apart (the teacher labelled every row of both)."""
     if not m.apprentice:
         return ""
-    share = f"beta {m.beta:g} in every battle" if m.beta_decay == "none" else f"beta {m.beta:g} decaying to 0"
-    return f"; DAgger: {m.apprentice} played a share ({share})"
+    return f"; DAgger: {m.apprentice} played a share ({share_words(m.beta, m.beta_decay)})"
+
+
+def share_words(beta: float, decay: str) -> str:
+    """How DAgger's apprentice share ran over a set, as the recording and the listing say it."""
+    return f"beta {beta:g} " + ("in every battle" if decay == "none" else "decaying to 0")
