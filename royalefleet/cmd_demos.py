@@ -408,8 +408,9 @@ def cmd_list(args, out=None) -> int:
 
 
 def dagger_words(m) -> str:
-    """"" for a plain set; for a DAgger set, who played a share of its decisions and how the share
-    ran, so a listing tells the sets apart (the teacher labelled every row of both)."""
+    """The end of a set's listing line: empty for a plain set; for a DAgger set, who played a share
+    of its decisions and how the share ran, so a listing tells the two apart (the teacher labelled
+    every row of both)."""
     if not m.apprentice:
         return ""
     return f"; DAgger: {m.apprentice} played a share ({share_words(m.beta, m.beta_decay)})"
