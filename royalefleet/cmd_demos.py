@@ -8,7 +8,9 @@ demonstrations (shared/demos.py) under ``<runs_dir>/<run>/demos/<name>/``.
 Worker processes (``--workers``, one per core) each step the rollout's own battles
 (services/rollout/demos.py) and write whole shards; this process plans the battles, prints
 progress, and writes the manifest once every shard is down, then renames ``<name>.partial`` to
-``<name>``. Ctrl-C stops the workers and removes the partial set (nothing half-written stays).
+``<name>``. Ctrl-C or SIGTERM stops the workers and removes the partial set (nothing
+half-written stays); a worker whose command died any other way (SIGKILL) gets SIGTERM from the
+kernel and stops too.
 A teacher is a scripted player (``shared.scripted.SCRIPTED_PLAYERS``) or a snapshot of the run
 (``snap:<id>``), either optionally searching (``scripted:defend+search:8,p=4``: the evaluator's
 searched player bound to the recorded battle, so the recorded label is the search's choice);
@@ -23,8 +25,12 @@ apprentice leads to (services/rollout/demos.py). ``royalefleet clone`` trains fr
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -195,7 +201,8 @@ def cmd_record(args, out=None) -> int:
 
 def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Path, snapshots, out, *,
            first_battle: int = 0, apprentice: str = "", beta: float = 0.0, beta_decay: str = "linear") -> int:
-    """Plan, run the workers, write the manifest; 0, or 1 when a worker failed, 130 on Ctrl-C."""
+    """Plan, run the workers, write the manifest; 0, or 1 when a worker failed, 130 on Ctrl-C, 143 on
+    SIGTERM."""
     import multiprocessing as mp
 
     from services.rollout.demos import WorkerJob, plan_battles, run_worker
@@ -233,19 +240,21 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
                         gamma=gamma, digests=digests, arch_digest=config_digests(cfg)["arch_digest"],
                         snapshots=snapshots, shards=[shards[k] for k in mine], shard_indices=mine, staging=str(staging),
                         apprentice=apprentice, beta=beta, beta_decay=beta_decay, first_battle=first_battle,
-                        battles=battles)
+                        battles=battles, parent_pid=os.getpid())
         p = ctx.Process(target=run_worker, args=(job, queue), name=f"demos-worker-{w}", daemon=True)
         p.start()
         procs.append(p)
     collector = DemoCollector(battles, len(shards), out)
     try:
-        code = collector.collect(queue, procs)
-    except KeyboardInterrupt:
+        with _sigterm_as(_Terminated):
+            code = collector.collect(queue, procs)
+    except (KeyboardInterrupt, _Terminated) as stop:
         _stop(procs)
         shutil.rmtree(staging, ignore_errors=True)
-        out.write(f"\nroyalefleet demos record: stopped (Ctrl-C) after {collector.done} of {battles} battles; "
+        how, code = ("SIGTERM", 143) if isinstance(stop, _Terminated) else ("Ctrl-C", 130)
+        out.write(f"\nroyalefleet demos record: stopped ({how}) after {collector.done} of {battles} battles; "
                   f"nothing kept ({staging} removed)\n")
-        return 130
+        return code
     if code:
         _stop(procs)
         shutil.rmtree(staging, ignore_errors=True)
@@ -276,6 +285,28 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
         out.write(f"  {manifest.illegal_actions} row(s) carry an action our mask does not allow: kept, flagged "
                   "action_legal=False; royalefleet clone leaves them out and says how many\n")
     return 0
+
+
+class _Terminated(Exception):
+    """SIGTERM reached the recording command (``timeout``, a scheduler, ``kill``)."""
+
+
+@contextlib.contextmanager
+def _sigterm_as(exc: type[BaseException]):
+    """Within the block, SIGTERM raises ``exc`` (so it stops the workers and cleans up as Ctrl-C
+    does) instead of ending the process with its workers left running; the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum, frame):
+        raise exc()
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _stop(procs) -> None:

@@ -22,7 +22,6 @@ this terminal instead (``Child._pump``), so the learner's last words are never l
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import secrets
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 
 from shared.components import ALLOW_ENV, USER_PACKAGES_ENV, explicit_modules, trusting, user_packages
 from shared.config import RunConfig, config_differences, dump_config
+from shared.parent_death import die_with_parent
 from shared.transport import CURVE_DIR_ENV, tcp
 from royalefleet import key_roles
 from shared.writer_token import LADDER_TOKEN_ENVS, TOKEN_ENV
@@ -179,15 +179,6 @@ def module_of(name: str) -> str:
     return "services." + name.split("-")[0]
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM if the launcher dies (Linux prctl)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 @dataclass
 class Child:
     name: str
@@ -223,7 +214,7 @@ class Child:
                 self.command(),
                 env=os.environ | self.env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=_die_with_parent,
+                start_new_session=True, preexec_fn=die_with_parent,
             )
         except BaseException:
             if log is not None:

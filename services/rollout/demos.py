@@ -24,6 +24,7 @@ import numpy as np
 
 from shared.demos import DemoDigests, SHARD_TEMPLATE, discounted_returns, shard_bytes, teacher_action
 from shared.messages import GROUP_LEARNER, SEATS, Assignment, snapshot_of
+from shared.parent_death import die_with_parent, parent_gone
 
 MIRROR = "mirror"
 """The opponent id that seats the teacher on both seats (both recorded)."""
@@ -78,6 +79,9 @@ class WorkerJob:
     first_battle: int = 0
     battles: int = 1
     """The set's battles (``first_battle`` .. ``first_battle + battles - 1``): beta's decay."""
+    parent_pid: int = 0
+    """The recording command's pid: a worker that finds another parent (the command died before the
+    worker asked to die with it) stops at once (``shared.parent_death``); 0: not checked."""
 
 
 @dataclass
@@ -142,8 +146,12 @@ def run_worker(job: WorkerJob, queue) -> None:
     is built, ``("battle", BattleEntry, counts)``
     after each battle, ``("shard", index, ShardEntry)`` after each shard file and ``("done",
     worker)`` at the end on ``queue``; ``("error", worker, text)`` if anything raises. Ignores
-    SIGINT: the parent stops it (royalefleet/cmd_demos.py)."""
+    SIGINT: the parent stops it (royalefleet/cmd_demos.py). Gets SIGTERM when the parent dies, however
+    it dies, so no worker records on as an orphan."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+    if parent_gone(job.parent_pid):
+        return
     try:
         recorder = Recorder(job)
         queue.put(("ready", job.worker))
