@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _start(tmp_path: Path, name: str):
     """The command recording far more battles than the test waits for, and once its first battle
-    is done: (process, worker pids, the lines printed so far)."""
+    is done: (process, worker pids, the lines printed so far, the thread reading them)."""
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps({"profile": "tiny", "env": {"max_steps": 120}}))
     proc = subprocess.Popen(
@@ -38,11 +38,12 @@ def _start(tmp_path: Path, name: str):
             if "/5000 battles" in line:
                 first.set()
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     assert first.wait(120), "".join(lines)[-2000:]
     workers = [pid for pid, (_, argv) in children_of(proc.pid).items() if any(b"spawn_main" in a for a in argv)]
     assert len(workers) == 2, children_of(proc.pid)
-    return proc, workers, lines
+    return proc, workers, lines, reader
 
 
 def _alive(pid: int) -> bool:
@@ -61,17 +62,17 @@ def _wait_gone(pids: list[int], seconds: float) -> list[int]:
 
 
 def test_sigterm_stops_the_workers_and_removes_the_partial_set_and_sigkill_leaves_no_orphan(tmp_path):
-    proc, workers, lines = _start(tmp_path, "termed")
+    proc, workers, lines, reader = _start(tmp_path, "termed")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 143
-    time.sleep(0.5)  # the reader thread drains the last lines
+    reader.join(10)  # the pipe closes with the process: every last line read
     text = "".join(lines)
     assert "royalefleet demos record: stopped (SIGTERM) after" in text and "nothing kept" in text, text[-1500:]
     demos = tmp_path / "runs" / "stop" / "demos"
     assert not (demos / "termed.partial").exists() and not (demos / "termed").exists()
     assert _wait_gone(workers, 15) == []
 
-    proc, workers, _ = _start(tmp_path, "killed")
+    proc, workers, _, _ = _start(tmp_path, "killed")
     proc.kill()
     proc.wait(30)
     assert _wait_gone(workers, 15) == [], "workers outlived a SIGKILLed demos record"

@@ -21,9 +21,8 @@ from shared.config import load_config
 pytestmark = pytest.mark.slow
 
 
-def config(tmp_path, max_steps: int | None = 16):
-    env = {} if max_steps is None else {"max_steps": max_steps}
-    return load_config({"profile": "tiny", "runs_dir": str(tmp_path), "env": env})
+def config(tmp_path, max_steps: int = 16):
+    return load_config({"profile": "tiny", "runs_dir": str(tmp_path), "env": {"max_steps": max_steps}})
 
 
 def _in_flight(keep, iteration: int) -> list[int]:
