@@ -53,9 +53,6 @@ class SearchedPlayer:
         if policy is not None and policy.frame_stack != 1:
             raise SearchRefused(f"player {player_id!r}: search needs a snapshot without frame stacking "
                                 f"(this one stacks {policy.frame_stack} decisions); play {base.id!r} unsearched")
-        if policy is not None and spec.cand != "random":
-            raise SearchRefused(f"player {player_id!r}: cand={spec.cand} draws a scripted player's candidates; a "
-                                "snapshot's come from its policy (Gumbel-top-k): leave cand out")
         self.id, self.base, self.spec = player_id, base, spec
         self.noop_prob = random_legal_noop_prob
         playout, needs_obs = continuation(spec, base, random_legal_noop_prob)
@@ -116,10 +113,12 @@ class SearchedSeat:
         seed = int(rng.integers(0, 2**63 - 1))
         draw = np.random.default_rng((seed, 0))
         k = min(self.player.spec.candidates, n_legal)
-        if getattr(base, "policy", None) is not None:
+        policy = getattr(base, "policy", None) is not None
+        if policy and self.player.spec.cand != "plans":
             drawn = gumbel_top_k(base.log_probs(obs), k, draw)
         else:
-            own = int(base.act(obs, draw))
+            # a snapshot's own pick is a sample of its policy (the Gumbel draw's first), a scripted one's its move
+            own = int(gumbel_top_k(base.log_probs(obs), 1, draw)[0]) if policy else int(base.act(obs, draw))
             legal = np.flatnonzero(mask)
             if self.player.spec.cand == "plans":
                 return self._search(plan_candidates(own, obs["mask_planes"], legal, k, draw), seed)

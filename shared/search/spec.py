@@ -41,9 +41,9 @@ SELF = "self"
 a scripted bot's own choices)."""
 DEFAULT_CONT = "random"
 CANDIDATE_SOURCES = ("random", "plans")
-"""``cand=``: where a scripted player's candidates after its own pick and the no-op come from:
-random legal plays (the default), or ``plans`` (``shared.search.plans``: each card at
-``defend``'s anchor and pushed down either lane)."""
+"""``cand=``: where a player's candidates after its own pick and the no-op come from: random
+legal plays for a scripted player and the policy's Gumbel-top-k for a snapshot (the default), or
+``plans`` (``shared.search.plans``: each card at ``defend``'s anchor and pushed down either lane)."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,10 @@ class SearchSpec:
       raw board difference;
     * ``keep`` (``keep=M``, in score units: tanh units under ``vs``): the player's own pick is
       played unless another candidate's mean score beats it by more than M;
-    * ``cand`` (``cand=plans``): a scripted player's further candidates are its cards' plan moves
-      (``shared.search.plans.slot_plans``), not random legal plays (``CANDIDATE_SOURCES``);
+    * ``cand`` (``cand=plans``): the candidates after the player's own pick (a scripted player's
+      move, a snapshot's sample of its policy) and the no-op are its cards' plan moves
+      (``shared.search.plans.slot_plans``), not random legal plays or the policy's Gumbel draw
+      (``CANDIDATE_SOURCES``);
     * ``redeal`` (``redeal=1``): every playout starts from the battle with the enemy's cards the
       searching seat has not seen redealt (``shared.search.hidden``), so the search does not choose
       by the enemy's real hand, which the seat cannot see;

@@ -59,8 +59,18 @@ def test_cand_option_round_trips_and_refuses_unknown():
         split_search("scripted:defend+search:8,cand=tiles")
 
 
-def test_a_snapshot_searching_with_plans_is_refused():
-    from services.evaluator.searched import SearchedPlayer, SearchRefused
+def test_a_snapshot_searching_with_plans_tries_its_sample_then_the_plans():
+    """A snapshot's own pick under ``cand=plans`` is its policy's sample (the Gumbel draw's first,
+    as without plans); the plan moves follow it, not the rest of the Gumbel draw."""
+    from services.evaluator.searched import SearchedPlayer, SearchedSeat
+    from shared.search.lookahead import gumbel_top_k
+
+    planes = np.zeros((4, 32, 18), np.int8)
+    planes[1, 3, 4] = planes[1, 20, 2] = planes[2, 5, 5] = 1
+    mask = np.concatenate([[1], planes.reshape(-1)]).astype(np.int8)
+    lp = np.full(mask.size, -np.inf)
+    legal = np.flatnonzero(mask)
+    lp[legal] = np.log(np.arange(1, legal.size + 1) / np.arange(1, legal.size + 1).sum())
 
     class Policy:
         frame_stack = 1
@@ -68,6 +78,18 @@ def test_a_snapshot_searching_with_plans_is_refused():
     class Snapshot:
         id, policy = "snap:0123456789abcdef", Policy()
 
+        def log_probs(self, obs):
+            return lp
+
     _, spec = split_search("snap:0123456789abcdef+search:8,cand=plans")
-    with pytest.raises(SearchRefused, match="cand=plans draws a scripted player's candidates"):
-        SearchedPlayer("snap:0123456789abcdef+search:8,cand=plans", Snapshot(), spec, None)
+    player = SearchedPlayer("snap:0123456789abcdef+search:8,cand=plans", Snapshot(), spec, None)
+    seat = SearchedSeat(player, env=None, seat="blue", opponents=[])
+    tried = []
+    seat._search = lambda candidates, seed: tried.append((candidates, seed)) or candidates[0]
+    for s in range(20):
+        got = seat.act({"action_mask": mask, "mask_planes": planes}, np.random.default_rng(s))
+        candidates, seed = tried[-1]
+        own = int(gumbel_top_k(lp, 1, np.random.default_rng((seed, 0)))[0])
+        hw = 32 * 18
+        plans = [1 + hw + 3 * 18 + 4, 1 + hw + 20 * 18 + 2, 1 + 2 * hw + 5 * 18 + 5]
+        assert candidates == [own, 0] + [a for a in plans if a != own] and got == own
