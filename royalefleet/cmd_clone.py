@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict, fields
+from pathlib import Path
 
 import numpy as np
 
@@ -40,7 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_run_argument(cp)
     cp.add_argument("--demos", action="append", required=True, metavar="NAME",
                     help="a demonstration set: its name under <run>/demos/ (royalefleet demos list) or a folder; "
-                    "repeat for several")
+                    "repeat for several. When every set is given as a folder (another run's), RUN may be a new run")
     d = CloneSettings()
     for f in fields(CloneSettings):
         flag, default, words = "--" + f.name.replace("_", "-"), getattr(d, f.name), SETTING_HELP.get(f.name, "")
@@ -80,7 +81,9 @@ def cmd_clone(args, out=None) -> int:
 
     out = out or sys.stdout
     say = lambda s: (out.write(s + "\n"), out.flush())  # noqa: E731
-    cfg = run_config(args, must_exist=True)
+    # Sets named by their folders need no run folder yet: a new run (another network, say) may
+    # clone another run's demonstrations, and the snapshot store makes the folder.
+    cfg = run_config(args, must_exist=not all(Path(n).is_dir() for n in args.demos))
     run = RunDir.of(cfg.runs_dir, cfg.run_name)
     settings = CloneSettings(**{f.name: getattr(args, f.name) for f in fields(CloneSettings)})
     if cfg.obs.frame_stack != 1:

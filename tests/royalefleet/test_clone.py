@@ -84,6 +84,21 @@ def test_miss_kinds_split_the_misses_by_slot_tile_and_wait():
         "royalefleet clone: of the 12 held-out choices the last epoch missed 3: 3 a wait where the teacher played")
 
 
+def test_a_new_run_may_clone_sets_given_as_folders_but_not_sets_given_by_name(tmp_path, capsys):
+    """A run with no folder is refused when a set is named (it would live under the run), and
+    passes that check when every set is a folder: the refusal then comes from the set itself."""
+    from royalefleet.cli import main
+
+    elsewhere = tmp_path / "other" / "demos" / "plans"
+    elsewhere.mkdir(parents=True)
+    common = ["--runs-dir", str(tmp_path / "runs"), "--profile", "tiny"]
+    assert main(["clone", "fresh", "--demos", "plans", *common]) == 2
+    assert "no run 'fresh': there is no folder" in capsys.readouterr().err
+    assert main(["clone", "fresh", "--demos", str(elsewhere), *common]) == 2
+    err = capsys.readouterr().err
+    assert "no run" not in err and str(elsewhere) in err, err
+
+
 def test_plan_takes_teachers_opponents_and_seats_in_turn():
     plan = plan_battles(6, ["scripted:defend"], [MIRROR, "scripted:random_legal"], first=10)
     d, r = "scripted:defend", "scripted:random_legal"
