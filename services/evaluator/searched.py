@@ -113,12 +113,12 @@ class SearchedSeat:
         seed = int(rng.integers(0, 2**63 - 1))
         draw = np.random.default_rng((seed, 0))
         k = min(self.player.spec.candidates, n_legal)
-        policy = getattr(base, "policy", None) is not None
-        if policy and self.player.spec.cand != "plans":
+        snapshot = getattr(base, "policy", None) is not None
+        if snapshot and self.player.spec.cand != "plans":
             drawn = gumbel_top_k(base.log_probs(obs), k, draw)
         else:
             # a snapshot's own pick is a sample of its policy (the Gumbel draw's first), a scripted one's its move
-            own = int(gumbel_top_k(base.log_probs(obs), 1, draw)[0]) if policy else int(base.act(obs, draw))
+            own = int(gumbel_top_k(base.log_probs(obs), 1, draw)[0]) if snapshot else int(base.act(obs, draw))
             legal = np.flatnonzero(mask)
             if self.player.spec.cand == "plans":
                 return self._search(plan_candidates(own, obs["mask_planes"], legal, k, draw), seed)

@@ -86,10 +86,10 @@ def test_a_snapshot_searching_with_plans_tries_its_sample_then_the_plans():
     seat = SearchedSeat(player, env=None, seat="blue", opponents=[])
     tried = []
     seat._search = lambda candidates, seed: tried.append((candidates, seed)) or candidates[0]
+    hw = 32 * 18
+    plans = [1 + hw + 3 * 18 + 4, 1 + hw + 20 * 18 + 2, 1 + 2 * hw + 5 * 18 + 5]  # the three legal tiles above
     for s in range(20):
         got = seat.act({"action_mask": mask, "mask_planes": planes}, np.random.default_rng(s))
         candidates, seed = tried[-1]
         own = int(gumbel_top_k(lp, 1, np.random.default_rng((seed, 0)))[0])
-        hw = 32 * 18
-        plans = [1 + hw + 3 * 18 + 4, 1 + hw + 20 * 18 + 2, 1 + 2 * hw + 5 * 18 + 5]
         assert candidates == [own, 0] + [a for a in plans if a != own] and got == own
