@@ -1147,6 +1147,19 @@ class AlphaZeroConfig(_Cfg):
     beat the prior's own pick (the first candidate, the top Gumbel key) by to be played (the
     players' ``keep=M``). Needs ``leaf_value`` "board"."""
 
+    candidates_from: Literal["prior", "plans"] = "prior"
+    """Where a searched decision's candidates come from. ``prior``: the top ``candidates`` of
+    Gumbel noise + the live actor's log prior (the no-op always among them). ``plans``: the
+    prior's own sample, the no-op, then each card's plan moves (``shared.search.plans``:
+    ``defend``'s anchor and the furthest-forward cell down either lane), the rest random legal
+    plays: the ``+search`` players' ``cand=plans``, whose clones beat ``defend`` on a fixed deck
+    (docs/learning.md). Needs the players' move rule (``playouts``' docstring)."""
+    redeal: bool = False
+    """Every playout starts from the battle with the enemy's cards the searching seat has not
+    seen redealt (``shared.search.hidden``; the players' ``redeal=1``), so the targets do not
+    choose by the enemy's hidden hand. Needs the players' move rule and an observation with
+    ``enemy_cards_seen`` (RoyaleGym's ``SpatialObsBuilder`` has it)."""
+
     full_search_share: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
     """Playout-cap randomisation (KataGo, Wu 2019, sec. 3.1; docs/expert-iteration.md): the share
     of the learner's choice decisions searched fully. A coin from
@@ -1171,6 +1184,12 @@ class AlphaZeroConfig(_Cfg):
         if bad or len(set(self.sim_opponents)) != len(self.sim_opponents):
             problems.append(f"alphazero.sim_opponents: {self.sim_opponents!r} must be distinct names of "
                             f"{', '.join(SIM_BOTS)}")
+        for name, on, value in (("candidates_from", self.candidates_from == "plans", '"plans"'),
+                                ("redeal", self.redeal, "true")):
+            if in_use and on and not self.stable():
+                problems.append(f"alphazero.{name}: {value} needs the players' move rule (the prior's own pick "
+                                "played unless another candidate beats it by keep); set alphazero.keep (the "
+                                "fixed-deck teachers used 0.1) or alphazero.playouts above 1")
         if in_use and self.leaf_value == "critic" and self.stable():
             set_ = [f for f, on in (("playouts", self.playouts != 1), ("halving", self.halving),
                                     ("value_scale", self.value_scale > 0), ("keep", self.keep > 0)) if on]
@@ -1185,7 +1204,8 @@ class AlphaZeroConfig(_Cfg):
         a run that does not use them keeps the digest it had before they existed."""
         data = msgspec.to_builtins(self)
         for name, default in (("playouts", 1), ("halving", False), ("continuation", "random"),
-                              ("sim_opponents", []), ("value_scale", 0.0), ("keep", 0.0), ("full_search_share", 1.0)):
+                              ("sim_opponents", []), ("value_scale", 0.0), ("keep", 0.0), ("full_search_share", 1.0),
+                              ("candidates_from", "prior"), ("redeal", False)):
             if data.get(name) == default:
                 data.pop(name)
         return data

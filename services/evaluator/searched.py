@@ -22,14 +22,12 @@ from __future__ import annotations
 import numpy as np
 
 from shared.search.halving import evaluate
+from shared.search.hidden import seen_cards
 from shared.search.lookahead import Lookahead, SearchStats, candidates_with_noop, gumbel_top_k
 from shared.search.models import continuation, opponent_set
 from shared.search.plans import plan_candidates
 from shared.search.spec import SearchSpec
 
-ENEMY_SEEN = "enemy_cards_seen"
-"""The observation's vector field of the enemy cards the seat has seen played (catalogue ids):
-what a ``redeal=1`` search keeps of the enemy's hand and queue."""
 SIM_RANDOM_LEGAL_NOOP_PROB = 0.9
 """``scripted:random_legal``'s no-op probability when a search simulates it (``cont``, ``opp``):
 the config's default ``ladder.random_legal_noop_prob``."""
@@ -106,7 +104,7 @@ class SearchedSeat:
         mask = obs["action_mask"]
         n_legal = int(np.count_nonzero(mask))
         if self.player.spec.redeal:  # what the seat has seen of the enemy's cards: the rest is redealt
-            self._seen = obs["vector"][self.env.obs_builder.vector_offsets()[ENEMY_SEEN]] > 0
+            self._seen = seen_cards(obs, self.env.obs_builder)
         base = self.player.base
         if n_legal <= 1:
             return int(base.act(obs, rng))

@@ -13,8 +13,8 @@ n-step return before any move is chosen), plays the candidate with the highest k
 sigma(q_hat) (``shared.search.targets.gumbel_move_index``) and reports the scores and moves with
 the next round; the learner turns them into the completed-Q target.
 With the stable options of the ``alphazero`` section (``playouts``, ``halving``,
-``continuation``, ``sim_opponents``, ``value_scale``, ``keep``: the ``+search`` players' ``p``,
-``sh``, ``cont``, ``opp``, ``vs``, ``keep``) a decision is searched by the players' own code,
+``continuation``, ``sim_opponents``, ``value_scale``, ``keep``, ``redeal``: the ``+search`` players'
+``p``, ``sh``, ``cont``, ``opp``, ``vs``, ``keep``, ``redeal``) a decision is searched by the players' own code,
 ``shared.search.halving.evaluate`` with the ``SearchSpec`` of the same options
 (``RolloutSearch.spec``), and, once any of playouts, halving, value_scale or keep is set, the
 move is its pick (the best mean; the first candidate, the prior's top Gumbel key, kept unless
@@ -48,6 +48,7 @@ import numpy as np
 
 from shared.messages import GROUP_LEARNER, GROUP_SCRIPTED, SEATS
 from shared.search.halving import evaluate
+from shared.search.hidden import seen_cards
 from shared.search.lookahead import Lookahead
 from shared.search.models import continuation, opponent_set
 from shared.search.spec import RolloutSearch
@@ -199,8 +200,9 @@ class ShardSearch:
                                                     opponents[seed % len(opponents)], seed, gamma=self.gamma,
                                                     leaves=True))
             else:  # the +search players' evaluation (one playout, raw board: exactly the one-playout scores)
+                seen = seen_cards(battle.obs[SEATS[seat]], battle.env.obs_builder) if self.spec.redeal else None
                 found = evaluate(self.lookahead, battle.env, SEATS[seat], cand.tolist(), opponents, seed,
-                                 self.search_spec)
+                                 self.search_spec, seen=seen)
                 sims.append(found.means)
                 chosen.append(found.index)
             done.append(slot)

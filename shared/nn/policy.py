@@ -35,6 +35,13 @@ class Policy:
         return spec if spec is not None else getattr(getattr(self.model, "actor", None), "spec", None)
 
     @property
+    def action_grid(self) -> tuple[int, int, int]:
+        """(hand slots, height, width): the pointer head's grid, action ``1 + slot * height *
+        width + y * width + x`` (``shared.demos.head_action``)."""
+        spec = self._spec()
+        return int(spec.hand_slots), int(spec.height), int(spec.width)
+
+    @property
     def frame_stack(self) -> int:
         """k of the model's input (``ObsSpec.frame_stack``; 1 for a model without a spec)."""
         return int(getattr(self._spec(), "frame_stack", 1))

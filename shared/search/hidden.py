@@ -29,6 +29,20 @@ EMPTY = 0xFFFF
 """The save format's id of an empty hand slot (a card just played, its replacement not yet
 drawn: the queue then holds the deck's other cards)."""
 _REBUILT = re.compile(r"rebuilt 0x([0-9a-f]+)")
+ENEMY_SEEN = "enemy_cards_seen"
+"""The observation's vector field of the enemy cards the seat has seen played (catalogue ids):
+what a ``redeal=1`` search keeps of the enemy's hand and queue."""
+
+
+def seen_cards(obs: dict, obs_builder) -> np.ndarray:
+    """(n_cards,) bool: the enemy cards ``obs`` (a seat's full observation, with ``vector``) says
+    its seat has seen played, by ``obs_builder``'s ``vector_offsets()``. Raises ValueError naming
+    the field when the builder has no ``enemy_cards_seen``."""
+    offsets = obs_builder.vector_offsets()
+    if ENEMY_SEEN not in offsets:
+        raise ValueError(f"redeal needs the observation's {ENEMY_SEEN!r} vector field; "
+                         f"{type(obs_builder).__name__} has none (use royalegym.SpatialObsBuilder)")
+    return np.asarray(obs["vector"])[offsets[ENEMY_SEEN]] > 0
 
 
 @dataclass(frozen=True)

@@ -240,11 +240,15 @@ class RolloutSearch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omi
     """``AlphaZeroConfig.value_scale`` (``SearchSpec.value_scale``, ``vs=S``)."""
     keep: float = 0.0
     """``AlphaZeroConfig.keep`` (``SearchSpec.keep``, ``keep=M``)."""
+    redeal: bool = False
+    """``AlphaZeroConfig.redeal`` (``SearchSpec.redeal``, ``redeal=1``): the rollout passes the
+    seat's ``enemy_cards_seen``. (``candidates_from`` is the learner's: it names the candidates.)"""
 
     def spec(self) -> SearchSpec:
         """The ``SearchSpec`` a ``+search`` player with the same options searches with."""
         return SearchSpec(self.candidates, self.depth, playouts=self.playouts, halving=self.halving, cont=self.cont,
-                          opponents=tuple(self.opponents), value_scale=self.value_scale, keep=self.keep)
+                          opponents=tuple(self.opponents), value_scale=self.value_scale, keep=self.keep,
+                          redeal=self.redeal)
 
     def stable(self) -> bool:
         """True when the move is the players' rule (``shared.search.halving.evaluate``'s pick)

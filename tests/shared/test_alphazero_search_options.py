@@ -14,7 +14,8 @@ from shared.config_schema import ConfigError
 from shared.identity import config_digests, digest
 from shared.search.spec import RolloutSearch, split_search
 
-NEW = ("playouts", "halving", "continuation", "sim_opponents", "value_scale", "keep", "full_search_share")
+NEW = ("playouts", "halving", "continuation", "sim_opponents", "value_scale", "keep", "full_search_share",
+       "candidates_from", "redeal")
 
 
 def _problems(**alphazero) -> list[str]:
@@ -59,10 +60,11 @@ def test_the_rollouts_search_carries_the_options_as_the_players_id_spells_them()
     cfg = load_config({"profile": "tiny", "learner": {"algorithm": "expert_iteration"},
                        "alphazero": {"candidates": 8, "playouts": 4, "halving": True, "continuation": "defend",
                                      "sim_opponents": ["random_legal", "defend"], "value_scale": 2000.0,
-                                     "keep": 0.05},
+                                     "keep": 0.05, "redeal": True},
                        "expert_iteration": {"value_target": "return"}})
     wire = rollout_search_of(cfg.alphazero)
-    assert wire.spec() == split_search("x+search:8,p=4,sh=1,cont=defend,opp=random_legal/defend,vs=2000,keep=0.05")[1]
+    assert wire.spec() == split_search(
+        "x+search:8,p=4,sh=1,cont=defend,opp=random_legal/defend,vs=2000,keep=0.05,redeal=1")[1]
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(wire), type=RolloutSearch) == wire
 
 
@@ -82,3 +84,20 @@ def test_defaults_keep_the_digest_and_the_welcome_bytes_and_each_option_moves_th
                           ("value_scale", 100.0), ("keep", 0.1), ("full_search_share", 0.5)):
         moved = load_config({"profile": "tiny", "learner": {"algorithm": "alphazero"}, "alphazero": {option: value}})
         assert config_digests(moved)["algo_digest"] != base, option
+    # plans and redeal need the players' rule: each against keep alone
+    rule = {"profile": "tiny", "learner": {"algorithm": "alphazero"}, "alphazero": {"keep": 0.1}}
+    for option, value in (("candidates_from", "plans"), ("redeal", True)):
+        moved = load_config({**rule, "alphazero": {"keep": 0.1, option: value}})
+        assert config_digests(moved)["algo_digest"] != config_digests(load_config(rule))["algo_digest"], option
+
+
+@pytest.mark.parametrize("option, value, spelled", [("candidates_from", "plans", '"plans"'), ("redeal", True, "true")])
+@pytest.mark.parametrize("algorithm", ["alphazero", "expert_iteration"])
+def test_plan_candidates_and_redeal_without_the_players_rule_are_refused_naming_the_fix(option, value, spelled,
+                                                                                        algorithm):
+    problems = _problems(algorithm=algorithm, **{option: value})
+    assert problems == [f"alphazero.{option}: {spelled} needs the players' move rule (the prior's own pick played "
+                        "unless another candidate beats it by keep); set alphazero.keep (the fixed-deck teachers "
+                        "used 0.1) or alphazero.playouts above 1"]
+    load_config({"profile": "tiny", "learner": {"algorithm": algorithm}, "alphazero": {option: value, "keep": 0.1},
+                 "expert_iteration": {"value_target": "return"}})

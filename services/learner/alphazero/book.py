@@ -4,8 +4,10 @@ Answering a round (``propose``): for every learner row with more than the no-op 
 live actor's prior over the legal set (one forward over the round's choice rows: central
 inference, batched like every round), Gumbel noise from
 ``search/gumbel/iteration/{i}/cycle/{t}/slot/{s}``, and the top-k of g + log prior as the
-candidates (the no-op in place of the k-th when it was not drawn); the Step carries them and
-their keys, and the row waits in ``pending``. Under playout-cap randomisation
+candidates (the no-op in place of the k-th when it was not drawn); under
+``alphazero.candidates_from`` "plans" the draw's first (the prior's own sample), the no-op and
+each card's plan moves instead (``plan_candidates_of``). The Step carries them and their keys,
+and the row waits in ``pending``. Under playout-cap randomisation
 (``alphazero.full_search_share`` below 1; KataGo, Wu 2019, sec. 3.1) a coin from
 ``search/full/iteration/{i}/cycle/{t}/slot/{s}`` first decides each choice row: with probability
 the share it is proposed as above, else it is ``fast``: left out of the Step's search arrays, so
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shared.search.lookahead import candidates_with_noop, gumbel_top_k
+from shared.search.plans import plan_candidates
 from shared.search.spec import RolloutSearch
 from shared.search.targets import completed_q_policy, gumbel_move_index
 from shared.seeding import stream
@@ -59,9 +62,9 @@ class _Pending:
 def rollout_search_of(a) -> RolloutSearch:
     """The rollouts' search of ``a`` (an ``AlphaZeroConfig``): its candidates, depth, move rule
     and mid-step answers, and the ``+search`` players' options (``playouts``, ``halving``,
-    ``continuation``, ``sim_opponents``, ``value_scale``, ``keep``)."""
+    ``continuation``, ``sim_opponents``, ``value_scale``, ``keep``, ``redeal``)."""
     options = {"playouts": a.playouts, "halving": a.halving, "cont": a.continuation,
-               "opponents": tuple(a.sim_opponents), "value_scale": a.value_scale, "keep": a.keep}
+               "opponents": tuple(a.sim_opponents), "value_scale": a.value_scale, "keep": a.keep, "redeal": a.redeal}
     defaults = RolloutSearch(candidates=a.candidates)
     # only the options set: one at its default is not sent, so the Welcome's bytes are as before they existed
     # (msgspec's omit_defaults leaves out a default by identity, not by value, for a float)
@@ -96,6 +99,24 @@ def gumbel_candidates(log_prior: np.ndarray, k: int, rng: np.random.Generator) -
     g = copy.deepcopy(rng).gumbel(size=len(legal))  # the same draw, in the same order
     drawn = gumbel_top_k(lp, k, rng)
     cand = np.asarray(candidates_with_noop(drawn, k) if 0 in legal else drawn[:k], np.int64)
+    return cand, lp[cand] + g[np.searchsorted(legal, cand)]
+
+
+def plan_candidates_of(log_prior: np.ndarray, k: int, rng: np.random.Generator,
+                       grid: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(candidates int64 (min(k, legal),), keys float64) under ``alphazero.candidates_from``
+    "plans": the prior's own sample (the first of ``gumbel_top_k``, as ``gumbel_candidates``
+    draws it), the no-op, each hand slot's plan moves, then random legal plays from ``rng``
+    (``shared.search.plans.plan_candidates``, as a ``snap:<id>+search:...,cand=plans`` player
+    draws them); each key g + log prior of the same Gumbel draw. ``grid`` (hand slots, height,
+    width): the head's layout, so the legal mask's grid part is the plans' mask planes."""
+    lp = np.asarray(log_prior, np.float64)
+    legal = np.flatnonzero(np.isfinite(lp))
+    g = copy.deepcopy(rng).gumbel(size=len(legal))
+    own = int(gumbel_top_k(lp, 1, rng)[0])
+    slots, height, width = grid
+    planes = np.isfinite(lp[1 : 1 + slots * height * width]).reshape(slots, height, width)
+    cand = np.asarray(plan_candidates(own, planes, legal, k, rng), np.int64)
     return cand, lp[cand] + g[np.searchsorted(legal, cand)]
 
 
@@ -139,6 +160,9 @@ class SearchBook:
     """(cycle, global slot) of the choice rows the coin gave the unsearched policy this iteration."""
     proposed: int = 0
     """Choice rows proposed for a full search this iteration (their candidates sent)."""
+    plans: bool = False
+    """``alphazero.candidates_from`` "plans": candidates by ``plan_candidates_of`` (the head's
+    grid the policy's ``action_grid``), not ``gumbel_candidates``."""
 
     def begin(self, reward_divisor: float = 1.0) -> None:
         """Empty the book for an iteration whose rewards the critic sees divided by ``reward_divisor``."""
@@ -201,7 +225,10 @@ class SearchBook:
             slot = int(learner[j])
             rng = stream(self.master_seed, "search/gumbel/iteration/{iteration}/cycle/{cycle}/slot/{slot}",
                          iteration=iteration, cycle=cycle, slot=slot)
-            cand, key = gumbel_candidates(lp, k, rng)
+            if self.plans:
+                cand, key = plan_candidates_of(lp, k, rng, policy.action_grid)
+            else:
+                cand, key = gumbel_candidates(lp, k, rng)
             cands[n, : len(cand)], keys[n, : len(cand)] = cand, key
             prior = -1 if actions is None else int(actions[j])
             self.pending[(cycle, slot)] = _Pending(lp, cand, keys[n, : len(cand)].copy(), prior)

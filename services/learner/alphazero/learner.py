@@ -84,7 +84,8 @@ class AlphaZeroAlgorithm:
         self.book = SearchBook(c_scale=cfg.alphazero.c_scale, candidates=cfg.alphazero.candidates,
                                master_seed=cfg.master_seed,
                                move_keep=cfg.alphazero.keep if cfg.alphazero.stable() else None,
-                               full_share=cfg.alphazero.full_search_share)
+                               full_share=cfg.alphazero.full_search_share,
+                               plans=cfg.alphazero.candidates_from == "plans")
         self.round_hooks = SearchRounds(self.book)
 
     def rollout_search(self) -> RolloutSearch:

@@ -102,7 +102,8 @@ class ExpertIterationAlgorithm:
                               master_seed=cfg.master_seed, target_c_scale=ex.c_scale, keep=ex.keep,
                               value_scale=ex.value_scale, move_keep=cfg.alphazero.keep if cfg.alphazero.stable() else None,
                               critic_scores=cfg.alphazero.leaf_value == "critic" or cfg.alphazero.value_scale > 0,
-                              full_share=cfg.alphazero.full_search_share)
+                              full_share=cfg.alphazero.full_search_share,
+                              plans=cfg.alphazero.candidates_from == "plans")
         self.round_hooks = SearchRounds(self.book)
         self.replay = SearchReplay(ex.replay_iterations, ex.replay_rows)
         self.generations = Generations()
