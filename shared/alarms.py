@@ -107,7 +107,8 @@ class Alarm(msgspec.Struct, frozen=True, kw_only=True):
     what_to_do: str
     floor: float | None = None
     bundle: bool = False
-    """Write a diagnostic bundle when it fires even at warn severity (artefact_exploit)."""
+    """Write a diagnostic bundle when it fires even at warn severity (artefact_exploit): on the
+    first iteration of each firing streak, not on every iteration it keeps holding."""
     muted: Mute | None = None
     """A row state in which the alarm is not evaluated (``ANCHOR_HOLDS``)."""
 
@@ -230,7 +231,7 @@ ALARMS: tuple[Alarm, ...] = (
         name="artefact_exploit", keys=("policy/card_tile_top10_share",), condition="gt",
         threshold=("card_tile_top10_share",), severity="warn", patience=5, bundle=True,
         meaning="ten (card, tile) pairs take most of the plays: the policy may exploit a simulator artefact "
-                "(also writes a diagnostic bundle)",
+                "(also writes a diagnostic bundle, once a firing streak)",
         what_to_do="open the bundle, replay an episode and watch those placements in the engine",
     ),
     Alarm(

@@ -3,7 +3,7 @@
 Per iteration (after the row is written to ``metrics.jsonl``, so a halting row is on disk):
 
     verdict = monitor.observe(row)            # every alarm evaluated before anything is raised
-    if verdict.halt_due or any(r.bundle for r in verdict.fired):
+    if verdict.bundle_due:   # a halt, or a bundle alarm's first fired iteration in a row
         write_bundle(run_dir, iteration, monitor.recent_rows, verdict.fired, config_json)
     if verdict.halt_due:
         ... checkpoint the state the row describes, then stop (exit code 2)
@@ -54,6 +54,14 @@ class AlarmVerdict(NamedTuple):
     """A fired alarm has severity ``halt``."""
     results: list[AlarmResult]
     """Every enabled alarm's result on this row."""
+
+    @property
+    def bundle_due(self) -> bool:
+        """A diagnostic bundle is due: a halt, or a bundle-writing alarm on the first iteration of
+        its firing streak (``consecutive == patience``). Once, not on every iteration it keeps
+        holding: a fixed-deck policy held ``artefact_exploit`` for a whole run and wrote 85
+        bundles (30 MB) in 89 iterations. It is written again after the alarm clears and fires anew."""
+        return self.halt_due or any(r.bundle and r.consecutive == r.patience for r in self.fired)
 
 
 def alarm_record(result: AlarmResult, iteration: int | None, table: dict[str, Alarm] = BY_NAME) -> dict:

@@ -77,7 +77,7 @@ def publish(parts: LearnerParts, state: IterationState, c: Collected, row: dict,
                               if state.saved_iteration >= 0 else "the run has no checkpoint")
                            + ". Free the disk or mend the "
                            "checkpoint service (its log says why), then resume with --clear-halt")
-    if verdict.halt_due or any(r.bundle for r in verdict.fired):
+    if verdict.bundle_due:
         from services.learner.alarms import write_bundle
 
         path = write_bundle(parts.run_dir, it, list(parts.alarms.recent_rows), verdict.fired, dump_config(cfg),

@@ -382,6 +382,20 @@ def test_a_warning_that_keeps_firing_is_printed_every_tenth_iteration_and_logged
     assert [x["iteration"] for x in logged if x["alarm"] == "obs_codec_rounded"] == list(range(1, 24))
 
 
+def test_a_bundle_alarm_asks_for_its_bundle_once_a_firing_streak_and_again_after_it_clears(tmp_path):
+    """artefact_exploit (warn, patience 5, bundle): held on iterations 1-12, cleared on 13, held
+    again on 14-20. A bundle is due on 5 (its first fired iteration) and 18 (the new streak's),
+    nowhere else; a halt is due whenever one fires."""
+    mon = AlarmMonitor(AlarmConfig(), CollectorRegistry(), run_dir=str(tmp_path), say=lambda s: None)
+    exploit = {**healthy_row(), "policy/card_tile_top10_share": 0.8}
+    due = [i for i in range(1, 21)
+           if mon.observe({**(healthy_row() if i == 13 else exploit), "run/iteration": i}).bundle_due]
+    assert due == [5, 18]
+    halting = {**healthy_row(), "ppo/clip_fraction": 0.9}  # clip_pinned: halt, patience 3
+    assert [mon.observe({**halting, "run/iteration": i}).bundle_due for i in (21, 22, 23, 24)] == \
+        [False, False, True, True]
+
+
 def test_write_bundle_holds_rows_alarms_config_and_a_halt_record(tmp_path):
     run_dir = tmp_path / "runs" / "r1"
     mon = AlarmMonitor(AlarmConfig(), CollectorRegistry(), run_dir=str(run_dir), say=lambda s: None)
