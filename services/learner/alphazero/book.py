@@ -219,14 +219,15 @@ class SearchBook:
         self.proposed += len(choice)
         lps = policy.legal_log_probs(rows[choice])
         k = self.candidates
+        grid = policy.action_grid if self.plans else None  # the head's layout, once a round
         cands = np.full((len(choice), k), -1, np.int16)
         keys = np.zeros((len(choice), k), np.float32)
         for n, (j, lp) in enumerate(zip(choice.tolist(), lps)):
             slot = int(learner[j])
             rng = stream(self.master_seed, "search/gumbel/iteration/{iteration}/cycle/{cycle}/slot/{slot}",
                          iteration=iteration, cycle=cycle, slot=slot)
-            if self.plans:
-                cand, key = plan_candidates_of(lp, k, rng, policy.action_grid)
+            if grid is not None:
+                cand, key = plan_candidates_of(lp, k, rng, grid)
             else:
                 cand, key = gumbel_candidates(lp, k, rng)
             cands[n, : len(cand)], keys[n, : len(cand)] = cand, key
