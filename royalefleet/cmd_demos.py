@@ -14,7 +14,10 @@ kernel and stops too.
 A teacher is a scripted player (``shared.scripted.SCRIPTED_PLAYERS``) or a snapshot of the run
 (``snap:<id>``), either optionally searching (``scripted:defend+search:8,p=4``: the evaluator's
 searched player bound to the recorded battle, so the recorded label is the search's choice);
-the opponents are scripted players or ``mirror`` (the teacher on both seats, both recorded).
+the opponents are scripted players, snapshots of the run played unsearched (``snap:<id>``: a
+searching teacher simulates it as itself, so ``--teacher snap:G+search:... --opponent snap:G``
+labels generation G's search against G, the predecessor a next generation's gate plays), or
+``mirror`` (the teacher on both seats, both recorded).
 
 DAgger (``--apprentice snap:<id> --beta B``): the apprentice plays a share of the recorded seats'
 decisions (B at the set's first battle, decaying linearly to 0 at its last; ``--beta-decay none``: B
@@ -63,8 +66,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="the teacher: a scripted player (" + ", ".join(SCRIPTED_PLAYERS) + ") or snap:<id>, a "
                     "snapshot of the run; repeat for several (battle b is played by the (b mod T)-th)")
     rp.add_argument("--opponent", action="append", metavar="PLAYER",
-                    help="who the teacher plays: a scripted player, or mirror (the teacher on both seats, both "
-                    f"recorded); repeat for several, taken in turn (default: {', '.join(DEFAULT_OPPONENTS)})")
+                    help="who the teacher plays: a scripted player, snap:<id> (a snapshot of the run, "
+                    "unsearched; a searching teacher simulates it as itself), or mirror (the teacher on both seats, "
+                    f"both recorded); repeat for several, taken in turn (default: {', '.join(DEFAULT_OPPONENTS)})")
     rp.add_argument("--battles", type=int, required=True, metavar="N", help="battles to play: episodes of the run's training env, so env.max_steps truncates them "
                     "(outcome 0) as it truncates training episodes")
     rp.add_argument("--workers", type=int, default=1, metavar="K",
@@ -123,7 +127,7 @@ def _did_you_mean(problem: str) -> str:
 def check_players(teachers: list[str], opponents: list[str], known_snapshots: list[str]) -> list[str]:
     """Problems with the teachers and opponents: each names the bad id and what is known.
     A teacher is a scripted player or one of ``known_snapshots`` (``snap:<id>``); an opponent a
-    scripted player or ``mirror``."""
+    scripted player, one of ``known_snapshots`` (unsearched) or ``mirror``."""
     from services.rollout.demos import MIRROR
 
     from shared.search.spec import split_search
@@ -140,8 +144,13 @@ def check_players(teachers: list[str], opponents: list[str], known_snapshots: li
             problems.append(f"unknown teacher {t!r}; known: {', '.join(SCRIPTED_PLAYERS)}, and this run's "
                             f"snapshots ({snaps}), each optionally +search:N[:D]")
     for o in opponents:
-        if o != MIRROR and o not in SCRIPTED_PLAYERS:
-            problems.append(f"unknown opponent {o!r}; known: {MIRROR}, {', '.join(SCRIPTED_PLAYERS)}")
+        if "+search" in o:
+            problems.append(f"opponent {o!r}: an opponent plays unsearched; drop its +search suffix (a searching "
+                            "player is a --teacher)")
+        elif o != MIRROR and o not in SCRIPTED_PLAYERS and o not in known_snapshots:
+            snaps = ", ".join(known_snapshots) if known_snapshots else "none yet"
+            problems.append(f"unknown opponent {o!r}; known: {MIRROR}, {', '.join(SCRIPTED_PLAYERS)}, and this run's "
+                            f"snapshots ({snaps})")
     return [p + _did_you_mean(p) for p in problems]
 
 
@@ -156,11 +165,11 @@ def cmd_record(args, out=None) -> int:
     run = RunDir.of(cfg.runs_dir, cfg.run_name)
     store = SnapshotStore(run.snapshots)
     teachers = [normalise(t) for t in args.teacher]
-    opponents = list(args.opponent or DEFAULT_OPPONENTS)
+    opponents = [normalise(o) for o in args.opponent or DEFAULT_OPPONENTS]
     problems = check_players(teachers, opponents, ["snap:" + s for s in store.ids()])
-    if cfg.obs.frame_stack != 1 and any(t.startswith("snap:") for t in teachers):
+    if cfg.obs.frame_stack != 1 and any(t.startswith("snap:") for t in teachers + opponents):
         problems.append(f"a snapshot teacher under obs.frame_stack {cfg.obs.frame_stack}: recording plays one "
-                        "decision a row and supports snapshot teachers at obs.frame_stack 1 only")
+                        "decision a row and supports snapshot teachers and opponents at obs.frame_stack 1 only")
     apprentice = normalise(args.apprentice) if args.apprentice else ""
     if apprentice and apprentice not in SCRIPTED_PLAYERS and apprentice not in ["snap:" + i for i in store.ids()]:
         problems.append(f"--apprentice {args.apprentice!r}: expected an unsearched scripted player or one of this "
@@ -192,7 +201,7 @@ def cmd_record(args, out=None) -> int:
         return 2
     from shared.search.spec import split_search
 
-    bases = {split_search(t)[0] for t in teachers} | ({apprentice} if apprentice else set())
+    bases = {split_search(t)[0] for t in teachers} | set(opponents) | ({apprentice} if apprentice else set())
     snapshots = {t: store.read(t[len("snap:"):]) for t in bases if t.startswith("snap:")}
     return record(cfg, teachers, opponents, args.battles, args.workers, args.shard_battles, final, snapshots, out,
                   first_battle=args.first_battle, apprentice=apprentice, beta=args.beta if apprentice else 0.0,

@@ -52,6 +52,7 @@ _CORE: dict[str, str] = {
     "demos/teacher/battle/{battle}/seat/{seat}": "a teacher's draws on one recorded seat of one demonstration battle",
     "demos/apprentice/battle/{battle}/seat/{seat}": "a DAgger apprentice's draws on one recorded seat of one battle",
     "demos/dagger/battle/{battle}/seat/{seat}": "the coins that give a DAgger apprentice its share of the decisions",
+    "demos/opponent/battle/{battle}/seat/{seat}": "a snapshot opponent's draws on its (unrecorded) seat of one demonstration battle",
     "clone/split": "which demonstration battles a clone holds out for validation",
     "clone/init": "a clone's initial network weights",
     "clone/epoch/{epoch}": "the row order of one clone epoch",

@@ -5,7 +5,10 @@ A recorded seat is held as a LEARNER seat of the Shard: it is never ``mask_only`
 rollout's scripted seats are, and their observation would be zeros), its observation is packed
 by the Shard exactly as a rollout packs the learner's rows, and the action it plays is the
 teacher's, passed in as the learner's would be. The opponent seat (when it is not the teacher
-too: ``MIRROR``) is the Shard's own scripted seat.
+too: ``MIRROR``) is the Shard's own scripted seat, or, for a snapshot opponent (``snap:<id>``),
+its frozen seat, whose row the Shard ships and whose action the recorder plays with that
+snapshot, unsearched, from its stream ``demos/opponent/battle/{b}/seat/{seat}`` (a searching
+teacher simulates it as itself: a generation's labels against its predecessor).
 
 Episodes are the rollout's: battle ``b`` ordinal 0, env seed ``env/battle/{b}/ordinal/0``, the
 opponent's stream ``scripted/battle/{b}/ordinal/0``; the teacher draws from its own stream
@@ -42,7 +45,7 @@ class PlannedBattle:
     battle: int
     teacher: str
     opponent: str
-    """A scripted player id, or ``MIRROR``."""
+    """A scripted player id, a snapshot ``snap:<id>`` (played unsearched), or ``MIRROR``."""
     seat: int
     """The recorded seat (0 blue, 1 red); -1 both (a mirror)."""
 
@@ -63,7 +66,7 @@ class WorkerJob:
     digests: DemoDigests
     arch_digest: str
     snapshots: dict[str, tuple[bytes, bytes]]
-    """``snap:<id>`` -> (actor.safetensors, spec.json) of each snapshot teacher."""
+    """``snap:<id>`` -> (actor.safetensors, spec.json) of each snapshot teacher, apprentice and opponent."""
     shards: list[list[PlannedBattle]]
     """The shards this worker writes, each a list of battles in battle order."""
     shard_indices: list[int]
@@ -201,8 +204,9 @@ class Recorder:
 
         job, shard, bid = self.job, self.shard, planned.battle
         opponent = planned.teacher if planned.opponent == MIRROR else planned.opponent
-        a = Assignment(battle=bid, ordinal=0, role="mirror" if planned.seat < 0 else "scripted",
-                       opponent=opponent, learner_seat=planned.seat)
+        frozen = planned.seat >= 0 and snapshot_of(opponent) is not None
+        role = "mirror" if planned.seat < 0 else "pool" if frozen else "scripted"
+        a = Assignment(battle=bid, ordinal=0, role=role, opponent=opponent, learner_seat=planned.seat)
         # the Shard begins ordinal 1 itself when ordinal 0 ends; it is never stepped
         shard.table[(bid, 0)] = a
         shard.table[(bid, 1)] = Assignment(battle=bid, ordinal=1, role=a.role, opponent=opponent,
@@ -215,7 +219,12 @@ class Recorder:
             if SEATS[s] in masked:
                 raise RuntimeError(f"battle {bid}: recorded seat {SEATS[s]} is mask_only; its observation is zeros")
         teacher = self._teacher(planned.teacher)
-        players = self._seated(teacher, battle.env, seats, planned)
+        # a snapshot opponent's frozen seat: the Shard ships its row, the recorder plays it (not recorded)
+        other = self._teacher(opponent) if frozen else None
+        other_seat = 1 - planned.seat
+        other_rng = stream(job.master_seed, "demos/opponent/battle/{battle}/seat/{seat}", battle=bid,
+                           seat=other_seat) if frozen else None
+        players = self._seated(teacher, battle.env, seats, planned, other)
         rngs = {s: stream(job.master_seed, "demos/teacher/battle/{battle}/seat/{seat}", battle=bid, seat=s)
                 for s in seats}
         beta = dagger_beta(job, bid)
@@ -260,6 +269,8 @@ class Recorder:
                     if coins[s].random() < beta:
                         actions[s] = own
                         counts["apprentice"] += 1
+            if other is not None and other_seat in held:
+                actions[other_seat] = int(other.act(battle.obs[SEATS[other_seat]], other_rng))
             result = shard.step(actions)
             counts["shard_illegal"] += result.illegal_actions
             for s in seats:
@@ -285,15 +296,21 @@ class Recorder:
         return (np.asarray(cands, np.int16), np.asarray(last.means, np.float32),
                 np.asarray(last.visits, np.int16), float(searcher.spec.keep))
 
-    def _seated(self, teacher, env, seats: list[int], planned: PlannedBattle) -> dict:
+    def _seated(self, teacher, env, seats: list[int], planned: PlannedBattle, frozen=None) -> dict:
         """The teacher as it plays each recorded seat of this battle: itself, or a searching
         teacher bound to the battle's env against the seat's opponent (the other seat's player:
-        the planned scripted opponent, or the teacher itself in a mirror)."""
+        the planned scripted opponent, the snapshot opponent ``frozen``, or the teacher itself in
+        a mirror)."""
         if not hasattr(teacher, "bind"):
             return {s: teacher for s in seats}
         from services.evaluator.players import ScriptedPlayer
 
-        other = teacher if planned.opponent == MIRROR else ScriptedPlayer(planned.opponent, self.job.noop_prob)
+        if frozen is not None:
+            other = frozen
+        elif planned.opponent == MIRROR:
+            other = teacher
+        else:
+            other = ScriptedPlayer(planned.opponent, self.job.noop_prob)
         return {s: teacher.bind(env, SEATS[s], other) for s in seats}
 
     def _seat_arrays(self, bid: int, seat: int, rec: SeatRows, outcome: int) -> dict[str, np.ndarray]:

@@ -186,3 +186,67 @@ def test_a_confirming_teacher_records_its_fresh_scores_and_counts_what_it_sent_b
     tail = f" ({sent_back:,} more overrules not confirmed by fresh playouts)" if sent_back else ""
     assert (f"  the search: {len(rows):,} searched decisions; it overruled the teacher's base player on "
             f"{overruled / len(rows):.3f} of them{tail}\n") in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_snapshot_opponent_plays_its_seat_unrecorded_and_a_searching_teacher_simulates_it(tmp_path, capsys):
+    """``--opponent snap:<id>``: the snapshot plays the other seat unsearched (its frozen seat, not
+    recorded), so two snapshots give two different sets from the same battles while the recorded
+    seats and decisions stay the scripted plan's; a searching teacher without ``opp=`` simulates
+    it; a searching or unknown opponent is refused."""
+    from royalefleet.cli import main
+
+    common = ["--config", str(tmp_path / "cfg.json"), "--runs-dir", str(tmp_path / "runs")]
+    (tmp_path / "cfg.json").write_text(json.dumps({"profile": "tiny", "env": {"max_steps": 120}}))
+    assert main(["demos", "record", "bc", "--teacher", "scripted:defend", "--battles", "2", "--name", "d",
+                 "--opponent", "scripted:random_legal", *common]) == 0
+    sids = []
+    for lr in ("0.002", "0"):  # a trained actor and the untrained one: two different snapshots
+        assert main(["clone", "bc", "--demos", "d", "--max-epochs", "1", "--actor-lr", lr, *common]) == 0
+        sids.append(re.search(r"wrote snap:([0-9a-f]{16})", capsys.readouterr().out).group(1))
+    assert sids[0] != sids[1]
+    sets = []
+    for i, sid in enumerate(sids):
+        assert main(["demos", "record", "bc", "--teacher", "scripted:defend", "--battles", "2", "--name", f"vs{i}",
+                     "--opponent", sid, *common]) == 0
+        sets.append(read_manifest(tmp_path / "runs" / "bc" / "demos" / f"vs{i}"))
+    assert sets[0].opponents == [f"snap:{sids[0]}"]
+    assert [b.recorded_seats for b in sets[0].battles] == [[0], [1]]  # one seat a battle, in turn
+    assert [b.opponent for b in sets[1].battles] == [f"snap:{sids[1]}"] * 2
+    assert sets[0].digest != sets[1].digest  # the other snapshot played the other seat
+    # a searching teacher simulates the snapshot opponent as itself (no opp=): it records and is not its base
+    assert main(["demos", "record", "bc", "--teacher", "scripted:defend+search:3:6,p=2,sh=1", "--battles", "2",
+                 "--name", "searched", "--opponent", sids[0], *common]) == 0
+    searched = read_manifest(tmp_path / "runs" / "bc" / "demos" / "searched")
+    assert searched.choice_rows > 0 and searched.digest != sets[0].digest  # the search left defend somewhere
+    assert main(["demos", "record", "bc", "--teacher", "scripted:defend", "--battles", "1", "--opponent",
+                 f"snap:{sids[0]}+search:4", "--opponent", "snap:0123456789abcdef", *common]) == 2
+    err = capsys.readouterr().err
+    assert (f"opponent 'snap:{sids[0]}+search:4': an opponent plays unsearched; drop its +search suffix (a "
+            "searching player is a --teacher)") in err
+    assert "unknown opponent 'snap:0123456789abcdef'; known: mirror, scripted:noop" in err
+    assert f"and this run's snapshots (snap:{sids[0]}, snap:{sids[1]})" in err or \
+        f"and this run's snapshots (snap:{sids[1]}, snap:{sids[0]})" in err
+
+
+def test_a_searching_teacher_is_bound_against_the_snapshot_opponent_itself():
+    """``Recorder._seated``: the searching teacher's simulated opponent is the frozen snapshot
+    player when there is one, the teacher itself in a mirror, else the planned scripted player."""
+    from services.evaluator.players import ScriptedPlayer
+    from services.rollout.demos import MIRROR, PlannedBattle, Recorder
+
+    class Teacher:
+        def bind(self, env, seat, other):
+            return (seat, other)
+
+    recorder = Recorder.__new__(Recorder)
+    recorder.job = WorkerJob(worker=0, env_cfg=None, net_cfg=None, table=None, statics=np.zeros(0), spec=None,
+                             master_seed=0, noop_prob=0.9, gamma=0.99, digests=None, arch_digest="", snapshots={},
+                             shards=[], shard_indices=[], staging="")
+    teacher, frozen = Teacher(), object()
+    snap = PlannedBattle(battle=3, teacher="t", opponent="snap:0123456789abcdef", seat=1)
+    assert recorder._seated(teacher, None, [1], snap, frozen) == {1: ("red", frozen)}
+    assert recorder._seated(teacher, None, [0, 1], PlannedBattle(3, "t", MIRROR, -1)) == {
+        0: ("blue", teacher), 1: ("red", teacher)}
+    seat, other = recorder._seated(teacher, None, [0], PlannedBattle(3, "t", "scripted:defend", 0))[0]
+    assert seat == "blue" and isinstance(other, ScriptedPlayer) and other.id == "scripted:defend"
