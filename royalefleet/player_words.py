@@ -39,6 +39,9 @@ def _is_hex_id(word: str) -> bool:
 def reads_as_player(word: str) -> bool:
     """True when ``word`` has a player id's form (not whether that player exists): a keyword,
     ``snap:...``, ``scripted:...``, a bare 16-hex id, or anything with ``+search:``."""
+    from shared.evaluation import split_greedy
+
+    word = split_greedy(word)[0]  # latest+greedy reads as latest
     base = word.partition(SEARCH_MARK)[0]
     return (SEARCH_MARK in word or base in KEYWORDS or base.startswith("snap:")
             or base.startswith(SCRIPTED_PREFIX) or _is_hex_id(base))
@@ -66,7 +69,14 @@ def check_player_word(word: str, command: str) -> None:
     """Raise WordRefused when ``word`` does not have a player's form, or names a scripted player
     that does not exist, with the closest player (``scripted:defnd``: did you mean
     ``scripted:defend``?)."""
-    base = word.partition(SEARCH_MARK)[0]
+    from shared.evaluation import GREEDY_MARK, split_greedy
+
+    plain, greedy = split_greedy(word)
+    base = plain.partition(SEARCH_MARK)[0]
+    if greedy and base.startswith(SCRIPTED_PREFIX):
+        raise WordRefused(f"royalefleet {command}: player {word!r}: {GREEDY_MARK} takes the argmax of a network's "
+                          f"policy; only a snapshot has one (snap:<id>{GREEDY_MARK}, latest{GREEDY_MARK}, "
+                          f"champion{GREEDY_MARK})")
     if not reads_as_player(word):
         close = near_player(word)
         raise WordRefused(f"royalefleet {command}: player {word!r}: a player is latest, champion, snap:<id>, "

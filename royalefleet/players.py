@@ -51,6 +51,11 @@ def resolve(player: str, cfg) -> str:
     """``latest`` / ``champion`` as a ``snap:<id>``, a bare id normalised, a search suffix kept
     (canonical: the default depth dropped). Raises ValueError naming what is missing, and for a
     young run without a champion, the snapshot to play instead."""
+    from shared.evaluation import GREEDY_MARK, split_greedy
+
+    player, greedy = split_greedy(player)
+    if greedy:  # latest+greedy, champion+greedy, a bare id+greedy
+        return resolve(player, cfg) + GREEDY_MARK
     base, search = split_search(player)
     root = Path(cfg.runs_dir) / cfg.run_name
     if base == CHAMPION:
@@ -92,6 +97,13 @@ class LocalPlayers:
             raise ValueError(problem)
         if player in self._loaded:
             return self._loaded[player]
+        from services.evaluator.players import GreedyPlayer
+        from shared.evaluation import split_greedy
+
+        base_id, greedy = split_greedy(player)
+        if greedy:
+            self._loaded[player] = GreedyPlayer(player, self.get(base_id))
+            return self._loaded[player]
         base_id, search = split_search(player)
         if search is not None:
             from services.evaluator.searched import SearchedPlayer
@@ -115,4 +127,5 @@ def load_player(player: str, players: LocalPlayers):
     try:
         return players.get(player)
     except ValueError as exc:
-        raise ValueError(f"{exc}; a player may also be latest, champion, or any of them with +search:N") from None
+        raise ValueError(f"{exc}; a player may also be latest, champion, or any of them with +search:N "
+                         "(or a snapshot with +greedy)") from None

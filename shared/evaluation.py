@@ -65,11 +65,34 @@ def seeds_for_games(games: int) -> int:
     return (games + 1) // 2
 
 
+GREEDY_MARK = "+greedy"
+"""The suffix of a snapshot that plays its policy's argmax (temperature 0) instead of a sample:
+``snap:<id>+greedy`` (services/evaluator/players.py ``GreedyPlayer``; docs/learning.md, "A fixed
+deck: labels against the predecessor", measured it)."""
+
+
+def split_greedy(player: str) -> tuple[str, bool]:
+    """``(base id, True)`` for ``<base>+greedy``, else ``(player, False)``."""
+    if player.endswith(GREEDY_MARK):
+        return player[: -len(GREEDY_MARK)], True
+    return player, False
+
+
 def check_player(player: str) -> str | None:
     """Why ``player`` is not an evaluation player id (None when it is one). A searching player
-    (``<player>+search:N[:D]``, ``shared.search.spec``) is checked on its base and its suffix."""
-    from shared.search.spec import split_search
+    (``<player>+search:N[:D]``, ``shared.search.spec``) is checked on its base and its suffix; a
+    greedy one (``snap:<id>+greedy``) must be an unsearched snapshot."""
+    from shared.search.spec import SEARCH_MARK, split_search
 
+    whole = player
+    player, greedy = split_greedy(player)
+    if greedy or GREEDY_MARK in player:
+        if GREEDY_MARK in player or SEARCH_MARK in player:
+            return (f"player {whole!r}: {GREEDY_MARK} plays a snapshot's argmax unsearched, so it ends the id once "
+                    f"and takes no search (snap:<id>{GREEDY_MARK}, or snap:<id>+search:N alone)")
+        if snapshot_of(player) is None:
+            return (f"player {whole!r}: {GREEDY_MARK} takes the argmax of a network's policy; only a snapshot "
+                    f"(snap:<snapshot_id>{GREEDY_MARK}) has one")
     try:
         player, _ = split_search(player)
     except ValueError as exc:

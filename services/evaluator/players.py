@@ -92,6 +92,35 @@ class SnapshotPlayer:
         return self if self.policy.frame_stack == 1 else StackedSeat(self)
 
 
+class GreedyPlayer:
+    """A snapshot playing its policy's argmax over the legal actions (temperature 0:
+    ``snap:<id>+greedy``, ``shared.evaluation.GREEDY_MARK``) instead of sampling it. It draws
+    the same one float32 uniform a decision from ``rng`` as ``SnapshotPlayer`` and does not use
+    it, so the other seat's streams are those of the sampled game. Ties go to the lowest action
+    index (``numpy.argmax``). Raises ValueError for a frame-stacked snapshot (its argmax would
+    need the seat's history)."""
+
+    def __init__(self, player_id: str, base: SnapshotPlayer):
+        if not base.stateless:
+            raise ValueError(f"player {player_id!r}: greedy play needs obs.frame_stack 1 (the run stacks "
+                             f"{base.policy.frame_stack} frames); play {base.id} sampled")
+        self.id, self.base = player_id, base
+        self.scripted_seat, self.stateless = False, True
+
+    def act(self, obs: dict, rng: np.random.Generator) -> int:
+        rng.random(1, dtype=np.float32)  # drawn and unused: the streams stay the sampled player's
+        if int(np.count_nonzero(obs["action_mask"])) <= 1:
+            return 0  # only the no-op is legal: no forward, as SnapshotPlayer
+        return int(np.argmax(self.base.log_probs(obs)))
+
+    def log_probs(self, obs: dict) -> np.ndarray:
+        """The base snapshot's (``SnapshotPlayer.log_probs``)."""
+        return self.base.log_probs(obs)
+
+    def for_game(self):
+        return self
+
+
 class StackedSeat:
     """A snapshot playing one seat of one game with frame stacking: every decision's packed row
     (forced ones too) goes into the seat's history (``shared.nn.frame_stack.SeatHistory``), the

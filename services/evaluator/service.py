@@ -34,14 +34,14 @@ from shared import transport
 from shared.config import RunConfig
 from shared.envs import build_env
 from shared.writer_token import Stamped, ladder_token
-from shared.evaluation import check_player, eval_env_config, eval_seed_set
+from shared.evaluation import check_player, eval_env_config, eval_seed_set, split_greedy
 from shared.messages import (
     Ack, Decoder, Error, EvalJob, EvalJobRequest, EvalReport, FromCheckpoint, FromLadder, GameTrace, LoadSnapshot,
     NoJob, NotFound, SnapshotLoaded, snapshot_of,
 )
 
 from services.evaluator.games import GameError, play_job
-from services.evaluator.players import ScriptedPlayer, SnapshotRefused, load_snapshot_player, run_facts
+from services.evaluator.players import GreedyPlayer, ScriptedPlayer, SnapshotRefused, load_snapshot_player, run_facts
 from services.evaluator.searched import SearchedPlayer, SearchRefused
 from shared.search.spec import split_search
 
@@ -145,6 +145,12 @@ class Evaluator:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
+        base_id, greedy = split_greedy(player_id)
+        if greedy:
+            try:
+                return self._cached(key, GreedyPlayer(player_id, self.player(run_name, base_id)))
+            except ValueError as exc:
+                raise JobFailed("snapshot", str(exc)) from None
         base_id, search = split_search(player_id)
         if search is not None:
             try:
