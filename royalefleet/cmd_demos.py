@@ -130,7 +130,7 @@ def check_players(teachers: list[str], opponents: list[str], known_snapshots: li
     scripted player, one of ``known_snapshots`` (unsearched) or ``mirror``."""
     from services.rollout.demos import MIRROR
 
-    from shared.search.spec import split_search
+    from shared.search.spec import SEARCH_MARK, split_search
 
     problems = []
     for t in teachers:
@@ -144,7 +144,7 @@ def check_players(teachers: list[str], opponents: list[str], known_snapshots: li
             problems.append(f"unknown teacher {t!r}; known: {', '.join(SCRIPTED_PLAYERS)}, and this run's "
                             f"snapshots ({snaps}), each optionally +search:N[:D]")
     for o in opponents:
-        if "+search" in o:
+        if SEARCH_MARK in o:
             problems.append(f"opponent {o!r}: an opponent plays unsearched; drop its +search suffix (a searching "
                             "player is a --teacher)")
         elif o != MIRROR and o not in SCRIPTED_PLAYERS and o not in known_snapshots:

@@ -85,9 +85,9 @@ def check_player(player: str) -> str | None:
     from shared.search.spec import SEARCH_MARK, split_search
 
     whole = player
-    player, greedy = split_greedy(player)
-    if greedy or GREEDY_MARK in player:
-        if GREEDY_MARK in player or SEARCH_MARK in player:
+    player, _ = split_greedy(player)
+    if GREEDY_MARK in whole:
+        if GREEDY_MARK in player or SEARCH_MARK in player:  # not at the end, twice, or with a search
             return (f"player {whole!r}: {GREEDY_MARK} plays a snapshot's argmax unsearched, so it ends the id once "
                     f"and takes no search (snap:<id>{GREEDY_MARK}, or snap:<id>+search:N alone)")
         if snapshot_of(player) is None:

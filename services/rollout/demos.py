@@ -220,10 +220,11 @@ class Recorder:
                 raise RuntimeError(f"battle {bid}: recorded seat {SEATS[s]} is mask_only; its observation is zeros")
         teacher = self._teacher(planned.teacher)
         # a snapshot opponent's frozen seat: the Shard ships its row, the recorder plays it (not recorded)
-        other = self._teacher(opponent) if frozen else None
-        other_seat = 1 - planned.seat
-        other_rng = stream(job.master_seed, "demos/opponent/battle/{battle}/seat/{seat}", battle=bid,
-                           seat=other_seat) if frozen else None
+        other, other_seat, other_rng = None, -1, None
+        if frozen:
+            other, other_seat = self._teacher(opponent), 1 - planned.seat
+            other_rng = stream(job.master_seed, "demos/opponent/battle/{battle}/seat/{seat}", battle=bid,
+                               seat=other_seat)
         players = self._seated(teacher, battle.env, seats, planned, other)
         rngs = {s: stream(job.master_seed, "demos/teacher/battle/{battle}/seat/{seat}", battle=bid, seat=s)
                 for s in seats}
@@ -269,7 +270,7 @@ class Recorder:
                     if coins[s].random() < beta:
                         actions[s] = own
                         counts["apprentice"] += 1
-            if other is not None and other_seat in held:
+            if other is not None:  # a frozen seat is held until the episode ends
                 actions[other_seat] = int(other.act(battle.obs[SEATS[other_seat]], other_rng))
             result = shard.step(actions)
             counts["shard_illegal"] += result.illegal_actions
@@ -296,17 +297,17 @@ class Recorder:
         return (np.asarray(cands, np.int16), np.asarray(last.means, np.float32),
                 np.asarray(last.visits, np.int16), float(searcher.spec.keep))
 
-    def _seated(self, teacher, env, seats: list[int], planned: PlannedBattle, frozen=None) -> dict:
+    def _seated(self, teacher, env, seats: list[int], planned: PlannedBattle, snapshot_opponent=None) -> dict:
         """The teacher as it plays each recorded seat of this battle: itself, or a searching
         teacher bound to the battle's env against the seat's opponent (the other seat's player:
-        the planned scripted opponent, the snapshot opponent ``frozen``, or the teacher itself in
-        a mirror)."""
+        the planned scripted opponent, ``snapshot_opponent`` (the frozen seat's player), or the
+        teacher itself in a mirror)."""
         if not hasattr(teacher, "bind"):
             return {s: teacher for s in seats}
         from services.evaluator.players import ScriptedPlayer
 
-        if frozen is not None:
-            other = frozen
+        if snapshot_opponent is not None:
+            other = snapshot_opponent
         elif planned.opponent == MIRROR:
             other = teacher
         else:
