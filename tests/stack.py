@@ -161,6 +161,21 @@ def read_rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
+def rectangle_slack(prev: dict, row: dict) -> int:
+    """How far ``row``'s learner cells (trained plus counted lost) may lie from its cycles x
+    learner rows a cycle, ``prev`` being the row before it: 0 when both iterations planned as many
+    battles (every battle keeps its role). When the count changed (a killed rollout still planned
+    beside its restarted self: 12 battles after 8), the roles are laid anew over the new count
+    (``shared.matchmaking.battle_roles``), while a battle that carried over finishes its episode in
+    flight under the role it began with (``shared.assignments.AssignmentTable.take``), and a lost
+    one is counted by its last known seats for every cycle it did not play
+    (``services.learner.measures.lost_cells``): at most one learner seat more or fewer than
+    planned, a cycle, for each battle that carried over."""
+    if prev["run/battles"] == row["run/battles"]:
+        return 0
+    return row["run/cycles"] * min(prev["run/battles"], row["run/battles"])
+
+
 def decode(path: Path):
     return msgspec.json.decode(path.read_bytes())
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.stack import Up, read_rows, tiny_config
+from tests.stack import Up, read_rows, rectangle_slack, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +52,9 @@ def test_overlap_lags_0_or_1_and_a_sigkilled_rollout_is_counted_and_the_run_goes
     assert len(lost) == 1 and 1 <= lost[0] <= 6, [r["health/rollouts_lost"] for r in rows]
     hit = rows[lost[0]]
     assert hit["health/rows_invalid"] > 0
-    assert hit["health/trainable_rows"] + hit["health/rows_invalid"] == hit["run/cycles"] * hit["run/learner_rows_per_cycle"]
+    full = hit["run/cycles"] * hit["run/learner_rows_per_cycle"]  # exact unless the battle count changed
+    slack = rectangle_slack(rows[lost[0] - 1], hit)
+    assert abs(hit["health/trainable_rows"] + hit["health/rows_invalid"] - full) <= slack, (hit, slack)
     later = rows[lost[0] + 1:]
     assert any(r["health/rollouts"] == 2 for r in later), [r["health/rollouts"] for r in rows]
     assert all(r["health/rows_invalid"] == 0 for r in later)  # one loss, counted once

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stack import REPO, Up, alive, read_rows, tiny_config
+from tests.stack import REPO, Up, alive, read_rows, rectangle_slack, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -110,15 +110,20 @@ def test_sigkilled_rollout_loses_its_rows_and_a_restart_rejoins(tmp_path):
     hit = rows[k]
     assert hit["health/rollouts_lost"] == 1
     assert hit["health/rows_invalid"] > 0
-    # What was lost is exactly what is missing from the full rectangle.
+    # What was lost is exactly what is missing from the full rectangle, unless the killed rollout
+    # was still planned beside its restarted self (the kill fell in update 2 and the restart was
+    # ready by the boundary: 12 battles after 8; CI saw 844 + 402 cells against 67 x 18 = 1206, a
+    # loaded run here 871 + 402: the lost battles counted by their old roles, 19 seats for 18).
     full = hit["run/cycles"] * hit["run/learner_rows_per_cycle"]
-    assert hit["health/trainable_rows"] + hit["health/rows_invalid"] == full
+    slack = rectangle_slack(rows[k - 1], hit)
+    assert abs(hit["health/trainable_rows"] + hit["health/rows_invalid"] - full) <= slack, (hit, slack)
     assert any("restarting it" in s for s in up.lines)
     assert any(" | lost " in s for s in up.lines if s.startswith(f"it    {k + 1} "))
     # The restarted rollout rejoined at the next boundary.
     after = rows[k + 1]
     assert after["health/rollouts"] == 2 and after["health/rows_invalid"] == 0
-    assert after["health/trainable_rows"] == after["run/cycles"] * after["run/learner_rows_per_cycle"]
+    full = after["run/cycles"] * after["run/learner_rows_per_cycle"]
+    assert abs(after["health/trainable_rows"] - full) <= rectangle_slack(hit, after)
 
 
 def test_ctrl_c_writes_a_checkpoint_leaves_no_process_and_the_next_up_resumes(tmp_path):
