@@ -55,6 +55,10 @@ class CloneSettings:
     soft_all: bool = False
     """With ``soft_tau``: the softmax runs over every candidate the search scored, sequential
     halving's losers too (their means are of fewer playouts), not only the survivors."""
+    init: str = ""
+    """``snap:<id>``, a snapshot of the run to start from (its actor, and the critic its clone
+    kept), not fresh weights: a generation fine-tuned from its predecessor
+    (royalefleet/clone_init.py); empty: fresh weights from stream ``clone/init``."""
 
 
 @dataclass
@@ -117,10 +121,12 @@ def evaluate(model, codec, rows: CloneRows, batch: int = 512, picks: list | None
 
 
 def train_clone(spec, net, codec, train: CloneRows, val: CloneRows, master_seed: int,
-                settings: CloneSettings = CloneSettings(), say=print) -> CloneResult:
+                settings: CloneSettings = CloneSettings(), say=print, init=None) -> CloneResult:
     """Train a fresh ActorCritic on ``train``, stop early on ``val``; the caller has set torch's
     threads and determinism. ``say`` gets one line per epoch. Ctrl-C after the first epoch stops
-    training and keeps the best epoch so far (``stopped`` says so); before it, it propagates."""
+    training and keeps the best epoch so far (``stopped`` says so); before it, it propagates.
+    ``init``: royalefleet.clone_init.InitWeights to start from (its validation figures said as
+    epoch 0), or None for fresh weights."""
     import copy
 
     import torch
@@ -129,6 +135,16 @@ def train_clone(spec, net, codec, train: CloneRows, val: CloneRows, master_seed:
     from shared.seeding import derive_int
 
     model = ActorCritic(spec, net, seed=derive_int(master_seed, "clone/init"))
+    if init is not None:
+        from shared.nn.statefiles import bytes_to_module
+
+        model.actor.load_state_dict(init.actor_state)
+        if init.critic_bytes is not None:
+            bytes_to_module(model.critic, init.critic_bytes)
+        model.eval()
+        v_ce, v_agree, v_value = evaluate(model, codec, val)
+        say(f"  epoch  0: snap:{init.sid} as loaded ({'its clone' if init.critic_bytes is not None else 'a fresh'} "
+            f"critic) | validation CE {v_ce:.4f}, agreement {v_agree:.3f}, value loss {v_value:.4f}")
     opt_a = torch.optim.Adam(model.actor.parameters(), lr=settings.actor_lr)
     opt_c = torch.optim.Adam(model.critic.parameters(), lr=settings.critic_lr)
     choice_idx = np.flatnonzero(train.choice)

@@ -48,7 +48,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         if isinstance(default, bool):  # a switch: argparse's type=bool would read "False" as True
             cp.add_argument(flag, action="store_true", help=words.rstrip())
         else:
-            cp.add_argument(flag, type=type(default), default=default, help=words + f"(default {default})")
+            cp.add_argument(flag, type=type(default), default=default, metavar=SETTING_METAVAR.get(f.name),
+                            help=words + (f"(default {default})" if default != "" else "(default: none)"))
     add_run_options(cp, "the run whose network, codec and snapshot store the clone uses")
     cp.set_defaults(func=cmd_clone)
     return cp
@@ -62,10 +63,15 @@ SETTING_HELP = {
                      "runner-up's), so clear decisions weigh more than close ones ",
     "keep_last": "keep the last epoch's weights, not the best validation cross-entropy's (give --patience at least "
                  "--max-epochs to train them all) ",
+    "init": "snap:<id>, a snapshot of the run to start from (its actor, and the critic its clone kept), not fresh "
+            "weights: a generation fine-tuned from its predecessor on new labels (a smaller --actor-lr keeps more of "
+            "it) ",
     "soft_all": "with --soft-tau: the softmax over every candidate the search scored, sequential halving's losers "
                 "too, not only its survivors ",
 }
 """Help for the clone settings that need more than their default."""
+
+SETTING_METAVAR = {"init": "snap:<id>"}
 
 SLOT_ORDER_WARN = 0.9
 """The share of a set's choices (two or more hand slots playable) on which its teacher played
@@ -126,10 +132,19 @@ def cmd_clone(args, out=None) -> int:
         n_soft = int((np.isfinite(rows.search_scores).any(axis=1) & rows.choice).sum())
         say(f"royalefleet clone: soft targets at tau {settings.soft_tau}: {n_soft:,} of the {n_choice:,} choice rows "
             "train on softmax(score / tau) over the candidates their search chose among, the rest on their move")
+    init = None
+    if settings.init:
+        from royalefleet.clone_init import InitRefused, load_init
+
+        try:
+            init = load_init(settings.init, run, pf.spec, cfg.net, pf.codec, ident)
+        except InitRefused as exc:
+            print(f"royalefleet clone: {exc}", file=sys.stderr)
+            return 2
     apply_threads(cfg)
     from royalefleet.clone import train_clone
 
-    result = train_clone(pf.spec, cfg.net, pf.codec, train, val, cfg.master_seed, settings, say)
+    result = train_clone(pf.spec, cfg.net, pf.codec, train, val, cfg.master_seed, settings, say, init)
     b = result.best
     kept = "last epoch (--keep-last)" if settings.keep_last else "best epoch"
     say(f"royalefleet clone: {result.stopped}; {kept} {result.best_epoch}: validation CE {b.val_ce:.4f}, "
@@ -152,10 +167,10 @@ def cmd_clone(args, out=None) -> int:
 
 def recorded_settings(settings) -> dict:
     """The clone's settings as its snapshot's spec records them: ``soft_tau``, ``soft_all``,
-    ``margin_weight`` and ``keep_last`` only when set, so a clone of moves keeps the snapshot id it
+    ``margin_weight``, ``keep_last`` and ``init`` only when set, so a clone of moves keeps the snapshot id it
     had before they existed."""
     out = asdict(settings)
-    for name in ("soft_tau", "soft_all", "margin_weight", "keep_last"):
+    for name in ("soft_tau", "soft_all", "margin_weight", "keep_last", "init"):
         if not out[name]:
             del out[name]
     return out

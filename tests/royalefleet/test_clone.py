@@ -200,6 +200,14 @@ def test_a_clone_of_defend_agrees_with_it_on_held_out_battles_far_above_chance(t
     assert len(choice.actions) >= 50
     assert chance < 0.01
     assert agreement >= 0.5 and agreement >= 20 * chance, (agreement, chance, text)
+    # --init starts from the snapshot's very weights: with both learning rates 0 the clone writes
+    # the same actor bytes (fp16 -> fp32 -> fp16 is exact), so the same snapshot id
+    again = io.StringIO()
+    args = build_parser().parse_args(["clone", "bc", "--demos", "train", "--batch-size", "32", "--max-epochs", "1",
+                                      "--actor-lr", "0", "--critic-lr", "0", "--init", f"snap:{sid}", *common])
+    assert cmd_clone(args, again) == 0
+    assert f"wrote snap:{sid};" in again.getvalue()
+    assert f"epoch  0: snap:{sid} as loaded (its clone critic)" in again.getvalue()
     # defend plays its first playable slot, and the tiny profile's network cannot tell slots apart
     assert "the teacher played its first playable hand slot on 1.000 of the" in text
     assert "net.slot_index is off" in text
@@ -208,3 +216,14 @@ def test_a_clone_of_defend_agrees_with_it_on_held_out_battles_far_above_chance(t
     misses = re.search(r"of the ([\d,]+) held-out choices the best epoch missed ([\d,]+)", text)
     n, missed = (int(g.replace(",", "")) for g in misses.groups())
     assert abs(missed - n * (1 - float(best.group(1)))) <= 0.0005 * n + 1e-9
+
+
+def test_an_init_that_is_not_a_snapshot_of_the_run_is_refused_naming_it(tmp_path):
+    from royalefleet.clone_init import InitRefused, load_init
+    from shared.run_dir import RunDir
+
+    run = RunDir.of(tmp_path, "bc")
+    with pytest.raises(InitRefused, match=r"--init 'scripted:defend': give a snapshot of this run as snap:<16 hex>"):
+        load_init("scripted:defend", run, None, None, None, {})
+    with pytest.raises(InitRefused, match=r"--init snap:0123456789abcdef: no snapshot 0123456789abcdef in "):
+        load_init("snap:0123456789abcdef", run, None, None, None, {})
