@@ -71,6 +71,10 @@ class EpochStats:
     val_agreement: float
     val_value_loss: float
     seconds: float
+    val_entropy: float = 0.0
+    """The policy's mean entropy (nats) on the validation choice rows: what a sampled player
+    spreads. Labels that differ for like states (a search's noise) raise it, and a sampled
+    player then plays more moves at random (docs/learning.md, "Fine-tuned from generation 0")."""
 
 
 @dataclass
@@ -92,15 +96,17 @@ def _obs(codec, rows: np.ndarray):
     return {k: torch.tensor(v) for k, v in codec.unpack(rows).items()}
 
 
-def evaluate(model, codec, rows: CloneRows, batch: int = 512, picks: list | None = None) -> tuple[float, float, float]:
+def evaluate(model, codec, rows: CloneRows, batch: int = 512,
+             picks: list | None = None) -> tuple[float, float, float, float]:
     """(mean cross-entropy and top-1 agreement over the choice rows, mean value loss over all
-    rows) of ``model`` on ``rows``; agreement is argmax of the masked policy == teacher action.
+    rows, mean policy entropy in nats over the choice rows) of ``model`` on ``rows``; agreement
+    is argmax of the masked policy == teacher action.
     ``picks``: a list that gets the argmax of every choice row, in row order (int64 arrays)."""
     import torch
 
     from shared.nn.distribution import MaskedCategorical
 
-    ce = agree = vloss = 0.0
+    ce = agree = vloss = entropy = 0.0
     n_choice = int(rows.choice.sum())
     with torch.no_grad():
         for lo in range(0, len(rows.actions), batch):
@@ -115,9 +121,11 @@ def evaluate(model, codec, rows: CloneRows, batch: int = 512, picks: list | None
                 ce -= float(dist.log_prob(a).sum())
                 mode = dist.mode()
                 agree += float((mode == a).sum())
+                entropy += float(dist.entropy().sum())
                 if picks is not None:
                     picks.append(mode.numpy())
-    return ce / max(n_choice, 1), agree / max(n_choice, 1), vloss / max(len(rows.actions), 1)
+    n = max(n_choice, 1)
+    return ce / n, agree / n, vloss / max(len(rows.actions), 1), entropy / n
 
 
 def train_clone(spec, net, codec, train: CloneRows, val: CloneRows, master_seed: int,
@@ -142,9 +150,10 @@ def train_clone(spec, net, codec, train: CloneRows, val: CloneRows, master_seed:
         if init.critic_bytes is not None:
             bytes_to_module(model.critic, init.critic_bytes)
         model.eval()
-        v_ce, v_agree, v_value = evaluate(model, codec, val)
+        v_ce, v_agree, v_value, v_entropy = evaluate(model, codec, val)
         say(f"  epoch  0: snap:{init.sid} as loaded ({'its clone' if init.critic_bytes is not None else 'a fresh'} "
-            f"critic) | validation CE {v_ce:.4f}, agreement {v_agree:.3f}, value loss {v_value:.4f}")
+            f"critic) | validation CE {v_ce:.4f}, agreement {v_agree:.3f}, value loss {v_value:.4f}, "
+            f"entropy {v_entropy:.2f}")
     opt_a = torch.optim.Adam(model.actor.parameters(), lr=settings.actor_lr)
     opt_c = torch.optim.Adam(model.critic.parameters(), lr=settings.critic_lr)
     choice_idx = np.flatnonzero(train.choice)
@@ -190,10 +199,10 @@ def _epochs(model, codec, train, val, master_seed, settings, say, result, choice
                           order_c[k * critic_batch:(k + 1) * critic_batch], opt_a, opt_c, settings.max_grad_norm,
                           targets)
         model.eval()
-        v_ce, v_agree, v_value = evaluate(model, codec, val)
+        v_ce, v_agree, v_value, v_entropy = evaluate(model, codec, val)
         stats = EpochStats(epoch, float(sums[0] / len(choice_idx)), float(sums[1] / len(choice_idx)),
                            float(sums[2] / min(len(train.actions), steps * critic_batch)), v_ce, v_agree, v_value,
-                           time.monotonic() - t0)
+                           time.monotonic() - t0, v_entropy)
         result.epochs.append(stats)
         better = v_ce < best
         if better:
@@ -205,7 +214,7 @@ def _epochs(model, codec, train, val, master_seed, settings, say, result, choice
             result.best_state = copy.deepcopy(model.state_dict())
         say(f"  epoch {epoch:>2}: train CE {stats.train_ce:.4f}, agreement {stats.train_agreement:.3f}, value loss "
             f"{stats.train_value_loss:.4f} | validation CE {v_ce:.4f}, agreement {v_agree:.3f}, value loss "
-            f"{v_value:.4f} | {stats.seconds:.0f} s{'  (best)' if better else ''}")
+            f"{v_value:.4f}, entropy {v_entropy:.2f} | {stats.seconds:.0f} s{'  (best)' if better else ''}")
         if since >= settings.patience:
             result.stopped = f"early stop: no better validation CE for {settings.patience} epochs"
             break

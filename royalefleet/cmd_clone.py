@@ -148,7 +148,7 @@ def cmd_clone(args, out=None) -> int:
     b = result.best
     kept = "last epoch (--keep-last)" if settings.keep_last else "best epoch"
     say(f"royalefleet clone: {result.stopped}; {kept} {result.best_epoch}: validation CE {b.val_ce:.4f}, "
-        f"top-1 agreement {b.val_agreement:.3f} (chance {chance:.4f})")
+        f"top-1 agreement {b.val_agreement:.3f} (chance {chance:.4f}), policy entropy {b.val_entropy:.2f} nats")
     picks = held_out_picks(result.model, pf, val)
     kinds = miss_kinds(picks, val.actions[val.choice], pf.spec.height, pf.spec.width, pf.spec.hand_slots)
     kept_words = "the last epoch" if settings.keep_last else "the best epoch"

@@ -41,6 +41,42 @@ class _Codec:
     omask = 0
 
 
+class _MaskCodec:
+    """A row is its legal mask as bytes (the test's stand-in for shared.codec's packing)."""
+
+    def unpack(self, rows):
+        return {"mask": rows.astype(bool)}
+
+
+class _Uniform:
+    """A model whose policy is uniform over the legal actions and whose value is 0."""
+
+    def actor_logits(self, obs):
+        return torch.zeros(obs["mask"].shape)
+
+    def value(self, obs):
+        return torch.zeros(obs["mask"].shape[0])
+
+
+def test_the_validation_figures_of_a_uniform_policy_are_log_n_legal_on_choice_rows():
+    from royalefleet.clone import evaluate
+
+    masks = np.zeros((4, 8), np.uint8)
+    masks[0, 0] = 1  # forced: left out of CE, agreement and entropy
+    masks[1, :2] = 1
+    masks[2, :4] = 1
+    masks[3, [0, 5, 6, 7]] = 1
+    rows = CloneRows(masks, np.array([0, 0, 3, 5]), np.array([1.0, -1.0, 0.5, 0.0], np.float32),
+                     np.arange(4), masks.sum(1) > 1, 0, 1, [])
+    ce, agreement, value_loss, entropy = evaluate(_Uniform(), _MaskCodec(), rows, batch=3)
+    # uniform over 2, 4 and 4 legal actions: entropy and CE log 2, log 4, log 4
+    assert entropy == pytest.approx((math.log(2) + 2 * math.log(4)) / 3, abs=1e-6)
+    assert ce == pytest.approx(entropy, abs=1e-6)
+    # the uniform policy's mode is its first legal action: row 1's 0 agrees, rows 2 (3) and 3 (5) do not
+    assert agreement == pytest.approx(1 / 3)
+    assert value_loss == pytest.approx(0.5 * (1 + 1 + 0.25 + 0) / 4)
+
+
 def test_chance_agreement_is_the_mean_of_one_over_n_legal_on_choice_rows():
     masks = np.zeros((3, 16), bool)
     masks[0, :2] = True  # 2 legal
