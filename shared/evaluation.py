@@ -94,10 +94,13 @@ def check_player(player: str) -> str | None:
             return (f"player {whole!r}: {GREEDY_MARK} takes the argmax of a network's policy; only a snapshot "
                     f"(snap:<snapshot_id>{GREEDY_MARK}) has one")
     try:
-        player, _ = split_search(player)
+        player, spec = split_search(player)
     except ValueError as exc:
         return str(exc)
     sid = snapshot_of(player)
+    if spec is not None and spec.own != "sample" and sid is None:
+        return (f"player {whole!r}: own={spec.own} picks from a network's policy; only a snapshot has one "
+                "(snap:<id>+search:N,...,own=argmax)")
     if sid is not None:
         if len(sid) == 16 and all(c in "0123456789abcdef" for c in sid):
             return None

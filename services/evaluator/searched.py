@@ -112,11 +112,20 @@ class SearchedSeat:
         draw = np.random.default_rng((seed, 0))
         k = min(self.player.spec.candidates, n_legal)
         snapshot = getattr(base, "policy", None) is not None
+        argmax = snapshot and self.player.spec.own == "argmax"
         if snapshot and self.player.spec.cand != "plans":
-            drawn = gumbel_top_k(base.log_probs(obs), k, draw)
+            log_probs = base.log_probs(obs)
+            drawn = gumbel_top_k(log_probs, k, draw)
+            if argmax:  # the mode first, the draw's others after it
+                mode = int(np.argmax(log_probs))
+                drawn = np.concatenate([[mode], drawn[drawn != mode][: k - 1]]).astype(np.int64)
         else:
-            # a snapshot's own pick is a sample of its policy (the Gumbel draw's first), a scripted one's its move
-            own = int(gumbel_top_k(base.log_probs(obs), 1, draw)[0]) if snapshot else int(base.act(obs, draw))
+            # a snapshot's own pick is a sample of its policy (the Gumbel draw's first) or with
+            # own=argmax its mode; a scripted one's its move
+            if argmax:
+                own = int(np.argmax(base.log_probs(obs)))
+            else:
+                own = int(gumbel_top_k(base.log_probs(obs), 1, draw)[0]) if snapshot else int(base.act(obs, draw))
             legal = np.flatnonzero(mask)
             if self.player.spec.cand == "plans":
                 return self._search(plan_candidates(own, obs["mask_planes"], legal, k, draw), seed)

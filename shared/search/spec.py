@@ -29,7 +29,7 @@ MAX_DEPTH = 240
 _SUFFIX = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
-OPTION_NAMES = ("p", "sh", "cont", "opp", "vs", "keep", "cand", "redeal", "confirm")
+OPTION_NAMES = ("p", "sh", "cont", "opp", "vs", "keep", "cand", "redeal", "confirm", "own")
 """The options of a search suffix after N[:D], ``,name=value`` each, in this canonical order
 (``SearchSpec`` says what each means); an option at its default is left out of the id."""
 MAX_PLAYOUTS = 64
@@ -44,6 +44,11 @@ CANDIDATE_SOURCES = ("random", "plans")
 """``cand=``: where a player's candidates after its own pick and the no-op come from: random
 legal plays for a scripted player and the policy's Gumbel-top-k for a snapshot (the default), or
 ``plans`` (``shared.search.plans``: each card at ``defend``'s anchor and pushed down either lane)."""
+OWN_PICKS = ("sample", "argmax")
+"""``own=``: a snapshot's own pick, the candidate ``keep`` favours: a sample of its policy (the
+default, the Gumbel draw's first) or its argmax, so that where the search finds nothing better
+the label is the network's mode, not a sample of its spread (docs/learning.md, "Fine-tuned from
+generation 0")."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,9 @@ class SearchSpec:
     * ``confirm`` (``confirm=C``, 0 off, up to 64): when the move leaves the player's own pick, the
       own pick and the two best other finalists are played again, C more playouts each on streams
       none has seen, and those fresh playouts alone choose (``keep`` still favouring the own pick;
-      ``shared.search.halving.confirm``): a departure chosen on noise rarely repeats.
+      ``shared.search.halving.confirm``): a departure chosen on noise rarely repeats;
+    * ``own`` (``own=argmax``, a snapshot only): its own pick is its policy's argmax, not a sample
+      (``OWN_PICKS``); the other candidates are drawn as before.
     """
 
     candidates: int
@@ -92,6 +99,7 @@ class SearchSpec:
     cand: str = "random"
     redeal: bool = False
     confirm: int = 0
+    own: str = "sample"
 
     def options(self) -> str:
         """The ``,name=value`` options of the id, canonical (defaults left out)."""
@@ -114,6 +122,8 @@ class SearchSpec:
             parts.append("redeal=1")
         if self.confirm:
             parts.append(f"confirm={self.confirm}")
+        if self.own != "sample":
+            parts.append(f"own={self.own}")
         return "".join("," + p for p in parts)
 
     def suffix(self) -> str:
@@ -173,6 +183,10 @@ def parse_options(text: str, problem) -> dict:
         if out["cand"] not in CANDIDATE_SOURCES:
             raise problem(f"cand={out['cand']!r}: candidates come from one of {', '.join(CANDIDATE_SOURCES)}")
         fields["cand"] = out["cand"]
+    if "own" in out:
+        if out["own"] not in OWN_PICKS:
+            raise problem(f"own={out['own']!r}: a snapshot's own pick is one of {', '.join(OWN_PICKS)}")
+        fields["own"] = out["own"]
     for key, field_name in (("vs", "value_scale"), ("keep", "keep")):
         if key in out:
             fields[field_name] = _float_option(key, out[key], problem)

@@ -93,3 +93,36 @@ def test_a_snapshot_searching_with_plans_tries_its_sample_then_the_plans():
         candidates, seed = tried[-1]
         own = int(gumbel_top_k(lp, 1, np.random.default_rng((seed, 0)))[0])
         assert candidates == [own, 0] + [a for a in plans if a != own] and got == own
+    # own=argmax: the own pick is the policy's mode (legal[-1], the most likely), on every seed;
+    # the plans follow it as before, and without plans the Gumbel draw's others follow it
+    mode = int(legal[-1])
+    for cand, tail in (("cand=plans,own=argmax", "plans"), ("own=argmax", "draw")):
+        _, spec = split_search(f"snap:0123456789abcdef+search:3,{cand}")
+        seat = SearchedSeat(SearchedPlayer(f"snap:0123456789abcdef+search:3,{cand}", Snapshot(), spec, None),
+                            env=None, seat="blue", opponents=[])
+        seat._search = lambda candidates, seed: tried.append((list(candidates), seed)) or candidates[0]
+        for s in range(20):
+            got = seat.act({"action_mask": mask, "mask_planes": planes}, np.random.default_rng(s))
+            candidates, seed = tried[-1]
+            assert candidates[0] == mode and got == mode and 0 in candidates and len(candidates) == 3
+            if tail == "plans":
+                assert candidates == [mode, 0, plans[0]]
+            else:
+                drawn = gumbel_top_k(lp, 3, np.random.default_rng((seed, 0)))
+                assert set(candidates) - {0} <= {mode, *drawn.tolist()}
+
+
+def test_own_argmax_round_trips_and_is_a_snapshots_option_only():
+    from shared.evaluation import check_player
+
+    base, spec = split_search("snap:0123456789abcdef+search:12:20,own=argmax,cand=plans,redeal=1")
+    assert spec.own == "argmax"
+    assert spec.suffix() == "+search:12:20,cand=plans,redeal=1,own=argmax"
+    assert split_search("snap:0123456789abcdef+search:8,own=sample")[1].suffix() == "+search:8"
+    with pytest.raises(ValueError, match=r"own='mode': a snapshot's own pick is one of sample, argmax"):
+        split_search("snap:0123456789abcdef+search:8,own=mode")
+    assert check_player("snap:0123456789abcdef+search:8,own=argmax") is None
+    assert check_player("scripted:defend+search:8,own=argmax") == (
+        "player 'scripted:defend+search:8,own=argmax': own=argmax picks from a network's policy; only a snapshot "
+        "has one (snap:<id>+search:N,...,own=argmax)")
+
