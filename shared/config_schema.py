@@ -1154,6 +1154,13 @@ class AlphaZeroConfig(_Cfg):
     ``defend``'s anchor and the furthest-forward cell down either lane), the rest random legal
     plays: the ``+search`` players' ``cand=plans``, whose clones beat ``defend`` on a fixed deck
     (docs/learning.md). Needs the players' move rule (``playouts``' docstring)."""
+    own_pick: Literal["sample", "argmax"] = "sample"
+    """The first candidate, the own pick the players' move rule plays unless another beats it by
+    ``keep``: the live actor's sample (the top Gumbel key), or its argmax (the players'
+    ``own=argmax``), so that where the search finds nothing better the target is the network's
+    mode, not a draw of its spread (docs/learning.md, "Fine-tuned from generation 0"). The
+    unsearched decisions of ``full_search_share`` still play the sample. Needs the players' move
+    rule."""
     redeal: bool = False
     """Every playout starts from the battle with the enemy's cards the searching seat has not
     seen redealt (``shared.search.hidden``; the players' ``redeal=1``), so the targets do not
@@ -1185,7 +1192,7 @@ class AlphaZeroConfig(_Cfg):
             problems.append(f"alphazero.sim_opponents: {self.sim_opponents!r} must be distinct names of "
                             f"{', '.join(SIM_BOTS)}")
         for name, on, value in (("candidates_from", self.candidates_from == "plans", '"plans"'),
-                                ("redeal", self.redeal, "true")):
+                                ("redeal", self.redeal, "true"), ("own_pick", self.own_pick == "argmax", '"argmax"')):
             if in_use and on and not self.stable():
                 problems.append(f"alphazero.{name}: {value} needs the players' move rule (the prior's own pick "
                                 "played unless another candidate beats it by keep); set alphazero.keep (the "
@@ -1205,7 +1212,7 @@ class AlphaZeroConfig(_Cfg):
         data = msgspec.to_builtins(self)
         for name, default in (("playouts", 1), ("halving", False), ("continuation", "random"),
                               ("sim_opponents", []), ("value_scale", 0.0), ("keep", 0.0), ("full_search_share", 1.0),
-                              ("candidates_from", "prior"), ("redeal", False)):
+                              ("candidates_from", "prior"), ("redeal", False), ("own_pick", "sample")):
             if data.get(name) == default:
                 data.pop(name)
         return data

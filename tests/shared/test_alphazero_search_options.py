@@ -15,7 +15,7 @@ from shared.identity import config_digests, digest
 from shared.search.spec import RolloutSearch, split_search
 
 NEW = ("playouts", "halving", "continuation", "sim_opponents", "value_scale", "keep", "full_search_share",
-       "candidates_from", "redeal")
+       "candidates_from", "redeal", "own_pick")
 
 
 def _problems(**alphazero) -> list[str]:
@@ -86,12 +86,13 @@ def test_defaults_keep_the_digest_and_the_welcome_bytes_and_each_option_moves_th
         assert config_digests(moved)["algo_digest"] != base, option
     # plans and redeal need the players' rule: each against keep alone
     rule = {"profile": "tiny", "learner": {"algorithm": "alphazero"}, "alphazero": {"keep": 0.1}}
-    for option, value in (("candidates_from", "plans"), ("redeal", True)):
+    for option, value in (("candidates_from", "plans"), ("redeal", True), ("own_pick", "argmax")):
         moved = load_config({**rule, "alphazero": {"keep": 0.1, option: value}})
         assert config_digests(moved)["algo_digest"] != config_digests(load_config(rule))["algo_digest"], option
 
 
-@pytest.mark.parametrize("option, value, spelled", [("candidates_from", "plans", '"plans"'), ("redeal", True, "true")])
+@pytest.mark.parametrize("option, value, spelled", [("candidates_from", "plans", '"plans"'), ("redeal", True, "true"),
+                                                    ("own_pick", "argmax", '"argmax"')])
 @pytest.mark.parametrize("algorithm", ["alphazero", "expert_iteration"])
 def test_plan_candidates_and_redeal_without_the_players_rule_are_refused_naming_the_fix(option, value, spelled,
                                                                                         algorithm):

@@ -88,32 +88,42 @@ def move_agrees(move_index: int, q: np.ndarray, keys: np.ndarray, c_scale: float
     return bool(q[move_index] >= q[0] + keep - 1e-6 * max(1.0, abs(float(q[0]))))
 
 
-def gumbel_candidates(log_prior: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def gumbel_candidates(log_prior: np.ndarray, k: int, rng: np.random.Generator,
+                      own_argmax: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(candidates int64 (min(k, legal),), keys float64): the top-k legal actions of
     g + ``log_prior`` (``shared.search.lookahead.gumbel_top_k``: g ~ Gumbel(0, 1), one per legal
     action in ascending id order), in key order, with the no-op (0) in place of the last when it
     was not drawn and is legal (``candidates_with_noop``), and each candidate's key g + log prior.
-    The keys are the draw ``gumbel_top_k`` makes, read from a copy of ``rng`` taken before it."""
+    The keys are the draw ``gumbel_top_k`` makes, read from a copy of ``rng`` taken before it.
+    ``own_argmax`` (``alphazero.own_pick`` "argmax"): the prior's argmax first (the own pick the
+    players' move rule keeps), then the draw's others in key order."""
     lp = np.asarray(log_prior, np.float64)
     legal = np.flatnonzero(np.isfinite(lp))
     g = copy.deepcopy(rng).gumbel(size=len(legal))  # the same draw, in the same order
     drawn = gumbel_top_k(lp, k, rng)
+    if own_argmax:
+        mode = int(np.argmax(lp))
+        drawn = np.concatenate([[mode], drawn[drawn != mode][: k - 1]]).astype(np.int64)
     cand = np.asarray(candidates_with_noop(drawn, k) if 0 in legal else drawn[:k], np.int64)
     return cand, lp[cand] + g[np.searchsorted(legal, cand)]
 
 
 def plan_candidates_of(log_prior: np.ndarray, k: int, rng: np.random.Generator,
-                       grid: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+                       grid: tuple[int, int, int], own_argmax: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(candidates int64 (min(k, legal),), keys float64) under ``alphazero.candidates_from``
     "plans": the prior's own sample (the first of ``gumbel_top_k``, as ``gumbel_candidates``
     draws it), the no-op, each hand slot's plan moves, then random legal plays from ``rng``
     (``shared.search.plans.plan_candidates``, as a ``snap:<id>+search:...,cand=plans`` player
     draws them); each key g + log prior of the same Gumbel draw. ``grid`` (hand slots, height,
-    width): the head's layout, so the legal mask's grid part is the plans' mask planes."""
+    width): the head's layout, so the legal mask's grid part is the plans' mask planes.
+    ``own_argmax`` (``alphazero.own_pick`` "argmax"): the own pick is the prior's argmax instead
+    (the sample is still drawn, so the rest of the draw is the same)."""
     lp = np.asarray(log_prior, np.float64)
     legal = np.flatnonzero(np.isfinite(lp))
     g = copy.deepcopy(rng).gumbel(size=len(legal))
     own = int(gumbel_top_k(lp, 1, rng)[0])
+    if own_argmax:
+        own = int(np.argmax(lp))
     slots, height, width = grid
     planes = np.isfinite(lp[1 : 1 + slots * height * width]).reshape(slots, height, width)
     cand = np.asarray(plan_candidates(own, planes, legal, k, rng), np.int64)
@@ -163,6 +173,8 @@ class SearchBook:
     plans: bool = False
     """``alphazero.candidates_from`` "plans": candidates by ``plan_candidates_of`` (the head's
     grid the policy's ``action_grid``), not ``gumbel_candidates``."""
+    own_argmax: bool = False
+    """``alphazero.own_pick`` "argmax": the first candidate (the own pick) is the prior's argmax."""
 
     def begin(self, reward_divisor: float = 1.0) -> None:
         """Empty the book for an iteration whose rewards the critic sees divided by ``reward_divisor``."""
@@ -227,9 +239,9 @@ class SearchBook:
             rng = stream(self.master_seed, "search/gumbel/iteration/{iteration}/cycle/{cycle}/slot/{slot}",
                          iteration=iteration, cycle=cycle, slot=slot)
             if grid is not None:
-                cand, key = plan_candidates_of(lp, k, rng, grid)
+                cand, key = plan_candidates_of(lp, k, rng, grid, self.own_argmax)
             else:
-                cand, key = gumbel_candidates(lp, k, rng)
+                cand, key = gumbel_candidates(lp, k, rng, self.own_argmax)
             cands[n, : len(cand)], keys[n, : len(cand)] = cand, key
             prior = -1 if actions is None else int(actions[j])
             self.pending[(cycle, slot)] = _Pending(lp, cand, keys[n, : len(cand)].copy(), prior)

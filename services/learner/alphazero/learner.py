@@ -85,7 +85,8 @@ class AlphaZeroAlgorithm:
                                master_seed=cfg.master_seed,
                                move_keep=cfg.alphazero.keep if cfg.alphazero.stable() else None,
                                full_share=cfg.alphazero.full_search_share,
-                               plans=cfg.alphazero.candidates_from == "plans")
+                               plans=cfg.alphazero.candidates_from == "plans",
+                              own_argmax=cfg.alphazero.own_pick == "argmax")
         self.round_hooks = SearchRounds(self.book)
 
     def rollout_search(self) -> RolloutSearch:

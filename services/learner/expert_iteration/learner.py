@@ -103,7 +103,8 @@ class ExpertIterationAlgorithm:
                               value_scale=ex.value_scale, move_keep=cfg.alphazero.keep if cfg.alphazero.stable() else None,
                               critic_scores=cfg.alphazero.leaf_value == "critic" or cfg.alphazero.value_scale > 0,
                               full_share=cfg.alphazero.full_search_share,
-                              plans=cfg.alphazero.candidates_from == "plans")
+                              plans=cfg.alphazero.candidates_from == "plans",
+                              own_argmax=cfg.alphazero.own_pick == "argmax")
         self.round_hooks = SearchRounds(self.book)
         self.replay = SearchReplay(ex.replay_iterations, ex.replay_rows)
         self.generations = Generations()

@@ -75,3 +75,36 @@ def test_the_book_sends_the_plans_and_keeps_them_pending_for_the_check():
     assert req["search_candidates"].tolist() == [want.tolist()]
     assert np.allclose(req["search_keys"][0], keys.astype(np.float32))
     assert book.pending[(2, 40)].candidates.tolist() == want.tolist()
+
+
+def test_own_pick_argmax_puts_the_priors_mode_first_and_keeps_the_rest_of_the_draw():
+    """``alphazero.own_pick`` "argmax": the first candidate is the prior's argmax, then the no-op
+    and the plan cells (5, 12, 10 on this grid) as with the sample, or the Gumbel draw's others in
+    key order (the no-op in place of the last when not drawn), over many random priors."""
+    from shared.search.lookahead import candidates_with_noop, gumbel_top_k
+
+    legal = [0] + list(range(1, 13))
+    rng = np.random.default_rng(3)
+    for trial in range(100):
+        lp = np.full(25, -np.inf)
+        lp[legal] = np.log(rng.dirichlet(np.ones(len(legal))))
+        mode = int(np.argmax(lp))
+        plans, _ = plan_candidates_of(lp, 6, np.random.default_rng((trial, 2)), GRID, own_argmax=True)
+        prefix = [mode] + [c for c in (0, 5, 12, 10) if c != mode]
+        assert plans.tolist()[: len(prefix)] == prefix and len(set(plans.tolist())) == 6
+        drawn, keys = gumbel_candidates(lp, 4, np.random.default_rng((trial, 2)), own_argmax=True)
+        raw = gumbel_top_k(lp, 4, np.random.default_rng((trial, 2)))
+        want = candidates_with_noop(np.concatenate([[mode], raw[raw != mode][:3]]).astype(np.int64), 4)
+        assert drawn.tolist() == list(want) and drawn[0] == mode
+        assert keys.shape == (4,) and np.isfinite(keys).all()
+
+
+def test_the_book_with_own_pick_argmax_sends_the_mode_first():
+    legal = [0] + list(range(1, 13))
+    lp = np.full(25, -np.inf)
+    lp[legal] = np.log(np.arange(1, 14) / np.arange(1, 14).sum())  # the mode is 12, the last legal
+    book = SearchBook(c_scale=0.1, candidates=5, master_seed=11, move_keep=0.1, plans=True, own_argmax=True)
+    req = book.propose(_Policy(lp), 3, 2, np.array([40]), np.array([0]), np.zeros((1, 4), np.uint8),
+                       np.array([len(legal)]))
+    assert req["search_candidates"].tolist() == [[12, 0, 5, 10, req["search_candidates"][0][4]]]
+    assert req["search_candidates"][0][4] not in (12, 0, 5, 10)
