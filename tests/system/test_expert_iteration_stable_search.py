@@ -3,7 +3,8 @@ stable options (``alphazero.playouts``, ``halving``, ``continuation``, ``sim_opp
 ``value_scale``, ``keep``): every reported search passes the learner's check of the players' move
 rule (none refused), the rows carry searched decisions, and a run stopped and resumed writes the
 same rows as one that never stopped; with playout-cap randomisation (``full_search_share`` 0.5),
-plan candidates and redealt playouts too, the coin's fast rows in the replay value-only."""
+plan candidates, redealt playouts and the prior's argmax as the own pick too, the coin's fast rows
+in the replay value-only."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("opponents", [{"sim_opponent": "battle"},
                                        {"sim_opponents": ["defend", "random_legal"], "full_search_share": 0.5,
-                                        "candidates_from": "plans", "redeal": True}],
-                         ids=["battle-opponents", "scripted-opponents-playout-cap-plans-redeal"])
+                                        "candidates_from": "plans", "redeal": True, "own_pick": "argmax"}],
+                         ids=["battle-opponents", "scripted-opponents-playout-cap-plans-redeal-argmax"])
 def test_a_run_searching_with_the_stable_options_is_accepted_and_resumes_row_for_row(tmp_path, opponents):
     """With the battle's own simulated opponents (a network opponent's simulated moves asked of the
     learner, one ``SimActQuery`` a simulated decision of each playout), and with two scripted ones
-    drawn per playout under playout-cap randomisation, the candidates the plans and every playout
-    redealing the enemy's unseen cards (one stack for all of these: each stack costs a minute of
+    drawn per playout under playout-cap randomisation, the candidates the plans after the prior's
+    argmax and every playout redealing the enemy's unseen cards (one stack for all of these: each stack costs a minute of
     CI)."""
     cfg = load_config({"profile": "tiny", "runs_dir": str(tmp_path), "env": {"max_steps": 12},
                        "learner": {"algorithm": "expert_iteration"},
