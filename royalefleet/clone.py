@@ -130,7 +130,7 @@ def evaluate(model, codec, rows: CloneRows, batch: int = 512,
 
 def train_clone(spec, net, codec, train: CloneRows, val: CloneRows, master_seed: int,
                 settings: CloneSettings = CloneSettings(), say=print, init=None) -> CloneResult:
-    """Train a fresh ActorCritic on ``train``, stop early on ``val``; the caller has set torch's
+    """Train an ActorCritic (fresh, or from ``init``) on ``train``, stop early on ``val``; the caller has set torch's
     threads and determinism. ``say`` gets one line per epoch. Ctrl-C after the first epoch stops
     training and keeps the best epoch so far (``stopped`` says so); before it, it propagates.
     ``init``: royalefleet.clone_init.InitWeights to start from (its validation figures said as
@@ -151,8 +151,8 @@ def train_clone(spec, net, codec, train: CloneRows, val: CloneRows, master_seed:
             bytes_to_module(model.critic, init.critic_bytes)
         model.eval()
         v_ce, v_agree, v_value, v_entropy = evaluate(model, codec, val)
-        say(f"  epoch  0: snap:{init.sid} as loaded ({'its clone' if init.critic_bytes is not None else 'a fresh'} "
-            f"critic) | validation CE {v_ce:.4f}, agreement {v_agree:.3f}, value loss {v_value:.4f}, "
+        critic = "the critic its clone kept" if init.critic_bytes is not None else "a fresh critic"
+        say(f"  epoch  0: snap:{init.sid} as loaded ({critic}) | validation CE {v_ce:.4f}, agreement {v_agree:.3f}, value loss {v_value:.4f}, "
             f"entropy {v_entropy:.2f}")
     opt_a = torch.optim.Adam(model.actor.parameters(), lr=settings.actor_lr)
     opt_c = torch.optim.Adam(model.critic.parameters(), lr=settings.critic_lr)

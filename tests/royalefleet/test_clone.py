@@ -243,7 +243,7 @@ def test_a_clone_of_defend_agrees_with_it_on_held_out_battles_far_above_chance(t
                                       "--actor-lr", "0", "--critic-lr", "0", "--init", f"snap:{sid}", *common])
     assert cmd_clone(args, again) == 0
     assert f"wrote snap:{sid};" in again.getvalue()
-    assert f"epoch  0: snap:{sid} as loaded (its clone critic)" in again.getvalue()
+    assert f"epoch  0: snap:{sid} as loaded (the critic its clone kept)" in again.getvalue()
     # defend plays its first playable slot, and the tiny profile's network cannot tell slots apart
     assert "the teacher played its first playable hand slot on 1.000 of the" in text
     assert "net.slot_index is off" in text
