@@ -8,9 +8,10 @@ demonstrations (shared/demos.py) under ``<runs_dir>/<run>/demos/<name>/``.
 Worker processes (``--workers``, one per core) each step the rollout's own battles
 (services/rollout/demos.py) and write whole shards; this process plans the battles, prints
 progress, and writes the manifest once every shard is down, then renames ``<name>.partial`` to
-``<name>``. Ctrl-C or SIGTERM stops the workers and removes the partial set (nothing
-half-written stays); a worker whose command died any other way (SIGKILL) gets SIGTERM from the
-kernel and stops too.
+``<name>``. Ctrl-C or SIGTERM stops the workers and keeps the shards already finished as the set
+``<name>`` of the battles they hold (a shard being written is removed: nothing half-written
+stays; a DAgger set with a linear beta, defined over the planned battles, is removed whole); a
+worker whose command died any other way (SIGKILL) gets SIGTERM from the kernel and stops too.
 A teacher is a scripted player (``shared.scripted.SCRIPTED_PLAYERS``) or a snapshot of the run
 (``snap:<id>``), either optionally searching (``scripted:defend+search:8,p=4``: the evaluator's
 searched player bound to the recorded battle, so the recorded label is the search's choice);
@@ -259,10 +260,23 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
             code = collector.collect(queue, procs)
     except (KeyboardInterrupt, _Terminated) as stop:
         _stop(procs)
-        shutil.rmtree(staging, ignore_errors=True)
+        collector.drain(queue)
         how, code = ("SIGTERM", 143) if isinstance(stop, _Terminated) else ("Ctrl-C", 130)
-        out.write(f"\nroyalefleet demos record: stopped ({how}) after {collector.done} of {battles} battles; "
-                  f"nothing kept ({staging} removed)\n")
+        out.write(f"\nroyalefleet demos record: stopped ({how}) after {collector.done} of {battles} battles; ")
+        if not collector.shard_entries or (apprentice and beta_decay == "linear"):
+            shutil.rmtree(staging, ignore_errors=True)
+            why = ("no shard was finished" if not collector.shard_entries else
+                   "a DAgger set's linear beta runs over the planned battles, so a part of it is not that set")
+            out.write(f"nothing kept ({why}; {staging} removed)\n")
+            return code
+        collector.keep_finished(staging)
+        manifest = collector.manifest(cfg, final.name, teachers, opponents, gamma, pf.engine, digests, workers,
+                                      time.monotonic() - t0, apprentice=apprentice, beta=beta, beta_decay=beta_decay)
+        _finish(staging, final, manifest)
+        out.write(f"kept the {len(manifest.shards)} finished shard(s) of {len(shards)} as {final}: "
+                  f"{len(manifest.battles)} battles, {manifest.rows:,} rows ({manifest.choice_rows:,} choice), digest "
+                  f"{manifest.digest}; the unfinished shards' battles are not in it (record them with another "
+                  f"--name and give clone both sets)\n")
         return code
     if code:
         _stop(procs)
@@ -405,6 +419,36 @@ class DemoCollector:
             self.out.write(f"  {self.done}/{self.battles} battles, {el:.0f} s, {rate:.3f} battles/s, eta {eta:.0f} s; "
                            f"{self.rows:,} rows in finished shards; illegal teacher actions {self.counts['illegal']}\n")
             self.out.flush()
+
+    def drain(self, queue) -> None:
+        """Take what the stopped workers had already sent (a shard finished just before the stop)."""
+        import queue as queue_mod
+
+        while True:
+            try:
+                msg = queue.get(timeout=0.2)
+            except queue_mod.Empty:
+                return
+            except Exception:  # noqa: BLE001 - a worker stopped mid-put: what came before it is kept
+                return
+            if msg[0] == "battle":
+                self.entries.append(msg[1])
+                self.done += 1
+            elif msg[0] == "shard":
+                self.shard_entries[msg[1]] = msg[2]
+                self.rows += msg[2].rows
+                self.choice += msg[2].choice_rows
+
+    def keep_finished(self, staging: Path) -> None:
+        """Before a stopped recording's manifest: only the finished shards' battles stay in the
+        set, and every file in ``staging`` that is not a finished shard (one a worker was writing)
+        is removed."""
+        kept = {b for e in self.shard_entries.values() for b in e.battles}
+        self.entries = [e for e in self.entries if e.battle in kept]
+        files = {e.file for e in self.shard_entries.values()}
+        for path in staging.iterdir():
+            if path.name not in files:
+                path.unlink() if path.is_file() else shutil.rmtree(path, ignore_errors=True)
 
     def manifest(self, cfg, name, teachers, opponents, gamma, engine, digests, workers, seconds, *,
                  apprentice: str = "", beta: float = 0.0, beta_decay: str = "linear"):
