@@ -275,8 +275,9 @@ def record(cfg, teachers, opponents, battles, workers, shard_battles, final: Pat
         _finish(staging, final, manifest)
         out.write(f"kept the {len(manifest.shards)} finished shard(s) of {len(shards)} as {final}: "
                   f"{len(manifest.battles)} battles, {manifest.rows:,} rows ({manifest.choice_rows:,} choice), digest "
-                  f"{manifest.digest}; the unfinished shards' battles are not in it (record them with another "
-                  f"--name and give clone both sets)\n")
+                  f"{manifest.digest}; the unfinished shards' battles are not in it (for more, record another "
+                  f"set with another --name and --first-battle {first_battle + battles} or later, so no episode is "
+                  f"in both, and give clone both sets)\n")
         return code
     if code:
         _stop(procs)
