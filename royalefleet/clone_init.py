@@ -2,9 +2,10 @@
 of fresh weights, so a generation is its predecessor fine-tuned on new labels (expert
 iteration's step as AlphaZero takes it: the same network trained on, not a new one drawn).
 
-The snapshot is read as every player reads one (``SnapshotStore.read`` checks its id against
-its bytes; ``check_spec`` its architecture, observation and codec digests against the run's;
-its probe rows, when it has them, verified after loading). Its actor weights are fp16 upcast:
+The snapshot is read as the warm start reads one
+(services/learner/extensions/clone_snapshot.py ``read_snapshot``: its id against its bytes, its
+architecture, observation and codec digests against the run's, its probe rows, when it has
+them, verified after loading). Its actor weights are fp16 upcast:
 the starting actor plays exactly as the snapshot does. The critic comes from
 ``<run>/clones/<id>/critic.safetensors`` when the snapshot is a clone that kept one, else fresh.
 """
@@ -42,9 +43,10 @@ def load_init(reference: str, run, spec, net, codec, ident: dict) -> InitWeights
             spec names another architecture, observation or codec; its weights do not load; its
             probe rows do not verify.
     """
-    from services.checkpoint.snapshots import SnapshotCorrupt, SnapshotStore
-    from shared.nn.probes import ProbeMismatch, verify_probe
-    from shared.nn.snapshot import SnapshotSpecError, SnapshotWeightsError, actor_builder, check_spec, load_frozen_actor
+    from services.checkpoint.snapshots import SnapshotCorrupt
+    from services.learner.extensions.clone_snapshot import read_snapshot
+    from shared.nn.probes import ProbeMismatch
+    from shared.nn.snapshot import SnapshotSpecError, SnapshotWeightsError
 
     m = SNAPSHOT_REFERENCE.match(reference)
     if not m:
@@ -52,16 +54,10 @@ def load_init(reference: str, run, spec, net, codec, ident: dict) -> InitWeights
                           "(royalefleet snapshots lists them)")
     sid = m.group(1)
     try:
-        actor_bytes, spec_bytes = SnapshotStore(run.snapshots).read(sid)
-        doc = check_spec(sid, spec_bytes, ident)
-        actor = load_frozen_actor(sid, actor_bytes, actor_builder(spec, net))
-        if isinstance(doc.get("probe"), dict):
-            verify_probe(sid, actor, codec, doc["probe"])
+        actor, _, _, critic = read_snapshot(run, sid, ident, spec, net, codec)
     except FileNotFoundError:
         raise InitRefused(f"--init {reference}: no snapshot {sid} in {run.snapshots} (royalefleet snapshots "
                           "lists this run's)") from None
     except (SnapshotCorrupt, SnapshotSpecError, SnapshotWeightsError, ProbeMismatch) as exc:
         raise InitRefused(f"--init {reference}: refusing it: {exc}") from None
-    critic_path = run.clones / sid / "critic.safetensors"
-    return InitWeights(sid, {k: v.clone() for k, v in actor.state_dict().items()},
-                       critic_path.read_bytes() if critic_path.is_file() else None)
+    return InitWeights(sid, {k: v.clone() for k, v in actor.state_dict().items()}, critic)

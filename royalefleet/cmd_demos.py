@@ -392,12 +392,8 @@ class DemoCollector:
                 self.ready += 1
                 if self.ready == len(procs):  # the play clock starts once every worker has built its battle
                     self.t0 = time.monotonic()
-            elif kind == "battle":
-                self._battle(msg[1], msg[2])
-            elif kind == "shard":
-                self.shard_entries[msg[1]] = msg[2]
-                self.rows += msg[2].rows
-                self.choice += msg[2].choice_rows
+            elif kind in ("battle", "shard"):
+                self._take(msg)
             elif kind == "done":
                 finished.add(msg[1])
             elif kind == "error":
@@ -405,6 +401,15 @@ class DemoCollector:
                 return 1
         self.play_seconds = time.monotonic() - self.t0
         return 0
+
+    def _take(self, msg) -> None:
+        """A worker's ``("battle", entry, counts)`` or ``("shard", index, ShardEntry)``."""
+        if msg[0] == "battle":
+            self._battle(msg[1], msg[2])
+        else:
+            self.shard_entries[msg[1]] = msg[2]
+            self.rows += msg[2].rows
+            self.choice += msg[2].choice_rows
 
     def _battle(self, entry, counts) -> None:
         self.entries.append(entry)
@@ -432,13 +437,8 @@ class DemoCollector:
                 return
             except Exception:  # noqa: BLE001 - a worker stopped mid-put: what came before it is kept
                 return
-            if msg[0] == "battle":
-                self.entries.append(msg[1])
-                self.done += 1
-            elif msg[0] == "shard":
-                self.shard_entries[msg[1]] = msg[2]
-                self.rows += msg[2].rows
-                self.choice += msg[2].choice_rows
+            if msg[0] in ("battle", "shard"):
+                self._take(msg)
 
     def keep_finished(self, staging: Path) -> None:
         """Before a stopped recording's manifest: only the finished shards' battles stay in the
@@ -448,8 +448,12 @@ class DemoCollector:
         self.entries = [e for e in self.entries if e.battle in kept]
         files = {e.file for e in self.shard_entries.values()}
         for path in staging.iterdir():
-            if path.name not in files:
-                path.unlink() if path.is_file() else shutil.rmtree(path, ignore_errors=True)
+            if path.name in files:
+                continue
+            if path.is_file():
+                path.unlink()
+            else:
+                shutil.rmtree(path, ignore_errors=True)
 
     def manifest(self, cfg, name, teachers, opponents, gamma, engine, digests, workers, seconds, *,
                  apprentice: str = "", beta: float = 0.0, beta_decay: str = "linear"):

@@ -23,7 +23,7 @@ import numpy as np
 
 from shared.search.halving import evaluate
 from shared.search.hidden import seen_cards
-from shared.search.lookahead import Lookahead, SearchStats, candidates_with_noop, gumbel_top_k
+from shared.search.lookahead import Lookahead, SearchStats, candidates_with_noop, gumbel_top_k, mode_first
 from shared.search.models import continuation, opponent_set
 from shared.search.plans import plan_candidates
 from shared.search.spec import SearchSpec
@@ -116,9 +116,8 @@ class SearchedSeat:
         if snapshot and self.player.spec.cand != "plans":
             log_probs = base.log_probs(obs)
             drawn = gumbel_top_k(log_probs, k, draw)
-            if argmax:  # the mode first, the draw's others after it
-                mode = int(np.argmax(log_probs))
-                drawn = np.concatenate([[mode], drawn[drawn != mode][: k - 1]]).astype(np.int64)
+            if argmax:
+                drawn = mode_first(drawn, log_probs, k)
         else:
             # a snapshot's own pick is a sample of its policy (the Gumbel draw's first) or with
             # own=argmax its mode; a scripted one's its move

@@ -311,6 +311,14 @@ def gumbel_top_k(log_probs: np.ndarray, k: int, rng: np.random.Generator) -> np.
     return legal[order].astype(np.int64)
 
 
+def mode_first(drawn: np.ndarray, log_probs: np.ndarray, k: int) -> np.ndarray:
+    """(min(k, ...),) int64: ``log_probs``' argmax, then ``drawn``'s other actions in their order,
+    cut to ``k``: a search whose own pick is the policy's mode (``own=argmax``,
+    ``alphazero.own_pick`` "argmax") with the rest of its Gumbel draw as rivals."""
+    mode = int(np.argmax(log_probs))
+    return np.concatenate([[mode], drawn[drawn != mode][: k - 1]]).astype(np.int64)
+
+
 def candidates_with_noop(drawn: np.ndarray, k: int) -> list[int]:
     """``drawn`` (actions in priority order, distinct) cut to ``k`` with the no-op (0) always
     among them: appended last, in place of the last drawn, when it was not drawn."""

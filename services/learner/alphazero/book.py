@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shared.search.lookahead import candidates_with_noop, gumbel_top_k
+from shared.search.lookahead import candidates_with_noop, gumbel_top_k, mode_first
 from shared.search.plans import plan_candidates
 from shared.search.spec import RolloutSearch
 from shared.search.targets import completed_q_policy, gumbel_move_index
@@ -102,8 +102,7 @@ def gumbel_candidates(log_prior: np.ndarray, k: int, rng: np.random.Generator,
     g = copy.deepcopy(rng).gumbel(size=len(legal))  # the same draw, in the same order
     drawn = gumbel_top_k(lp, k, rng)
     if own_argmax:
-        mode = int(np.argmax(lp))
-        drawn = np.concatenate([[mode], drawn[drawn != mode][: k - 1]]).astype(np.int64)
+        drawn = mode_first(drawn, lp, k)
     cand = np.asarray(candidates_with_noop(drawn, k) if 0 in legal else drawn[:k], np.int64)
     return cand, lp[cand] + g[np.searchsorted(legal, cand)]
 
